@@ -1,0 +1,42 @@
+"""The one interface every placement policy implements.
+
+A policy sees the whole pending queue at once, so queue disciplines (FIFO, backfill), batch
+optimisers (ILP) and per-job scorers (first-fit, best-fit, FGD, right-size) all fit behind
+the same call. The core loop is shared by the live service and the simulator: each tick it
+calls :meth:`Policy.schedule` and commits the returned decisions against the pool state.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..decision import Decision
+    from ..placement import PlacementRequest, RunningJob
+    from ..pool import PoolState
+    from .registry import PolicyName
+
+__all__ = ["Policy"]
+
+
+class Policy(ABC):
+    name: PolicyName
+
+    @abstractmethod
+    def schedule(
+        self,
+        pending: Sequence[PlacementRequest],
+        state: PoolState,
+        now_s: float,
+        running: Sequence[RunningJob] = (),
+    ) -> list[Decision]:
+        """Decide for every pending job, in queue order.
+
+        Returns one Decision per pending job: ``placed`` (the chosen option is committed to
+        ``state`` before the next job is considered, so decisions in one call never overlap),
+        ``pending`` (waits, with the reason) or ``rejected`` (fits nowhere even on an empty
+        pool). ``state`` is mutated by placed decisions; callers that must not see that pass
+        a copy.
+        """
