@@ -541,8 +541,8 @@ def convert_runtime_row(r: Mapping[str, Any]) -> dict[str, Any]:
             spec["zero_stage"] = 1
         if task in ("lora", "qlora"):
             notes.append("LoRA rank not in the row; JobSpec default rank 16 used")
+        # runtime_s would repeat step_time_s (steps=1) and double-count the row in reports.
         fields["step_time_s"] = step
-        fields["runtime_s"] = step
     else:
         fields, spec = _inference_fields(r, spec, precision, notes)
     return measurement_row(

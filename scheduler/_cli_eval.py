@@ -1,0 +1,156 @@
+"""``snugfit eval``: accuracy of each predictor tier on measured data, side by side.
+
+The analytical tier is scored directly. The learned and history tiers are scored with grouped
+cross-validation (GroupKFold by source), so each figure says how the tier does on a setup it
+never saw. The computation lives in ``predictor.evaluation`` / ``predictor.learned``; this
+module only renders.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["eval_command"]
+
+_METRIC_LABEL = {
+    "peak_vram_gib": "peak VRAM",
+    "step_time_s": "step time",
+    "ttft_s": "TTFT",
+    "tpot_s": "TPOT",
+    "runtime_s": "runtime",
+}
+
+
+def _pct(v: float) -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}%"
+
+
+def _reports(tier: str, paths: tuple[str, ...], folds: int) -> list[Any]:
+    from predictor.evaluation import evaluate
+    from predictor.measurements import load_measurements
+
+    ms = load_measurements(list(paths) or None)
+    out = []
+    tiers = ["analytical", "learned", "history"] if tier == "all" else [tier]
+    for t in tiers:
+        if t == "analytical":
+            from predictor import analytical
+
+            out.append(evaluate(ms, analytical.predict_table, tier="analytical"))
+        elif t == "learned":
+            from predictor.learned import cross_validate
+
+            out.append(cross_validate(ms, n_splits=folds).report)
+        else:
+            from predictor.history import cross_validate_history
+
+            out.append(cross_validate_history(ms, n_splits=folds))
+    return out
+
+
+def _render(reports: list[Any], console: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title="Accuracy on measured data (learned/history: grouped CV by source)")
+    for col in ("tier", "metric", "n", "MAPE", "median", "≤10%", "coverage", "headroom", "bias"):
+        table.add_column(col, justify="right" if col not in ("tier", "metric") else "left")
+    for rep in reports:
+        for metric, s in rep.overall.items():
+            table.add_row(
+                rep.tier,
+                _METRIC_LABEL.get(metric, metric),
+                str(s.n),
+                _pct(s.mape),
+                _pct(s.median_ape),
+                _pct(s.within_10pct),
+                _pct(s.coverage),
+                _pct(s.mean_headroom),
+                _pct(s.bias),
+            )
+        if rep.ratio_summary:
+            r = rep.ratio_summary
+            table.add_row(
+                rep.tier,
+                "cross-GPU ratio",
+                str(int(r["n_pairs"])),
+                _pct(r["mean_error"]),
+                _pct(r["median_error"]),
+                _pct(r["within_10pct"]),
+                "",
+                "",
+                "",
+            )
+    console.print(table)
+    for rep in reports:
+        for title, groups in (
+            ("task", rep.by_task),
+            ("GPU", rep.by_gpu),
+            ("source", rep.by_source),
+        ):
+            t = Table(title=f"{rep.tier}: MAPE by {title}")
+            t.add_column("metric")
+            t.add_column(title)
+            for col in ("n", "MAPE", "median", "coverage"):
+                t.add_column(col, justify="right")
+            for metric, d in groups.items():
+                for key, s in d.items():
+                    t.add_row(
+                        _METRIC_LABEL.get(metric, metric),
+                        key[:60],
+                        str(s.n),
+                        _pct(s.mape),
+                        _pct(s.median_ape),
+                        _pct(s.coverage),
+                    )
+            console.print(t)
+    skipped = reports[0].unexpressed if reports else []
+    if skipped:
+        console.print(f"[bold]{len(skipped)} measured values not expressible:[/bold]")
+        for u in skipped[:50]:
+            console.print(f"  {u.id} {u.metric}: {u.reason}")
+
+
+@click.command(name="eval")
+@click.option(
+    "--tier",
+    type=click.Choice(["analytical", "learned", "history", "all"]),
+    default="analytical",
+    show_default=True,
+    help="Which predictor tier to score.",
+)
+@click.option(
+    "--data",
+    "paths",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Measurement JSONL file(s); default: datasets/measured/*.jsonl.",
+)
+@click.option("--folds", default=5, show_default=True, help="Grouped CV folds (learned/history).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--output", type=click.Path(dir_okay=False), help="Also write the JSON report here.")
+def eval_command(
+    tier: str, paths: tuple[str, ...], folds: int, as_json: bool, output: str | None
+) -> None:
+    """Score predictor tiers against measured runs (never against predicted numbers)."""
+    from predictor.exceptions import PredictorError
+
+    try:
+        reports = _reports(tier, paths, folds)
+    except PredictorError as exc:
+        raise click.ClickException(str(exc)) from None
+    payload = {"reports": [r.to_dict() for r in reports]}
+    text = json.dumps(payload, indent=2, default=float)
+    if output:
+        Path(output).parent.mkdir(parents=True, exist_ok=True)
+        Path(output).write_text(text + "\n")
+    if as_json:
+        click.echo(text)
+        return
+    from rich.console import Console
+
+    _render(reports, Console())
