@@ -1,0 +1,170 @@
+"""What the scheduler decided for one job, with every option it weighed and why each lost.
+
+A :class:`Decision` is the unit of the placement log: the service stores ``to_dict()`` in Redis
+and ``snugfit explain`` renders it. Both classes are plain dataclasses (built by the thousand per
+tick, so no validation cost here); ``from_dict`` is the exact inverse of ``to_dict``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+
+from .exceptions import SchedulerError
+
+__all__ = ["Decision", "DecisionState", "Option", "OptionKind"]
+
+OptionKind = Literal["whole", "mig", "shared"]
+DecisionState = Literal["placed", "pending", "rejected"]
+
+_KINDS: frozenset[str] = frozenset({"whole", "mig", "shared"})
+_STATES: frozenset[str] = frozenset({"placed", "pending", "rejected"})
+
+
+@dataclass(slots=True)
+class Option:
+    """One way to run a job: whole GPUs of a type, a MIG slice, or a share of one GPU.
+
+    Memory figures are per GPU in GiB. ``capacity_gib`` is the slot size (the whole GPU, the
+    MIG slice, or the shared GPU); ``reserved_gib`` is what the job holds in it, never below
+    ``vram_upper_gib``. ``leftover_gib`` is the memory of the chosen GPU(s) this job leaves
+    unreserved (for a shared GPU: what stays free on it). ``runtime_s`` is the predicted runtime
+    *on this option* (a MIG slice is slower than its whole GPU). ``gpu_indices`` index the pool's
+    GPUs and are empty when the option does not fit now. Treat instances as immutable once they
+    are inside a :class:`Decision`.
+    """
+
+    kind: OptionKind
+    gpu_type: str
+    node: str | None
+    gpu_indices: tuple[int, ...]
+    mig_profile: str | None
+    n_gpus: int
+    capacity_gib: float
+    reserved_gib: float
+    vram_gib: float | None
+    vram_upper_gib: float | None
+    runtime_s: float | None
+    cost_usd: float | None
+    fits_now: bool
+    fits_empty: bool
+    reason: str = ""
+    mig_start: int | None = None
+    leftover_gib: float | None = None
+
+    @property
+    def label(self) -> str:
+        """Short human name: ``H100-80GB x2``, ``A100-80GB MIG 1g.10gb``, ``H100-80GB shared``."""
+        if self.kind == "mig":
+            return f"{self.gpu_type} MIG {self.mig_profile}"
+        if self.kind == "shared":
+            return f"{self.gpu_type} shared"
+        return f"{self.gpu_type} x{self.n_gpus}"
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["gpu_indices"] = list(self.gpu_indices)
+        for key in _FLOAT_FIELDS:
+            out[key] = _finite_or_none(out[key])
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Option:
+        unknown = set(data) - _OPTION_FIELDS
+        if unknown:
+            raise SchedulerError(
+                f"option record has unknown keys {sorted(unknown)}; "
+                f"expected {sorted(_OPTION_FIELDS)}"
+            )
+        kind = data.get("kind")
+        if kind not in _KINDS:
+            raise SchedulerError(f"option kind must be one of {sorted(_KINDS)}; got {kind!r}")
+        kwargs = dict(data)
+        kwargs["gpu_indices"] = tuple(int(i) for i in data.get("gpu_indices", ()))
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise SchedulerError(f"option record is incomplete: {exc}") from None
+
+
+_OPTION_FIELDS: frozenset[str] = frozenset(f.name for f in fields(Option))
+_FLOAT_FIELDS: tuple[str, ...] = (
+    "vram_gib",
+    "vram_upper_gib",
+    "runtime_s",
+    "cost_usd",
+    "leftover_gib",
+)
+
+
+def _finite_or_none(v: Any) -> Any:
+    # JSON has no inf/NaN; an unknown figure is stored as null instead.
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+@dataclass(slots=True)
+class Decision:
+    """The outcome for one job at one scheduling tick.
+
+    ``chosen`` and ``runner_up`` index ``options``; ``chosen`` is set only when ``state`` is
+    ``placed``. ``reason`` explains the outcome as a whole (why this option, why waiting, why
+    rejected); each option's own ``reason`` says why it lost.
+    """
+
+    job_id: str
+    policy: str
+    state: DecisionState
+    options: list[Option] = field(default_factory=list)
+    chosen: int | None = None
+    reason: str = ""
+    runner_up: int | None = None
+    time_s: float = 0.0
+
+    @property
+    def chosen_option(self) -> Option | None:
+        return None if self.chosen is None else self.options[self.chosen]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "policy": self.policy,
+            "state": self.state,
+            "options": [o.to_dict() for o in self.options],
+            "chosen": self.chosen,
+            "reason": self.reason,
+            "runner_up": self.runner_up,
+            "time_s": self.time_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Decision:
+        allowed = {f.name for f in fields(cls)}
+        unknown = set(data) - allowed
+        if unknown:
+            raise SchedulerError(
+                f"decision record has unknown keys {sorted(unknown)}; expected {sorted(allowed)}"
+            )
+        state = data.get("state")
+        if state not in _STATES:
+            raise SchedulerError(f"decision state must be one of {sorted(_STATES)}; got {state!r}")
+        options = [Option.from_dict(o) for o in data.get("options", [])]
+        for key in ("chosen", "runner_up"):
+            idx = data.get(key)
+            if idx is not None and not 0 <= idx < len(options):
+                raise SchedulerError(
+                    f"decision {key}={idx} is out of range for {len(options)} options"
+                )
+        return cls(
+            job_id=str(data["job_id"]),
+            policy=str(data["policy"]),
+            state=state,
+            options=options,
+            chosen=data.get("chosen"),
+            reason=str(data.get("reason", "")),
+            runner_up=data.get("runner_up"),
+            time_s=float(data.get("time_s", 0.0)),
+        )
