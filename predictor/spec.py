@@ -12,10 +12,11 @@ import difflib
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from enum import StrEnum
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .exceptions import SpecError
 from .gpus import GPU_NAMES
@@ -139,6 +140,19 @@ TASK_DEFAULTS: dict[str, Any] = {
 }
 
 
+def _model_key(model: str | dict[str, Any]) -> str:
+    return model if isinstance(model, str) else "\x00" + json.dumps(model, sort_keys=True)
+
+
+@lru_cache(maxsize=4096)
+def _resolve_cached(key: str) -> ModelArch:
+    # Keyed by the JSON text so explicit-architecture dicts cache too; catalogue lookups and
+    # config.json reads then happen once per distinct model, not once per job.
+    if key.startswith("\x00"):
+        return resolve_model(json.loads(key[1:]))
+    return resolve_model(key)
+
+
 def _default_compute(weight: DType) -> DType:
     # Weight-only quantisation (int8/int4/nf4) dequantises into bf16 matmuls; fp8/fp4 weights
     # imply the low-precision tensor-core path on GPUs that have it.
@@ -178,8 +192,6 @@ class JobSpec(BaseModel):
     command: list[str] | None = None
     priority: int = 0
     deadline_s: float | None = Field(default=None, gt=0)
-
-    _arch: ModelArch | None = PrivateAttr(default=None)
 
     @model_validator(mode="before")
     @classmethod
@@ -283,11 +295,11 @@ class JobSpec(BaseModel):
         if self.command is not None and not self.command:
             raise SpecError("`command` must be a non-empty argv list, e.g. ['python', 'train.py']")
 
-        arch = resolve_model(self.model)
-        object.__setattr__(self, "_arch", None)
-        self._arch = arch
-        if self.tensor_parallel > 1 and arch.n_kv_heads % self.tensor_parallel and (
-            self.tensor_parallel % arch.n_kv_heads
+        arch = _resolve_cached(_model_key(self.model))
+        if (
+            self.tensor_parallel > 1
+            and arch.n_kv_heads % self.tensor_parallel
+            and (self.tensor_parallel % arch.n_kv_heads)
         ):
             raise SpecError(
                 f"`tensor_parallel` {self.tensor_parallel} cannot split {arch.n_kv_heads} KV heads "
@@ -303,8 +315,7 @@ class JobSpec(BaseModel):
     # Derived quantities, used throughout the predictor.
     @property
     def arch(self) -> ModelArch:
-        assert self._arch is not None
-        return self._arch
+        return _resolve_cached(_model_key(self.model))
 
     @property
     def data_parallel(self) -> int:
@@ -369,9 +380,9 @@ def iter_spec_dicts(path: str | Path) -> Iterator[tuple[str, Any]]:
     suffix = p.suffix.lower()
     lines = [ln for ln in text.splitlines() if ln.strip()]
     is_jsonl = suffix == ".jsonl" or (
-        suffix not in (".json", ".yaml", ".yml") and lines and all(
-            ln.lstrip().startswith(("{", "#")) for ln in lines
-        )
+        suffix not in (".json", ".yaml", ".yml")
+        and lines
+        and all(ln.lstrip().startswith(("{", "#")) for ln in lines)
     )
     if is_jsonl:
         for i, line in enumerate(text.splitlines(), 1):

@@ -1,0 +1,225 @@
+"""Specs as a struct of numpy arrays, so the memory and runtime maths vectorise over jobs.
+
+Extraction is the only per-job Python loop in the analytical tier; everything architecture-
+derived is cached per ``ModelArch`` because real workloads repeat a handful of models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from functools import lru_cache
+
+import numpy as np
+
+from .models import ModelArch
+from .spec import DType, Framework, JobSpec, Optimizer, Task
+
+__all__ = ["DTYPES", "FRAMEWORKS", "OPTIMIZERS", "TASKS", "JobArrays", "job_arrays", "qbytes"]
+
+TASKS: tuple[Task, ...] = tuple(Task)
+FRAMEWORKS: tuple[Framework, ...] = tuple(Framework)
+OPTIMIZERS: tuple[Optimizer, ...] = tuple(Optimizer)
+DTYPES: tuple[DType, ...] = tuple(DType)
+
+# Bytes per stored weight element *including* quantisation scales:
+# int4 = GPTQ/AWQ group-128 (fp16 scale + 4-bit zero per group); nf4 = bitsandbytes blocksize 64
+# with double quantisation (8-bit absmax + fp32 per 256 blocks); fp4 = NVFP4 (fp8 scale per 16);
+# int8 = per-channel fp16 scales (negligible per element).
+_QBYTES: dict[DType, float] = {
+    DType.FP32: 4.0,
+    DType.BF16: 2.0,
+    DType.FP16: 2.0,
+    DType.FP8: 1.0,
+    DType.INT8: 1.0,
+    DType.INT4: 0.5 + 2.5 / 128,
+    DType.NF4: 0.5 + 1.0 / 64 + 4.0 / (64 * 256),
+    DType.FP4: 0.5 + 1.0 / 16,
+}
+
+
+def qbytes(dtype: DType) -> float:
+    return _QBYTES[dtype]
+
+
+@dataclass(frozen=True, slots=True)
+class _ArchNumbers:
+    n_layers: float
+    hidden: float
+    n_heads: float
+    attn_dim: float  # n_heads * head_dim (query width)
+    kv_dim: float  # KV-cache elements per token per layer
+    kv_width: float  # K+V projection output width (activations)
+    ffn: float  # MLP width a token passes through per layer (sum over active experts)
+    gated: float
+    vocab: float
+    total_params: float
+    embed_params: float  # input embedding (+ untied head, + learned positions)
+    input_embed_params: float  # the lookup table only: no matmul FLOPs
+    active_params: float
+    flop_params: float  # params that cost 2 FLOPs per token in a matmul
+    expert_params: float
+    n_experts: float
+    n_active_experts: float
+    layer_params: float  # largest-ish layer, for ZeRO-3 gather buffers
+    is_moe: float
+    encoder_only: float
+
+
+@lru_cache(maxsize=4096)
+def _arch_numbers(arch: ModelArch) -> _ArchNumbers:
+    total = arch.total_params()
+    embed = arch.embedding_params()
+    input_embed = arch.vocab_size * arch.hidden_size
+    active = arch.active_params()
+    # The lm head matmul runs even when tied; the input lookup costs no FLOPs.
+    flop_params = arch.active_params(include_input_embedding=False)
+    if arch.tie_embeddings:
+        flop_params += arch.vocab_size * arch.hidden_size
+    experts_per_token = arch.n_active_experts + arch.n_shared_experts if arch.is_moe else 1
+    width = arch.expert_intermediate_size if arch.is_moe else arch.intermediate_size
+    ffn = width * experts_per_token
+    kv_width = 2 * arch.n_kv_heads * arch.head_dim
+    if arch.uses_mla:
+        kv_width = (arch.kv_lora_rank or 0) + (arch.qk_rope_head_dim or 0)
+    non_embed = max(total - embed, 1)
+    return _ArchNumbers(
+        n_layers=arch.n_layers,
+        hidden=arch.hidden_size,
+        n_heads=arch.n_heads,
+        attn_dim=arch.n_heads * arch.head_dim,
+        kv_dim=arch.kv_elems_per_token_per_layer(),
+        kv_width=kv_width,
+        ffn=ffn,
+        gated=1.0 if arch.gated_mlp else 0.0,
+        vocab=arch.vocab_size,
+        total_params=total,
+        embed_params=embed,
+        input_embed_params=input_embed,
+        active_params=active,
+        flop_params=flop_params,
+        expert_params=arch.expert_params(),
+        n_experts=arch.n_experts,
+        n_active_experts=arch.n_active_experts,
+        layer_params=non_embed / arch.n_layers,
+        is_moe=1.0 if arch.is_moe else 0.0,
+        encoder_only=1.0 if arch.encoder_only else 0.0,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class JobArrays:
+    """One entry per job; all float64 arrays of shape ``(n_jobs,)``."""
+
+    # architecture
+    n_layers: np.ndarray
+    hidden: np.ndarray
+    n_heads: np.ndarray
+    attn_dim: np.ndarray
+    kv_dim: np.ndarray
+    kv_width: np.ndarray
+    ffn: np.ndarray
+    gated: np.ndarray
+    vocab: np.ndarray
+    total_params: np.ndarray
+    embed_params: np.ndarray
+    input_embed_params: np.ndarray
+    active_params: np.ndarray
+    flop_params: np.ndarray
+    expert_params: np.ndarray
+    n_experts: np.ndarray
+    n_active_experts: np.ndarray
+    layer_params: np.ndarray
+    is_moe: np.ndarray
+    encoder_only: np.ndarray
+    # job
+    task: np.ndarray  # index into TASKS
+    framework: np.ndarray  # index into FRAMEWORKS (hf when unset)
+    optimizer: np.ndarray  # index into OPTIMIZERS (none for inference)
+    weight_bytes: np.ndarray
+    weight_is_quantised: np.ndarray
+    compute_bytes: np.ndarray
+    compute_dtype: np.ndarray  # index into DTYPES
+    kv_bytes: np.ndarray
+    batch: np.ndarray
+    grad_accum: np.ndarray
+    seq_len: np.ndarray
+    input_len: np.ndarray
+    output_len: np.ndarray
+    num_requests: np.ndarray
+    steps: np.ndarray
+    checkpointing: np.ndarray
+    lora_params: np.ndarray
+    n_gpus: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    zero_stage: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.n_layers)
+
+
+def _job_row(spec: JobSpec) -> tuple[float, ...]:
+    a = _arch_numbers(spec.arch)
+    task = spec.task
+    weight = spec.weight_dtype or DType.BF16
+    compute = spec.compute_dtype or DType.BF16
+    kv = spec.kv_cache_dtype or compute
+    lora = 0.0
+    if task.is_peft and spec.lora_rank and spec.lora_target:
+        lora = float(spec.arch.lora_params(spec.lora_rank, spec.lora_target.value))
+    framework = spec.framework or Framework.HF
+    optimizer = spec.optimizer or Optimizer.NONE
+    return (
+        a.n_layers,
+        a.hidden,
+        a.n_heads,
+        a.attn_dim,
+        a.kv_dim,
+        a.kv_width,
+        a.ffn,
+        a.gated,
+        a.vocab,
+        a.total_params,
+        a.embed_params,
+        a.input_embed_params,
+        a.active_params,
+        a.flop_params,
+        a.expert_params,
+        a.n_experts,
+        a.n_active_experts,
+        a.layer_params,
+        a.is_moe,
+        a.encoder_only,
+        TASKS.index(task),
+        FRAMEWORKS.index(framework),
+        OPTIMIZERS.index(optimizer),
+        _QBYTES[weight],
+        1.0 if weight in (DType.FP8, DType.INT8, DType.INT4, DType.NF4, DType.FP4) else 0.0,
+        _QBYTES[compute] if compute in (DType.FP32, DType.BF16, DType.FP16) else 2.0,
+        DTYPES.index(compute),
+        _QBYTES[kv] if kv in (DType.FP32, DType.BF16, DType.FP16, DType.FP8, DType.INT8) else 1.0,
+        spec.batch_size,
+        spec.gradient_accumulation or 1,
+        spec.seq_len or 0,
+        spec.input_len or 0,
+        spec.output_len or 0,
+        spec.num_requests or 0,
+        spec.steps or 0,
+        1.0 if spec.gradient_checkpointing else 0.0,
+        lora,
+        spec.n_gpus,
+        spec.tensor_parallel,
+        spec.pipeline_parallel,
+        spec.data_parallel,
+        spec.zero_stage or 0,
+    )
+
+
+_FIELDS = tuple(f.name for f in fields(JobArrays))
+
+
+def job_arrays(specs: Sequence[JobSpec]) -> JobArrays:
+    rows = np.array([_job_row(s) for s in specs], dtype=np.float64).reshape(len(specs), -1)
+    return JobArrays(**{name: rows[:, k] for k, name in enumerate(_FIELDS)})

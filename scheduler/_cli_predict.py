@@ -1,0 +1,173 @@
+"""`snugfit predict`, `snugfit models`, `snugfit gpus`: offline, no Redis."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TextIO
+
+import click
+
+from predictor.exceptions import PredictorError
+from predictor.gpus import GPU_NAMES, gpu_catalogue
+from predictor.models import catalogue
+from predictor.prediction import Prediction
+from predictor.spec import JobSpec, load_specs
+
+__all__ = ["gpus_command", "models_command", "predict_command", "render_predictions"]
+
+
+def _load_predictor(tier: str):  # type: ignore[no-untyped-def]
+    """The tiered predictor when a learned artifact ships, else the analytical tier."""
+    if tier == "analytical":
+        from predictor import analytical
+
+        return analytical
+    try:
+        from predictor.tiered import default_predictor
+    except ImportError:
+        from predictor import analytical
+
+        return analytical
+    return default_predictor()
+
+
+def render_predictions(
+    specs: list[JobSpec], preds: list[Prediction], out: TextIO | None = None
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    by_id = {s.id or f"#{i}": s for i, s in enumerate(specs)}
+    table = Table(title="snugfit predict: per-GPU peak VRAM (GiB) and runtime", show_lines=False)
+    for col in ("job", "model", "task", "GPU", "fits", "peak", "upper", "top component"):
+        table.add_column(col, justify="right" if col in ("peak", "upper") else "left")
+    table.add_column("runtime", justify="right")
+    table.add_column("method")
+    for p in preds:
+        spec = by_id.get(p.id or "")
+        top = max(
+            ((k, v) for k, v in p.breakdown_gib.items() if k != "overhead"), key=lambda kv: kv[1]
+        )
+        table.add_row(
+            p.id or "",
+            spec.model_name if spec else "",
+            spec.task.value if spec else "",
+            p.gpu,
+            "[green]yes[/]" if p.fits else "[red]no[/]",
+            f"{p.peak_vram_gib:.1f}",
+            f"{p.peak_vram_upper_gib:.1f}",
+            f"{top[0]} {top[1]:.1f}",
+            _human_seconds(p.runtime_s),
+            p.method,
+        )
+    Console(file=out or sys.stdout, width=160).print(table)
+
+
+def _human_seconds(s: float) -> str:
+    if s < 120:
+        return f"{s:.1f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"
+
+
+@click.command("predict")
+@click.option(
+    "--input",
+    "input_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Jobs as JSONL, JSON or YAML.",
+)
+@click.option("--gpu", type=click.Choice(GPU_NAMES), default=None, help="Predict for one type.")
+@click.option("--output", type=click.Path(path_type=Path), default=None, help="JSONL output file.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["jsonl", "table"]),
+    default="jsonl",
+    show_default=True,
+)
+@click.option(
+    "--tier",
+    type=click.Choice(["auto", "analytical"]),
+    default="auto",
+    show_default=True,
+    help="auto = learned + history where available, else analytical.",
+)
+def predict_command(
+    input_path: Path, gpu: str | None, output: Path | None, fmt: str, tier: str
+) -> None:
+    """One Prediction per line and GPU type: the job's pinned `gpu`, else --gpu, else all."""
+    try:
+        specs = load_specs(input_path)
+        # Give id-less jobs a stable id so each output line can be matched to its input.
+        specs = [
+            s if s.id else s.model_copy(update={"id": f"job-{i}"}) for i, s in enumerate(specs)
+        ]
+        preds = _load_predictor(tier).predict(specs, [gpu] if gpu else None)
+    except PredictorError as exc:
+        raise click.ClickException(str(exc)) from None
+    if fmt == "table" and output is None:
+        render_predictions(specs, preds)
+        return
+    lines = "".join(json.dumps(p.model_dump(mode="json")) + "\n" for p in preds)
+    if output is None:
+        sys.stdout.write(lines)
+    else:
+        output.write_text(lines)
+        click.echo(f"wrote {len(preds)} predictions for {len(specs)} jobs to {output}", err=True)
+        if fmt == "table":
+            render_predictions(specs, preds)
+
+
+@click.command("models")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def models_command(as_json: bool) -> None:
+    """List catalogue models with their parameter counts and sources."""
+    cat = catalogue()
+    if as_json:
+        click.echo(json.dumps({k: v.to_dict() for k, v in cat.items()}, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="Model catalogue")
+    for c in ("name", "params (B)", "active (B)", "layers", "hidden", "heads/kv", "vocab"):
+        t.add_column(c)
+    for name, m in cat.items():
+        t.add_row(
+            name,
+            f"{m.total_params() / 1e9:.2f}",
+            f"{m.active_params() / 1e9:.2f}",
+            str(m.n_layers),
+            str(m.hidden_size),
+            f"{m.n_heads}/{m.n_kv_heads}",
+            str(m.vocab_size),
+        )
+    Console(width=140).print(t)
+
+
+@click.command("gpus")
+def gpus_command() -> None:
+    """List GPU types: memory, bandwidth, peaks, MIG profiles and prices."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="GPU catalogue (dense peaks)")
+    for c in ("GPU", "memory GiB", "HBM GB/s", "BF16 TFLOPS", "FP8", "FP4", "$/h", "MIG profiles"):
+        t.add_column(c)
+    for g in gpu_catalogue().values():
+        t.add_row(
+            g.name,
+            f"{g.memory_gib:g}",
+            f"{g.hbm_bandwidth_gbps:g}",
+            f"{g.peak_tflops['bf16']:g}",
+            f"{g.peak_tflops.get('fp8', 0):g}" if "fp8" in g.peak_tflops else "-",
+            f"{g.peak_tflops.get('fp4', 0):g}" if "fp4" in g.peak_tflops else "-",
+            f"{g.price_usd_per_hour:.2f}",
+            " ".join(p.name for p in g.mig_profiles),
+        )
+    Console(width=160).print(t)

@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from predictor.analytical import predict, predict_table
+from predictor.gpus import GPU_NAMES
+from predictor.prediction import BREAKDOWN_KEYS
+from predictor.spec import parse_spec
+
+GIB = 1024**3
+
+
+def one(data: dict, gpu: str = "H100-80GB"):  # type: ignore[no-untyped-def]
+    return predict([parse_spec(data)], [gpu])[0]
+
+
+INFER = {
+    "model": "llama-3.1-8b",
+    "task": "inference",
+    "batch_size": 4,
+    "input_len": 1000,
+    "output_len": 24,
+}
+FT = {"model": "llama-2-7b", "task": "full_finetune", "batch_size": 2, "seq_len": 1024}
+ALL_TASKS = [
+    INFER,
+    {**INFER, "framework": "vllm"},
+    FT,
+    {**FT, "task": "pretrain"},
+    {**FT, "task": "lora"},
+    {**FT, "task": "qlora"},
+]
+
+
+@pytest.mark.parametrize("data", ALL_TASKS)
+def test_contract_fields_for_every_task(data: dict) -> None:
+    preds = predict([parse_spec(data)])
+    assert [p.gpu for p in preds] == list(GPU_NAMES)
+    for p in preds:
+        assert set(p.breakdown_gib) == set(BREAKDOWN_KEYS)
+        assert sum(p.breakdown_gib.values()) == pytest.approx(p.peak_vram_gib, abs=0.01)
+        assert p.peak_vram_upper_gib >= p.peak_vram_gib > 0
+        assert p.runtime_upper_s >= p.runtime_s > 0
+        if data["task"] == "inference":
+            assert p.ttft_s and p.tpot_s and p.step_time_s is None
+        else:
+            assert p.step_time_s and p.ttft_s is None and p.tpot_s is None
+            assert p.runtime_s == pytest.approx(p.step_time_s * 1000, rel=1e-3)
+
+
+def test_weights_and_kv_cache_match_hand_arithmetic() -> None:
+    p = one(INFER)
+    from predictor.models import resolve_model
+
+    arch = resolve_model("llama-3.1-8b")
+    assert p.breakdown_gib["weights"] == pytest.approx(arch.total_params() * 2 / GIB, rel=1e-3)
+    kv = 2 * 32 * 8 * 128 * 2 * 4 * 1024 / GIB  # K+V, layers, kv heads, head dim, bf16, batch, ctx
+    assert p.breakdown_gib["kv_cache"] == pytest.approx(kv, rel=1e-6)
+
+
+def test_memory_moves_the_right_way() -> None:
+    base = one(FT).peak_vram_gib
+    assert one({**FT, "batch_size": 4}).peak_vram_gib > base
+    lora_ft = {**FT, "task": "lora"}
+    ckpt = one({**lora_ft, "gradient_checkpointing": True}).breakdown_gib["activations"]
+    assert 0 < ckpt < one(lora_ft).breakdown_gib["activations"] / 4
+    lora = one({**FT, "task": "lora"}).peak_vram_gib
+    qlora = one({**FT, "task": "qlora"}).peak_vram_gib
+    assert qlora < lora < base
+    zero3 = one({**FT, "n_gpus": 8, "zero_stage": 3}).breakdown_gib
+    assert zero3["optimizer"] < one(FT).breakdown_gib["optimizer"] / 4
+    tp2 = one({**INFER, "n_gpus": 2, "tensor_parallel": 2}).breakdown_gib["weights"]
+    assert tp2 == pytest.approx(one(INFER).breakdown_gib["weights"] / 2, rel=0.05)
+    assert one({**FT, "optimizer": "adamw_8bit"}).peak_vram_gib < base
+    assert one({**INFER, "kv_cache_dtype": "fp8"}).breakdown_gib["kv_cache"] == pytest.approx(
+        one(INFER).breakdown_gib["kv_cache"] / 2
+    )
+
+
+def test_runtime_follows_the_hardware() -> None:
+    ft = {g: one(FT, g).step_time_s for g in GPU_NAMES}
+    assert ft["A100-80GB"] > ft["H100-80GB"] > ft["B200-180GB"]
+    dec = {g: one(INFER, g).tpot_s for g in GPU_NAMES}
+    assert (
+        dec["A100-40GB"]
+        > dec["A100-80GB"]
+        > dec["H100-80GB"]
+        > dec["H200-141GB"]
+        > dec["B200-180GB"]
+    )
+    # H200 has H100's compute: prefill of a big batch is about as fast.
+    big = {**INFER, "batch_size": 32, "input_len": 4096, "framework": "vllm"}
+    assert one(big, "H200-141GB").ttft_s == pytest.approx(one(big, "H100-80GB").ttft_s, rel=0.05)
+
+
+def test_fits_uses_the_upper_bound_against_capacity() -> None:
+    p = one({"model": "llama-3.1-70b", "task": "inference"}, "A100-80GB")
+    assert not p.fits and p.peak_vram_gib > 80
+    assert one({"model": "llama-3.1-70b", "task": "inference"}, "B200-180GB").fits
+
+
+def test_pinned_gpu_only() -> None:
+    preds = predict([parse_spec({**INFER, "gpu": "A100-40GB"})])
+    assert [p.gpu for p in preds] == ["A100-40GB"]
+
+
+def test_vectorised_equals_one_at_a_time() -> None:
+    specs = [parse_spec(d) for d in ALL_TASKS]
+    table = predict_table(specs)
+    for i, s in enumerate(specs):
+        single = predict_table([s])
+        np.testing.assert_allclose(table.peak_vram_gib[i], single.peak_vram_gib[0])
+        np.testing.assert_allclose(table.runtime_s[i], single.runtime_s[0])

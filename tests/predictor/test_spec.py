@@ -1,0 +1,138 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from predictor.exceptions import SpecError, UnknownModelError
+from predictor.spec import DType, JobSpec, LoraTarget, Optimizer, Task, load_specs, parse_spec
+
+INFER = {"model": "llama-3.1-8b", "task": "inference"}
+TRAIN = {"model": "llama-3.1-8b", "task": "full_finetune"}
+
+
+def test_contract_example_fields_parse_per_task() -> None:
+    spec = parse_spec(
+        {
+            "id": "a",
+            "model": "llama-3.1-8b",
+            "task": "inference",
+            "framework": "hf",
+            "weight_dtype": "bf16",
+            "kv_cache_dtype": "bf16",
+            "compute_dtype": "bf16",
+            "batch_size": 8,
+            "input_len": 1024,
+            "output_len": 256,
+            "num_requests": 1000,
+            "n_gpus": 1,
+            "tensor_parallel": 1,
+            "pipeline_parallel": 1,
+            "gpu": None,
+            "command": ["python", "serve.py"],
+            "priority": 0,
+            "deadline_s": None,
+        }
+    )
+    assert spec.task is Task.INFERENCE and spec.num_requests == 1000
+
+
+def test_defaults_are_filled_for_applicable_fields_only() -> None:
+    t = parse_spec(TRAIN)
+    assert t.seq_len == 2048 and t.optimizer is Optimizer.ADAMW and t.steps == 1000
+    assert t.input_len is None and t.lora_rank is None
+    i = parse_spec(INFER)
+    assert i.input_len == 512 and i.num_requests == i.batch_size and i.seq_len is None
+    q = parse_spec({**TRAIN, "task": "qlora"})
+    assert q.weight_dtype is DType.NF4 and q.compute_dtype is DType.BF16
+    assert q.lora_rank == 16 and q.lora_target is LoraTarget.ALL_LINEAR
+
+
+def test_dump_round_trips() -> None:
+    s = parse_spec({**TRAIN, "task": "lora", "lora_rank": 8, "id": "x"})
+    assert parse_spec(json.loads(json.dumps(s.to_dict()))) == s
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        ({**TRAIN, "lora_rnk": 8}, "unknown field `lora_rnk`"),
+        ({**TRAIN, "lora_rnk": 8}, "did you mean `lora_rank`"),
+        ({**INFER, "lora_rank": 8}, "`lora_rank` does not apply to a `inference` job"),
+        ({**TRAIN, "output_len": 8}, "`output_len` does not apply"),
+        ({**INFER, "seq_len": 8}, "input_len"),
+        (
+            {**TRAIN, "n_gpus": 8, "tensor_parallel": 3},
+            "`tensor_parallel` must divide `n_gpus`; got 3 and 8",
+        ),
+        ({**TRAIN, "batch_size": 0}, "batch_size"),
+        ({**TRAIN, "gpu": "H100"}, "did you mean 'H100-80GB'"),
+        ({**TRAIN, "command": "python train.py"}, "argv list"),
+        ({**TRAIN, "task": "qlora", "weight_dtype": "bf16"}, "4-bit base"),
+        ({**TRAIN, "task": "train"}, "task"),
+    ],
+)
+def test_invalid_specs_give_one_clear_message(data: dict, needle: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_spec(data)
+    assert needle in str(err.value)
+
+
+def test_unknown_model_is_rejected_with_suggestion() -> None:
+    with pytest.raises(UnknownModelError, match="did you mean 'llama-3-8b'"):
+        parse_spec({**TRAIN, "model": "lama-3-8b"})
+
+
+def test_explicit_architecture_object() -> None:
+    arch = {
+        "name": "tiny",
+        "n_layers": 2,
+        "hidden_size": 64,
+        "n_heads": 4,
+        "n_kv_heads": 4,
+        "head_dim": 16,
+        "intermediate_size": 128,
+        "vocab_size": 1000,
+        "tie_embeddings": True,
+        "n_experts": 1,
+        "n_active_experts": 1,
+        "params_b": None,
+    }
+    spec = parse_spec({**TRAIN, "model": arch})
+    assert spec.arch.n_layers == 2 and spec.model_name == "tiny"
+
+
+def test_hf_config_path(tmp_path: Path) -> None:
+    cfg = {
+        "model_type": "llama",
+        "num_hidden_layers": 4,
+        "hidden_size": 256,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "intermediate_size": 512,
+        "vocab_size": 3200,
+        "tie_word_embeddings": False,
+    }
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    spec = parse_spec({**TRAIN, "model": str(tmp_path / "config.json")})
+    assert spec.arch.n_kv_heads == 2
+
+
+def test_load_jsonl_json_yaml(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text(json.dumps(INFER) + "\n\n" + json.dumps(TRAIN) + "\n")
+    (tmp_path / "b.json").write_text(json.dumps([INFER, TRAIN]))
+    (tmp_path / "c.yaml").write_text(
+        "model: llama-3.1-8b\ntask: inference\n---\nmodel: gpt2\ntask: pretrain\n"
+    )
+    for name in ("a.jsonl", "b.json", "c.yaml"):
+        specs = load_specs(tmp_path / name)
+        assert len(specs) == 2 and all(isinstance(s, JobSpec) for s in specs)
+
+
+def test_load_reports_the_bad_line(tmp_path: Path) -> None:
+    (tmp_path / "a.jsonl").write_text(
+        json.dumps(INFER) + "\n" + json.dumps({**INFER, "steps": 3}) + "\n"
+    )
+    with pytest.raises(SpecError, match=r"a\.jsonl:2: `steps` does not apply"):
+        load_specs(tmp_path / "a.jsonl")
