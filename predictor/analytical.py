@@ -19,7 +19,7 @@ from ._jobarrays import job_arrays
 from ._memory import GIB, MemoryModel, memory_breakdown_gib
 from ._runtime import RuntimeModel, runtime_figures
 from .gpus import GPU_NAMES, GpuType, get_gpu
-from .prediction import BREAKDOWN_KEYS, Prediction, PredictionTable
+from .prediction import BREAKDOWN_KEYS, Prediction, PredictionTable, contract_rows
 from .spec import JobSpec
 
 __all__ = [
@@ -91,17 +91,9 @@ class AnalyticalPredictor:
         self, specs: Sequence[JobSpec], gpus: Sequence[str] | None = None
     ) -> list[Prediction]:
         """Contract predictions: each job on its pinned GPU, else on ``gpus``, else on all."""
-        return _contract_predictions(self.predict_table, specs, gpus)
-
-
-def _contract_predictions(
-    table_fn: object, specs: Sequence[JobSpec], gpus: Sequence[str] | None
-) -> list[Prediction]:
-    names = tuple(gpus) if gpus else GPU_NAMES
-    wanted = sorted({s.gpu for s in specs if s.gpu} | set(names), key=GPU_NAMES.index)
-    table: PredictionTable = table_fn(specs, wanted)  # type: ignore[operator]
-    per_job = [[s.gpu] if s.gpu else list(names) for s in specs]
-    return table.to_predictions(per_job)
+        return [
+            Prediction.model_construct(**r) for r in contract_rows(self.predict_table, specs, gpus)
+        ]
 
 
 _DEFAULT = AnalyticalPredictor()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["BREAKDOWN_KEYS", "Prediction", "PredictionTable"]
+from .gpus import GPU_NAMES
+
+__all__ = ["BREAKDOWN_KEYS", "Prediction", "PredictionTable", "TableFn", "contract_rows"]
 
 BREAKDOWN_KEYS: tuple[str, ...] = (
     "weights",
@@ -74,32 +78,80 @@ class PredictionTable:
     def column(self, gpu: str) -> int:
         return self.gpu_names.index(gpu)
 
-    def to_predictions(self, gpus_per_job: list[list[str]] | None = None) -> list[Prediction]:
-        """Contract objects, job-major; ``gpus_per_job`` restricts which GPU types each job gets."""
-        out: list[Prediction] = []
+    def iter_dicts(self, gpus_per_job: list[list[str]] | None = None) -> Iterator[dict[str, Any]]:
+        """Contract-shaped dicts, job-major, built straight from the arrays.
+
+        ``gpus_per_job`` restricts which GPU types each job gets (pinned jobs). This is the
+        fast path for bulk output: no per-object validation, the arrays are already checked.
+        """
+        cols = {name: k for k, name in enumerate(self.gpu_names)}
+
+        def r3(a: np.ndarray) -> Any:
+            return np.round(a, 3).tolist()
+
+        peak, upper = r3(self.peak_vram_gib), r3(self.peak_vram_upper_gib)
+        runtime, runtime_up = r3(self.runtime_s), r3(self.runtime_upper_s)
+        fits: Any = self.fits.tolist()
+        breakdown = {k: r3(v) for k, v in self.breakdown_gib.items()}
+        optional: dict[str, Any] = {
+            name: np.where(np.isnan(arr), np.nan, np.round(arr, 6)).tolist()
+            for name, arr in (
+                ("step_time_s", self.step_time_s),
+                ("ttft_s", self.ttft_s),
+                ("tpot_s", self.tpot_s),
+            )
+        }
         for i, job_id in enumerate(self.job_ids):
             names = gpus_per_job[i] if gpus_per_job is not None else self.gpu_names
             for name in names:
-                j = self.gpu_names.index(name)
-                out.append(self.prediction(i, j, job_id))
-        return out
+                j = cols[name]
+                row: dict[str, Any] = {
+                    "id": job_id,
+                    "gpu": name,
+                    "fits": fits[i][j],
+                    "peak_vram_gib": peak[i][j],
+                    "peak_vram_upper_gib": upper[i][j],
+                    "breakdown_gib": {k: v[i][j] for k, v in breakdown.items()},
+                    "runtime_s": runtime[i][j],
+                    "runtime_upper_s": runtime_up[i][j],
+                }
+                for key, vals in optional.items():
+                    v = vals[i][j]
+                    row[key] = None if v != v else v  # NaN -> null
+                row["method"] = self.method[i]
+                yield row
 
-    def prediction(self, i: int, j: int, job_id: str | None = None) -> Prediction:
-        def opt(a: np.ndarray) -> float | None:
-            v = float(a[i, j])
-            return None if np.isnan(v) else round(v, 6)
+    def to_predictions(self, gpus_per_job: list[list[str]] | None = None) -> list[Prediction]:
+        """Contract objects, job-major; ``gpus_per_job`` restricts which GPU types each job gets."""
+        return [Prediction.model_construct(**d) for d in self.iter_dicts(gpus_per_job)]
 
-        return Prediction(
-            id=job_id if job_id is not None else self.job_ids[i],
-            gpu=self.gpu_names[j],
-            fits=bool(self.fits[i, j]),
-            peak_vram_gib=round(float(self.peak_vram_gib[i, j]), 3),
-            peak_vram_upper_gib=round(float(self.peak_vram_upper_gib[i, j]), 3),
-            breakdown_gib={k: round(float(v[i, j]), 3) for k, v in self.breakdown_gib.items()},
-            runtime_s=round(float(self.runtime_s[i, j]), 3),
-            runtime_upper_s=round(float(self.runtime_upper_s[i, j]), 3),
-            step_time_s=opt(self.step_time_s),
-            ttft_s=opt(self.ttft_s),
-            tpot_s=opt(self.tpot_s),
-            method=self.method[i],
+    def prediction(self, i: int, j: int) -> Prediction:
+        sub = PredictionTable(
+            job_ids=(self.job_ids[i],),
+            gpu_names=(self.gpu_names[j],),
+            peak_vram_gib=self.peak_vram_gib[i : i + 1, j : j + 1],
+            peak_vram_upper_gib=self.peak_vram_upper_gib[i : i + 1, j : j + 1],
+            runtime_s=self.runtime_s[i : i + 1, j : j + 1],
+            runtime_upper_s=self.runtime_upper_s[i : i + 1, j : j + 1],
+            breakdown_gib={k: v[i : i + 1, j : j + 1] for k, v in self.breakdown_gib.items()},
+            step_time_s=self.step_time_s[i : i + 1, j : j + 1],
+            ttft_s=self.ttft_s[i : i + 1, j : j + 1],
+            tpot_s=self.tpot_s[i : i + 1, j : j + 1],
+            fits=self.fits[i : i + 1, j : j + 1],
+            method=(self.method[i],),
         )
+        return Prediction.model_validate(next(sub.iter_dicts()))
+
+
+TableFn = Callable[[Sequence[Any], Sequence[str] | None], PredictionTable]
+
+
+def contract_rows(
+    table_fn: TableFn, specs: Sequence[Any], gpus: Sequence[str] | None = None
+) -> Iterator[dict[str, Any]]:
+    """The CLI contract: each job on its pinned ``gpu``, else on ``gpus``, else on every type."""
+    names = tuple(gpus) if gpus else GPU_NAMES
+    wanted = sorted({s.gpu for s in specs if s.gpu} | set(names), key=GPU_NAMES.index)
+    table = table_fn(specs, wanted)
+    per_job = [[s.gpu] if s.gpu else list(names) for s in specs]
+    return table.iter_dicts(per_job)

@@ -12,7 +12,7 @@ import click
 from predictor.exceptions import PredictorError
 from predictor.gpus import GPU_NAMES, gpu_catalogue
 from predictor.models import catalogue
-from predictor.prediction import Prediction
+from predictor.prediction import Prediction, contract_rows
 from predictor.spec import JobSpec, load_specs
 
 __all__ = ["gpus_command", "models_command", "predict_command", "render_predictions"]
@@ -107,13 +107,16 @@ def predict_command(
         specs = [
             s if s.id else s.model_copy(update={"id": f"job-{i}"}) for i, s in enumerate(specs)
         ]
-        preds = _load_predictor(tier).predict(specs, [gpu] if gpu else None)
+        rows = list(
+            contract_rows(_load_predictor(tier).predict_table, specs, [gpu] if gpu else None)
+        )
     except PredictorError as exc:
         raise click.ClickException(str(exc)) from None
+    preds = [Prediction.model_construct(**r) for r in rows]
     if fmt == "table" and output is None:
         render_predictions(specs, preds)
         return
-    lines = "".join(json.dumps(p.model_dump(mode="json")) + "\n" for p in preds)
+    lines = "".join(json.dumps(r) + "\n" for r in rows)
     if output is None:
         sys.stdout.write(lines)
     else:
