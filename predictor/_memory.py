@@ -135,9 +135,15 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
     step_temp = np.where(zero >= 1, step_temp / dp, step_temp)
 
     # Training activations per micro-batch (bytes per token per layer, then scaled).
-    norm_bytes = np.where(fused_norms, a, a + 8.0)  # eager norms save fp32 input and output
+    norm_bytes = np.where(fused_norms, a, a + 4.0)  # eager norms also save their fp32 upcast
     attn = a * (j.hidden + 2.0 * j.attn_dim + j.kv_width)
-    mlp = a * (j.hidden + j.ffn * (2.0 + 2.0 * j.gated))
+    # A frozen MLP (PEFT) needs no inputs for weight gradients: only what the activation
+    # function's backward reads (gate and up outputs, act(gate)) survives.
+    mlp = np.where(
+        is_peft,
+        a * j.ffn * (1.0 + 2.0 * j.gated),
+        a * (j.hidden + j.ffn * (2.0 + 2.0 * j.gated)),
+    )
     route = j.is_moe * a * j.hidden * j.n_active_experts * 2.0
     per_token_layer = attn + mlp + route + 2.0 * j.hidden * norm_bytes
     tokens_mb = j.batch * j.seq_len
@@ -156,12 +162,11 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
     logit_bytes = np.select(
         [
             fw == _IDX_F[Framework.UNSLOTH],
-            _isin(
-                fw,
-                [_IDX_F[Framework.TORCHTUNE], _IDX_F[Framework.FSDP], _IDX_F[Framework.MEGATRON]],
-            ),
+            fw == _IDX_F[Framework.TORCHTUNE],
+            _isin(fw, [_IDX_F[Framework.FSDP], _IDX_F[Framework.MEGATRON]]),
         ],
-        [np.full_like(a, 4.0), a + 8.0],
+        # Unsloth fuses the loss; torchtune keeps bf16 logit chunks and upcasts one at a time.
+        [np.full_like(a, 4.0), a + 1.5, a + 8.0],
         default=a + 12.0,  # bf16 logits, fp32 upcast, log-softmax and its gradient (HF)
     )
     logits_train = tokens_mb * j.vocab / tp * logit_bytes * (1.0 - j.encoder_only * 0.0)

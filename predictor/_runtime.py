@@ -33,29 +33,35 @@ _IDX_D = {d: DTYPES.index(d) for d in DType}
 
 @dataclass(frozen=True, slots=True)
 class RuntimeModel:
-    # Best-case training MFU for a large dense model in bf16, per GPU type (llm-foundry and
-    # Megatron tables report ~0.55–0.6 on A100 and ~0.4–0.5 on H100/H200 for 7–70B models).
+    # Best-case training MFU for a large dense model in bf16, per GPU type. Anchors:
+    # dgxc-benchmarking Llama 3.1 70B BF16 on H100 reports MFU 54.1%; llm-foundry MPT tables
+    # reach ~0.6 on A100. B200 kernels are less mature (Megatron-Bridge ~0.35 of FP8 peak).
     train_mfu_bf16: tuple[tuple[str, float], ...] = (
-        ("A100-40GB", 0.58),
-        ("A100-80GB", 0.60),
-        ("H100-80GB", 0.46),
-        ("H200-141GB", 0.48),
-        ("B200-180GB", 0.40),
+        ("A100-40GB", 0.62),
+        ("A100-80GB", 0.62),
+        ("H100-80GB", 0.55),
+        ("H200-141GB", 0.57),
+        ("B200-180GB", 0.48),
     )
     train_mfu_default: float = 0.45
-    low_precision_mfu_scale: float = 0.7  # fp8/fp4 MFU relative to its own (2×/4×) peak
-    size_knee_hidden: float = 600.0  # efficiency ∝ h/(h+knee): small models launch-bound
-    tokens_knee: float = 1024.0  # efficiency ∝ tok/(tok+knee) per micro-batch per GPU
+    low_precision_mfu_scale: float = 0.67  # dgxc 70B: FP8 MFU 36.2% of FP8 peak vs BF16 54.1%
+    size_knee_hidden: float = 400.0  # efficiency ∝ h/(h+knee): small models launch-bound
+    tokens_knee: float = 256.0  # efficiency ∝ tok/(tok+knee) per micro-batch per GPU
     eager_framework_scale: float = 0.8  # HF/PEFT/other without compile or fused kernels
     qlora_dequant_scale: float = 0.65  # 4-bit dequantisation in every matmul
-    prefill_mfu: float = 0.55
+    prefill_mfu: float = 0.5
+    prefill_tokens_knee: float = 64.0
+    decode_compute_mfu: float = 0.4  # large-batch decode turns compute-bound
     decode_mbu_engine: float = 0.75  # vLLM/TRT-LLM/SGLang
-    decode_mbu_eager: float = 0.55
-    launch_s_per_layer_eager: float = 4.5e-4  # HF eager decode: Python + kernel launches
+    decode_mbu_eager: float = 0.55  # HF / PEFT generate
+    decode_mbu_other: float = 0.6  # unknown stacks: between the two
+    launch_s_per_layer_eager: float = 3.0e-4  # HF eager decode: Python + kernel launches
+    launch_s_per_layer_other: float = 1.0e-4
     launch_s_per_layer_engine: float = 2.0e-5  # CUDA graphs
     allreduce_latency_s: float = 1.5e-5
     inter_node_bandwidth_gbps: float = 50.0  # 400 Gb/s InfiniBand per GPU
     dp_comm_exposed: float = 0.3  # share of the gradient all-reduce not hidden by backward
+    tp_comm_exposed: float = 0.5  # Megatron overlaps part of the TP collectives with GEMMs
 
     def mfu(self, gpu: str) -> float:
         return dict(self.train_mfu_bf16).get(gpu, self.train_mfu_default)
@@ -104,6 +110,7 @@ def _runtime_figures(
         fw, [_IDX_F[Framework.VLLM], _IDX_F[Framework.TRTLLM], _IDX_F[Framework.SGLANG]]
     )
     eager = np.isin(fw, [_IDX_F[Framework.HF], _IDX_F[Framework.PEFT], _IDX_F[Framework.OTHER]])
+    hf_like = np.isin(fw, [_IDX_F[Framework.HF], _IDX_F[Framework.PEFT]])
     low_prec = np.isin(j.compute_dtype, [_IDX_D[DType.FP8], _IDX_D[DType.FP4]])
     tp, pp, dp = j.tp, j.pp, j.dp
     a = j.compute_bytes
@@ -129,8 +136,10 @@ def _runtime_figures(
     compute_s = col(step_flops_per_gpu) / (peak * eff)
     tp_msgs = np.where(tp > 1, (4.0 + 2.0 * j.checkpointing) * j.n_layers / pp * j.grad_accum, 0.0)
     tp_bytes = tokens_mb * j.hidden * a
-    tp_s = col(tp_msgs) * (
-        rm.allreduce_latency_s + col(2.0 * (tp - 1) / np.maximum(tp, 1) * tp_bytes) / link
+    tp_s = (
+        rm.tp_comm_exposed
+        * col(tp_msgs)
+        * (rm.allreduce_latency_s + col(2.0 * (tp - 1) / np.maximum(tp, 1) * tp_bytes) / link)
     )
     dp_link = np.where(col(j.n_gpus) > 8, rm.inter_node_bandwidth_gbps * 1e9, link)
     trainable = np.where(is_peft, j.lora_params, j.total_params) / (tp * pp)
@@ -148,7 +157,7 @@ def _runtime_figures(
     )
     prefill_eff = (
         rm.prefill_mfu
-        * col(size_eff * prefill_tokens / (prefill_tokens + 256.0))
+        * col(size_eff * prefill_tokens / (prefill_tokens + rm.prefill_tokens_knee))
         * col(np.where(low_prec, rm.low_precision_mfu_scale, 1.0))
     )
     weight_read_s = col(weights_bytes_per_gpu) / (bw * rm.decode_mbu_engine)
@@ -167,10 +176,18 @@ def _runtime_figures(
     decode_weight_bytes = weights_bytes_per_gpu - expert_bytes * (1.0 - expert_frac)
     mean_ctx = j.input_len + j.output_len / 2.0
     kv_read = j.n_layers / pp * j.kv_dim / tp * j.kv_bytes * j.batch * mean_ctx
-    mbu = np.where(engine, rm.decode_mbu_engine, rm.decode_mbu_eager)
+    mbu = np.select(
+        [engine, hf_like], [rm.decode_mbu_engine, rm.decode_mbu_eager], rm.decode_mbu_other
+    )
     mem_s = col(decode_weight_bytes + kv_read) / (bw * col(mbu))
-    dec_compute_s = col(2.0 * j.flop_params * j.batch / (tp * pp)) / (peak * rm.prefill_mfu)
-    launch = np.where(engine, rm.launch_s_per_layer_engine, rm.launch_s_per_layer_eager)
+    dec_compute_s = col(2.0 * j.flop_params * j.batch / (tp * pp)) / (
+        peak * rm.decode_compute_mfu * col(np.where(low_prec, rm.low_precision_mfu_scale, 1.0))
+    )
+    launch = np.select(
+        [engine, hf_like],
+        [rm.launch_s_per_layer_engine, rm.launch_s_per_layer_eager],
+        rm.launch_s_per_layer_other,
+    )
     tpot = np.maximum(mem_s, dec_compute_s) + col(launch * j.n_layers)
     tpot = tpot + col(np.where(tp > 1, 2.0 * j.n_layers, 0.0)) * rm.allreduce_latency_s
 
