@@ -1,0 +1,128 @@
+"""Calibrated upper bounds from out-of-fold residuals (split-conformal / CV+ style).
+
+Scores are log-ratios ``log(measured / predicted)`` computed out of fold, so each one is an
+honest "how far off was a model that never saw this row". The upper bound multiplies a point
+prediction by ``exp(q)``, where ``q`` is the finite-sample conformal quantile of the scores of the
+job's task family at the requested coverage. A one-sided bound is what the scheduler needs: it
+reserves the upper bound, and only under-prediction causes an OOM.
+
+With the small published data a family may have few scores; below ``min_scores`` it borrows
+the pooled scores of every family, which widens rather than narrows the bound.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .exceptions import DataError, NotFittedError
+
+__all__ = [
+    "DEFAULT_COVERAGE",
+    "RESERVATION_COVERAGE",
+    "ConformalUpper",
+    "conformal_quantile",
+    "task_family",
+]
+
+DEFAULT_COVERAGE = 0.95
+RESERVATION_COVERAGE = 0.99
+
+_FAMILIES = {
+    "inference": "inference",
+    "lora": "peft",
+    "qlora": "peft",
+    "full_finetune": "training",
+    "pretrain": "training",
+}
+
+
+def task_family(task: str) -> str:
+    """Calibration group of a task: ``inference``, ``peft`` or ``training``."""
+    try:
+        return _FAMILIES[task]
+    except KeyError:
+        raise DataError(f"unknown task {task!r}; use one of {', '.join(_FAMILIES)}") from None
+
+
+def conformal_quantile(scores: np.ndarray, coverage: float) -> float:
+    """The ``ceil((n+1)·coverage)/n`` empirical quantile (split-conformal finite-sample rule).
+
+    With too few scores for the requested coverage (``k > n``) the largest score is used: the
+    finite-sample guarantee no longer holds there, which the achieved coverage then reports.
+    """
+    s = np.sort(np.asarray(scores, dtype=float))
+    s = s[np.isfinite(s)]
+    n = s.size
+    if n == 0:
+        raise DataError("no calibration scores; fit on at least one measured row")
+    if not 0.0 < coverage < 1.0:
+        raise DataError(f"coverage must be in (0, 1), got {coverage}")
+    k = math.ceil((n + 1) * coverage)
+    if k > n:
+        return float(s[-1])
+    return float(s[k - 1])
+
+
+@dataclass
+class ConformalUpper:
+    """Per-family upper-bound multipliers from out-of-fold log-ratio scores."""
+
+    coverage: float = DEFAULT_COVERAGE
+    min_scores: int = 10
+
+    def fit(self, scores: Sequence[float] | np.ndarray, families: Sequence[str]) -> ConformalUpper:
+        s = np.asarray(scores, dtype=float)
+        fam = np.asarray(families)
+        if s.shape != fam.shape:
+            raise DataError(f"scores and families differ in length: {s.shape[0]} vs {fam.shape[0]}")
+        ok = np.isfinite(s)
+        s, fam = s[ok], fam[ok]
+        self.scores_: dict[str, np.ndarray] = {f: s[fam == f] for f in sorted(set(fam.tolist()))}
+        self.pooled_ = s
+        self.quantiles_: dict[str, float] = {}
+        for f, fs in self.scores_.items():
+            src = fs if fs.size >= self.min_scores else s
+            # Never tighter than zero: the bound must not sit below the point prediction.
+            self.quantiles_[f] = max(0.0, conformal_quantile(src, self.coverage))
+        self.pooled_quantile_ = max(0.0, conformal_quantile(s, self.coverage)) if s.size else 0.0
+        return self
+
+    def _check(self) -> None:
+        if not hasattr(self, "quantiles_"):
+            raise NotFittedError("ConformalUpper is not fitted; call fit(scores, families) first")
+
+    def log_margin(self, families: Sequence[str]) -> np.ndarray:
+        self._check()
+        return np.array([self.quantiles_.get(f, self.pooled_quantile_) for f in families])
+
+    def upper(self, point: np.ndarray, families: Sequence[str]) -> np.ndarray:
+        return np.asarray(point, dtype=float) * np.exp(self.log_margin(families))
+
+    def state(self) -> dict[str, object]:
+        """JSON-ready state (the raw scores, so any coverage can be recomputed on load)."""
+        self._check()
+        return {
+            "coverage": self.coverage,
+            "min_scores": self.min_scores,
+            "scores": {f: [round(float(x), 6) for x in v] for f, v in self.scores_.items()},
+        }
+
+    @classmethod
+    def from_state(
+        cls, state: Mapping[str, object], coverage: float | None = None
+    ) -> ConformalUpper:
+        raw = state.get("scores")
+        if not isinstance(raw, Mapping):
+            raise DataError("conformal state has no `scores` mapping")
+        cov = float(coverage if coverage is not None else state.get("coverage", DEFAULT_COVERAGE))  # type: ignore[arg-type]
+        fams: list[str] = []
+        vals: list[float] = []
+        for f, v in raw.items():
+            fams += [str(f)] * len(v)
+            vals += [float(x) for x in v]
+        min_scores = state.get("min_scores", 10)
+        return cls(coverage=cov, min_scores=int(min_scores)).fit(vals, fams)  # type: ignore[call-overload]

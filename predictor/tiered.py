@@ -1,0 +1,108 @@
+"""Analytical → learned → history, behind the same interface as ``predictor.analytical``.
+
+Each job on each GPU type gets the most specific answer available: its own history when it
+has recurred there, else the learned correction (when an artifact is present), else the
+analytical figure. ``method`` names the tier per job: ``analytical``,
+``learned:<version>`` or ``history:<n> runs`` (a job answered by history on some GPU types).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from .analytical import AnalyticalPredictor
+from .conformal import DEFAULT_COVERAGE
+from .exceptions import ArtifactError
+from .gpus import get_gpu
+from .history import HistoryPredictor
+from .learned import LearnedPredictor
+from .measurements import Measurement
+from .prediction import Prediction, PredictionTable, contract_rows
+from .spec import JobSpec
+
+__all__ = ["TieredPredictor"]
+
+
+class TieredPredictor:
+    def __init__(
+        self,
+        learned: LearnedPredictor | None = None,
+        history: HistoryPredictor | None = None,
+        analytical: AnalyticalPredictor | None = None,
+    ) -> None:
+        self.analytical = analytical or AnalyticalPredictor()
+        self.learned = learned
+        self.history = history
+
+    @classmethod
+    def default(
+        cls,
+        artifact: str | Path | None = None,
+        history: Sequence[Measurement] | None = None,
+        coverage: float = DEFAULT_COVERAGE,
+    ) -> TieredPredictor:
+        """The shipped artifact when present (else analytical only), plus optional history."""
+        from .artifact import load_artifact
+
+        try:
+            learned: LearnedPredictor | None = load_artifact(artifact, coverage=coverage)
+        except ArtifactError:
+            if artifact is not None:
+                raise
+            learned = None
+        hist = HistoryPredictor().fit(history) if history else None
+        return cls(learned=learned, history=hist)
+
+    def predict_table(
+        self, specs: Sequence[JobSpec], gpus: Sequence[str] | None = None
+    ) -> PredictionTable:
+        base = self.learned if self.learned is not None else self.analytical
+        t = base.predict_table(specs, gpus)
+        if self.history is None or len(specs) == 0:
+            return t
+        peak, upper = t.peak_vram_gib.copy(), t.peak_vram_upper_gib.copy()
+        step, ttft, tpot = t.step_time_s.copy(), t.ttft_s.copy(), t.tpot_s.copy()
+        runtime, runtime_up = t.runtime_s.copy(), t.runtime_upper_s.copy()
+        methods = list(t.method)
+        for i, spec in enumerate(specs):
+            used = 0
+            for j, gpu in enumerate(t.gpu_names):
+                got = self.history.lookup(spec, gpu, "peak_vram_gib")
+                if got is not None:
+                    peak[i, j], upper[i, j], n = got
+                    used = max(used, n)
+                for arr, metric in ((step, "step_time_s"), (ttft, "ttft_s"), (tpot, "tpot_s")):
+                    g = self.history.lookup(spec, gpu, metric)
+                    if g is not None:
+                        ratio = g[0] / arr[i, j] if np.isfinite(arr[i, j]) and arr[i, j] else 1.0
+                        arr[i, j] = g[0]
+                        if metric == "step_time_s":
+                            runtime[i, j] *= ratio
+                            runtime_up[i, j] = max(runtime_up[i, j], runtime[i, j])
+                        used = max(used, g[2])
+            if used:
+                methods[i] = f"history:{used} runs"
+        cap = np.array([get_gpu(g).memory_gib for g in t.gpu_names])[None, :]
+        return replace(
+            t,
+            peak_vram_gib=peak,
+            peak_vram_upper_gib=upper,
+            step_time_s=step,
+            ttft_s=ttft,
+            tpot_s=tpot,
+            runtime_s=runtime,
+            runtime_upper_s=runtime_up,
+            fits=upper <= cap,
+            method=tuple(methods),
+        )
+
+    def predict(
+        self, specs: Sequence[JobSpec], gpus: Sequence[str] | None = None
+    ) -> list[Prediction]:
+        return [
+            Prediction.model_construct(**r) for r in contract_rows(self.predict_table, specs, gpus)
+        ]
