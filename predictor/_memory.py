@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._jobarrays import FRAMEWORKS, OPTIMIZERS, TASKS, JobArrays
-from .spec import Framework, Optimizer, Task
+from ._jobarrays import DTYPES, FRAMEWORKS, OPTIMIZERS, TASKS, JobArrays
+from .spec import DType, Framework, Optimizer, Task
 
 __all__ = ["MemoryModel", "memory_breakdown_gib"]
 
@@ -106,6 +106,10 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
     adapters = np.where(is_peft, trainable * param_bytes, 0.0)
     adapters = np.where(zero >= 3, adapters / dp, adapters)
     weights = weights + adapters
+    # Autocast (fp32 weights, 16-bit compute) caches a 16-bit copy of every trainable weight
+    # for the whole forward/backward.
+    amp = is_full & (j.weight_bytes == 4.0) & (a == 2.0)
+    weights = weights + np.where(amp, j.total_params / (tp * pp) * a, 0.0)
 
     grads = trainable * param_bytes
     grads = np.where(zero >= 2, grads / dp, grads)
@@ -139,13 +143,24 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
     attn = a * (j.hidden + 2.0 * j.attn_dim + j.kv_width)
     # A frozen MLP (PEFT) needs no inputs for weight gradients: only what the activation
     # function's backward reads (gate and up outputs, act(gate)) survives.
+    # Fused SwiGLU (torch.compile in torchtune, Unsloth, Megatron/TE) saves gate and up only
+    # and recomputes act(gate) in backward.
+    fused_act = j.gated * np.where(fused_norms, 1.0, 0.0)
     mlp = np.where(
         is_peft,
-        a * j.ffn * (1.0 + 2.0 * j.gated),
-        a * (j.hidden + j.ffn * (2.0 + 2.0 * j.gated)),
+        a * j.ffn * (1.0 + 2.0 * j.gated - fused_act),
+        a * (j.hidden + j.ffn * (2.0 + 2.0 * j.gated - fused_act)),
     )
     route = j.is_moe * a * j.hidden * j.n_active_experts * 2.0
-    per_token_layer = attn + mlp + route + 2.0 * j.hidden * norm_bytes
+    # Eager attention materialises the s×s scores: flash kernels do not run in fp32, and HF's
+    # encoder models (BERT) predate SDPA. Per score: scores + softmax + dropout output (fp32
+    # under autocast, 4 bytes each at most) + the 1-byte dropout mask.
+    fp32 = j.compute_dtype == DTYPES.index(DType.FP32)
+    hf_like = _isin(fw, [_IDX_F[Framework.HF], _IDX_F[Framework.PEFT]])
+    eager_attn = fp32 | ((j.encoder_only > 0) & hf_like)
+    score_bytes = np.where(fp32, 13.0, a + 9.0)
+    scores = np.where(eager_attn, j.n_heads * j.seq_len * score_bytes, 0.0)
+    per_token_layer = attn + mlp + route + scores + 2.0 * j.hidden * norm_bytes
     tokens_mb = j.batch * j.seq_len
     layers_here = j.n_layers / pp
     inflight = np.where(pp > 1, np.minimum(pp, j.grad_accum), 1.0)
@@ -179,7 +194,14 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
     prefill_tokens = np.where(
         serving, np.minimum(prefill_tokens, mm.serving_prefill_token_cap), prefill_tokens
     )
-    acts_infer = prefill_tokens * a * (3.0 * j.hidden + j.ffn * (1.0 + 2.0 * j.gated)) / tp
+    acts_infer = (
+        prefill_tokens
+        * (
+            a * (3.0 * j.hidden + j.ffn * (1.0 + 2.0 * j.gated))
+            + fp32 * j.n_heads * j.input_len * 8.0
+        )
+        / tp
+    )
     logits_infer = (
         np.where(serving, j.batch * j.vocab * 4.0, prefill_tokens * j.vocab * (a + 4.0)) / tp
     )
