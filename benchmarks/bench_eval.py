@@ -1,0 +1,52 @@
+"""Accuracy benchmark: analytical vs learned vs history on measured data only.
+
+Learned and history figures are grouped cross-validation by source (a setup never seen).
+Writes ``benchmarks/results/eval.json``. Run: ``.venv/bin/python benchmarks/bench_eval.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from predictor import analytical
+from predictor.evaluation import evaluate
+from predictor.history import cross_validate_history
+from predictor.learned import cross_validate
+from predictor.measurements import load_measurements
+
+
+def main() -> None:
+    t0 = time.perf_counter()
+    ms = load_measurements()
+    reports = [evaluate(ms, analytical.predict_table, tier="analytical")]
+    cv = cross_validate(ms, n_splits=5)
+    reports.append(cv.report)
+    reports.append(cross_validate_history(ms))
+    wall_s = time.perf_counter() - t0
+    out = Path(__file__).parent / "results" / "eval.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "n_measurements": len(ms),
+        "wall_s": round(wall_s, 2),
+        "learned_vs_analytical_grouped_cv": cv.comparison,
+        "learned_fallback": cv.fallback,
+        "summary": {
+            r.tier: {
+                **{m: s.to_dict() for m, s in r.overall.items()},
+                "cross_gpu_ratio": r.ratio_summary,
+            }
+            for r in reports
+        },
+        "reports": [r.to_dict() for r in reports],
+    }
+    out.write_text(json.dumps(doc, indent=1, default=float) + "\n")
+    print(f"wrote {out} in {wall_s:.1f} s")
+    for r in reports:
+        for m, s in r.overall.items():
+            print(f"{r.tier:10s} {m:14s} n={s.n:4d} MAPE={s.mape:6.1%} cov={s.coverage:6.1%}")
+
+
+if __name__ == "__main__":
+    main()

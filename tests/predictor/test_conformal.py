@@ -1,0 +1,35 @@
+import numpy as np
+import pytest
+
+from predictor.conformal import ConformalUpper, conformal_quantile, task_family
+from predictor.exceptions import NotFittedError
+
+
+def test_quantile_uses_the_finite_sample_rank():
+    s = np.arange(1, 20, dtype=float)  # n = 19 → k = ceil(20 · 0.9) = 18
+    assert conformal_quantile(s, 0.9) == 18.0
+    assert conformal_quantile(s[:3], 0.95) == 3.0  # too few scores: the max
+
+
+def test_coverage_holds_on_exchangeable_data():
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=2000)
+    fams = ["training"] * 2000
+    c = ConformalUpper(coverage=0.95).fit(scores[:1000], fams[:1000])
+    q = c.log_margin(["training"])[0]
+    assert 0.91 < np.mean(scores[1000:] <= q) < 0.99
+
+
+def test_small_families_borrow_pooled_scores_and_state_round_trips():
+    c = ConformalUpper(0.9, min_scores=10).fit(
+        [0.1] * 30 + [2.0] * 3, ["training"] * 30 + ["peft"] * 3
+    )
+    assert c.quantiles_["peft"] == pytest.approx(c.pooled_quantile_)
+    c99 = ConformalUpper.from_state(c.state(), coverage=0.99)
+    assert c99.quantiles_["training"] >= c.quantiles_["training"]
+    assert task_family("qlora") == "peft"
+
+
+def test_unfitted_raises():
+    with pytest.raises(NotFittedError):
+        ConformalUpper().upper(np.ones(1), ["training"])

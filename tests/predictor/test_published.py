@@ -1,0 +1,115 @@
+import json
+
+import pytest
+
+from predictor._paths import shared_dir
+from predictor._published import _Skip, convert_published, convert_runtime_row, convert_vram_row
+from predictor.measurements import parse_measurement
+
+VALIDATION = shared_dir() / "validation"
+needs_data = pytest.mark.skipif(not VALIDATION.exists(), reason="../shared/validation missing")
+
+
+def _vram(**kw):
+    row = {
+        "id": "t1",
+        "source": "src",
+        "source_name": "name",
+        "model": "Llama-2-7B",
+        "params_b": 6.74,
+        "arch": {},
+        "workload": "lora",
+        "framework": "torchtune (PyTorch)",
+        "weight_dtype": "bf16",
+        "compute_dtype": "bf16",
+        "optimizer": "torch.optim.AdamW",
+        "optimizer_state_dtype": None,
+        "peft": "LoRA r=8 alpha=16 on q_proj,v_proj",
+        "micro_batch_size": 2,
+        "seq_len": 2048,
+        "input_len": None,
+        "output_len": None,
+        "gradient_checkpointing": True,
+        "kv_cache_dtype": None,
+        "num_gpus": 8,
+        "parallelism": "FSDP full shard",
+        "gpu_model": "8 x A100 80GB",
+        "peak_gib": 20.0,
+        "measurement": "torch.cuda.max_memory_allocated()/1e9",
+        "confidence": "high",
+        "notes": None,
+        "unit_basis": "GB(1e9)",
+    }
+    row.update(kw)
+    return row
+
+
+def test_vram_row_maps_fields_to_a_spec():
+    m = parse_measurement(convert_vram_row(_vram()))
+    s = m.spec
+    assert (s.task.value, s.lora_rank, s.lora_target.value) == ("lora", 8, "qv")
+    assert (s.n_gpus, s.zero_stage, s.framework.value) == (8, 3, "torchtune")
+    assert m.gpu == "A100-80GB" and m.measurement == "allocated" and m.peak_vram_gib == 20.0
+
+
+def test_non_catalogue_gpu_keeps_raw_name_and_offload_is_skipped():
+    m = parse_measurement(convert_vram_row(_vram(gpu_model="RTX 4090 24GB", num_gpus=1)))
+    assert m.gpu is None and m.gpu_model == "RTX 4090 24GB"
+    with pytest.raises(_Skip, match="offload"):
+        convert_vram_row(_vram(parallelism="FSDP full shard + fsdp_cpu_offload=True"))
+
+
+def test_training_throughput_becomes_step_time():
+    row = {
+        "id": "x",
+        "source_id": "s",
+        "source": "u",
+        "reliability_tier": "A",
+        "gpu": "H100 SXM 80GB",
+        "num_gpus": 8,
+        "tp": 1,
+        "pp": 1,
+        "workload": "pretraining",
+        "model": "Llama 3 8B",
+        "params_b": 8,
+        "architecture": None,
+        "precision": "BF16",
+        "global_batch_size": 16,
+        "micro_batch_size": 2,
+        "seq_len": 4096,
+        "metric": "tokens_per_sec_per_gpu",
+        "value": 8192.0,
+        "unit": "tokens/s/GPU",
+        "framework": "torchtitan",
+        "parallelism_notes": "FSDP",
+    }
+    m = parse_measurement(convert_runtime_row(row))
+    assert m.step_time_s == pytest.approx(16 * 4096 / (8192.0 * 8))
+    assert m.spec.tokens_per_step == 16 * 4096
+    row2 = {**row, "workload": "inference_offline_max_throughput"}
+    with pytest.raises(_Skip, match="offline"):
+        convert_runtime_row(row2)
+
+
+@needs_data
+def test_every_validation_row_is_converted_or_skipped_with_a_reason():
+    conv = convert_published(VALIDATION)
+    total = sum(
+        1
+        for f in ("vram_measured.jsonl", "runtime_measured.jsonl")
+        for line in (VALIDATION / f).read_text().splitlines()
+        if line.strip()
+    )
+    assert len(conv.rows) + len(conv.skipped) == total
+    assert all(s.reason for s in conv.skipped)
+    ids = [r["id"] for r in conv.rows]
+    assert len(ids) == len(set(ids))
+
+
+@needs_data
+def test_shipped_file_matches_a_fresh_conversion():
+    from predictor._paths import datasets_dir
+
+    shipped = (datasets_dir() / "measured" / "published.jsonl").read_text().splitlines()
+    fresh = [json.dumps(r, sort_keys=True, ensure_ascii=False) for r in convert_published().rows]
+    assert shipped == fresh
