@@ -133,7 +133,8 @@ def _arrivals(mix: Mix, days: float, rng: np.random.Generator) -> np.ndarray:
 
 @lru_cache(maxsize=256)
 def _params_b(model: str) -> float:
-    return float(resolve_model(model).params_b)
+    arch = resolve_model(model)
+    return float(arch.params_b) if arch.params_b is not None else arch.total_params() / 1e9
 
 
 def _lognormal_int(d: LogNormal, rng: np.random.Generator) -> int:
