@@ -24,7 +24,10 @@ n1,64000,262144,8,G2
 n2,32000,131072,2,T4
 n3,32000,131072,0,
 """
-PODS_HEAD = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+PODS_HEAD = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time\n"
+)
 
 
 def _pods(tmp_path: Path) -> Path:
