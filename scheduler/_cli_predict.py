@@ -24,13 +24,9 @@ def _load_predictor(tier: str):  # type: ignore[no-untyped-def]
         from predictor import analytical
 
         return analytical
-    try:
-        from predictor.tiered import default_predictor
-    except ImportError:
-        from predictor import analytical
+    from predictor.tiered import TieredPredictor
 
-        return analytical
-    return default_predictor()
+    return TieredPredictor.default()
 
 
 def render_predictions(
