@@ -35,10 +35,12 @@ from predictor.spec import JobSpec, load_specs, parse_spec
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "ProfileSummary",
+    "calibration_path",
     "done_ids",
     "gpu_catalogue_name",
     "job_id",
     "outcome_row",
+    "run_calibration",
     "run_profile",
     "skipped_path",
 ]
@@ -373,6 +375,35 @@ def child_main(conn: Any, spec_dict: dict[str, Any], device: str, runner: Runner
         result = {"status": "error", "message": f"{type(exc).__name__}: {exc}", "notes": []}
     conn.send(result)
     conn.close()
+
+
+def run_calibration(
+    output_path: str | Path,
+    *,
+    device: str = "auto",
+    duration_s: float = 60.0,
+    timeout_s: float | None = None,
+) -> dict[str, Any]:
+    """Measure HBM copy bandwidth and bf16 matmul TFLOP/s (about ``duration_s``) in a child
+    process and write the result as one JSON object to ``output_path``; returns it."""
+    from workers._profile_calibrate import calibrate
+
+    if device not in ("auto", "cuda", "cpu"):
+        raise ValueError(f"device must be 'auto', 'cuda' or 'cpu', got {device!r}")
+    ctx = _context()
+    result = _run_isolated(
+        ctx, {"duration_s": duration_s}, device, timeout_s or 3 * duration_s + 120, calibrate
+    )
+    p = Path(output_path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return result
+
+
+def calibration_path(output: str | Path) -> Path:
+    """Where ``--calibrate`` writes: ``rows.jsonl`` → ``rows.calibration.json``."""
+    p = Path(output)
+    return p.with_name(p.name.removesuffix(".jsonl") + ".calibration.json")
 
 
 def _append_line(path: Path, obj: dict[str, Any]) -> None:
