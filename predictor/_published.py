@@ -339,6 +339,25 @@ _VRAM_TASKS = {
 }
 
 
+#: Tag (in ``notes``) of rows whose peak is a documented artefact of the source's code, not of
+#: the job: they are scored, but never train corrections or calibrate upper bounds.
+UNSHARDED_LOAD_QUIRK = (
+    "[quirk:unsharded-load] lit-gpt @8641822 FSDP LoRA materialises the whole bf16 model on "
+    "every rank before sharding, so max_memory_allocated includes the unsharded weights "
+    "(measured − predicted ≈ full weight bytes on 2 and 4 GPUs)"
+)
+
+
+def _unsharded_load_quirk(r: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
+    fw = str(r.get("framework") or "").lower()
+    return (
+        "lit-gpt" in fw
+        and spec.get("task") in ("lora", "qlora")
+        and int(spec.get("n_gpus") or 1) > 1
+        and spec.get("zero_stage") == 3
+    )
+
+
 def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
     """One ``vram_measured.jsonl`` row → a measurement row dict; raises ``_Skip``."""
     workload = r["workload"]
@@ -412,7 +431,11 @@ def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
         if ga:
             spec["gradient_accumulation"] = int(ga.group(1))
         gc = r.get("gradient_checkpointing")
-        if gc is None:
+        if gc is None and spec["framework"] == "torchtune":
+            # Every torchtune full/LoRA recipe config ships enable_activation_checkpointing: True.
+            gc = True
+            notes.append("gradient_checkpointing not stated; torchtune configs default to True")
+        elif gc is None:
             gc = "activation checkpointing" in lpar
             notes.append(f"gradient_checkpointing not stated; assumed {gc}")
         spec["gradient_checkpointing"] = bool(gc)
@@ -432,6 +455,8 @@ def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
         notes.append("source said GB without saying 1e9 or 2^30")
     if r.get("notes"):
         notes.append(str(r["notes"]))
+    if _unsharded_load_quirk(r, spec):
+        notes.append(UNSHARDED_LOAD_QUIRK)
     return measurement_row(
         id=f"pub-vram-{r['id']}",
         origin="published",
@@ -626,12 +651,22 @@ def _inference_fields(
         if "per gpu" in unit.lower() or metric.endswith("per_gpu"):
             total *= int(r.get("num_gpus") or 1)
         # Static batch: one batch of `batch` sequences runs prefill then `out_len` decode steps.
-        fields["runtime_s"] = batch * float(out_len) / total
-        fields["tpot_s"] = batch / total
-        notes.append(
-            "runtime_s = batch × output_len / total tokens/s (exact for one static batch); "
-            "tpot_s = batch / tokens/s includes amortised prefill, so it overstates TPOT"
-        )
+        runtime = batch * float(out_len) / total
+        fields["runtime_s"] = runtime
+        ttft_ms = other_get(r, "ttft_ms")
+        if ttft_ms is not None and runtime > ttft_ms / 1e3 and out_len > 1:
+            # The batch's wall time minus its prefill leaves out_len − 1 decode steps.
+            fields["tpot_s"] = (runtime - ttft_ms / 1e3) / (float(out_len) - 1.0)
+            fields["ttft_s"] = ttft_ms / 1e3
+            notes.append(
+                "runtime_s = batch × output_len / total tokens/s (exact for one static batch); "
+                "tpot_s = (runtime_s − TTFT) / (output_len − 1), TTFT from the source"
+            )
+        else:
+            notes.append(
+                "runtime_s = batch × output_len / total tokens/s (exact for one static batch); "
+                "no TPOT: batch / tokens/s would include amortised prefill"
+            )
     else:
         raise _Skip(f"inference workload {workload!r} has no single-batch TTFT/TPOT")
     if batch is None:
