@@ -19,8 +19,8 @@ from .exceptions import PlacementError, SchedulerError
 from .placement import (
     PlacementRequest,
     RunningJob,
-    enumerate_options,
     fits_anywhere,
+    option_table,
     rejected_decision,
 )
 from .policies.base import Policy
@@ -105,10 +105,8 @@ class SchedulerCore:
                 continue
             self._checked.add(jid)
             if not fits_anywhere(req, pool):
-                opts = enumerate_options(req, self.state)
-                decisions.append(
-                    rejected_decision(req, opts, policy=str(self.policy.name), now_s=now)
-                )
+                table = option_table(req, self.state)
+                decisions.append(rejected_decision(table, policy=str(self.policy.name), now_s=now))
                 self._drop(jid)
                 self.counters.rejected += 1
         queue = self.pending

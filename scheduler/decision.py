@@ -8,8 +8,8 @@ tick, so no validation cost here); ``from_dict`` is the exact inverse of ``to_di
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from typing import Any, Literal
 
 from .exceptions import SchedulerError
@@ -106,27 +106,96 @@ def _finite_or_none(v: Any) -> Any:
     return v
 
 
-@dataclass(slots=True)
 class Decision:
     """The outcome for one job at one scheduling tick.
 
     ``chosen`` and ``runner_up`` index ``options``; ``chosen`` is set only when ``state`` is
     ``placed``. ``reason`` explains the outcome as a whole (why this option, why waiting, why
     rejected); each option's own ``reason`` says why it lost.
+
+    Policies decide for thousands of queued jobs per tick, so ``options`` and ``reason`` may
+    be given as thunks over immutable arrays (``options_thunk``, ``reason_thunk``) and are only
+    built when first read.
     """
 
-    job_id: str
-    policy: str
-    state: DecisionState
-    options: list[Option] = field(default_factory=list)
-    chosen: int | None = None
-    reason: str = ""
-    runner_up: int | None = None
-    time_s: float = 0.0
+    __slots__ = (
+        "_options",
+        "_reason",
+        "_reason_thunk",
+        "_thunk",
+        "chosen",
+        "job_id",
+        "policy",
+        "runner_up",
+        "state",
+        "time_s",
+    )
+
+    def __init__(
+        self,
+        job_id: str,
+        policy: str,
+        state: DecisionState,
+        options: list[Option] | None = None,
+        chosen: int | None = None,
+        reason: str = "",
+        runner_up: int | None = None,
+        time_s: float = 0.0,
+        *,
+        options_thunk: Callable[[], list[Option]] | None = None,
+        reason_thunk: Callable[[], str] | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self.policy = policy
+        self.state: DecisionState = state
+        self._options = options
+        self._thunk = options_thunk if options is None else None
+        self.chosen = chosen
+        self._reason = reason
+        self._reason_thunk = reason_thunk if not reason else None
+        self.runner_up = runner_up
+        self.time_s = time_s
+
+    @property
+    def options(self) -> list[Option]:
+        if self._options is None:
+            self._options = self._thunk() if self._thunk is not None else []
+            self._thunk = None
+        return self._options
+
+    @options.setter
+    def options(self, value: list[Option]) -> None:
+        self._options = value
+        self._thunk = None
+
+    @property
+    def reason(self) -> str:
+        if self._reason_thunk is not None:
+            self._reason = self._reason_thunk()
+            self._reason_thunk = None
+        return self._reason
+
+    @reason.setter
+    def reason(self, value: str) -> None:
+        self._reason = value
+        self._reason_thunk = None
 
     @property
     def chosen_option(self) -> Option | None:
         return None if self.chosen is None else self.options[self.chosen]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Decision):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"Decision(job_id={self.job_id!r}, policy={self.policy!r}, state={self.state!r}, "
+            f"chosen={self.chosen!r}, reason={self.reason!r}, time_s={self.time_s!r})"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -142,7 +211,7 @@ class Decision:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Decision:
-        allowed = {f.name for f in fields(cls)}
+        allowed = set(_DECISION_KEYS)
         unknown = set(data) - allowed
         if unknown:
             raise SchedulerError(
@@ -168,3 +237,6 @@ class Decision:
             runner_up=data.get("runner_up"),
             time_s=float(data.get("time_s", 0.0)),
         )
+
+
+_DECISION_KEYS = ("job_id", "policy", "state", "options", "chosen", "reason", "runner_up", "time_s")

@@ -613,6 +613,10 @@ class Summary:
     type_shared_free_mib: np.ndarray  # (n_types,) most free MiB on an open shared GPU
     class_avail: np.ndarray  # (n_classes,) MIG instances creatable now (0 for other kinds)
     mig_avail: np.ndarray  # (n_cands,) bool
+    # (n_classes,) what each option class can supply now, compared against a job's demand:
+    # whole -> most idle GPUs in one node, shared -> most free MiB on an open GPU, MIG -> free
+    # instances. One comparison per job then answers "fits now" for every class.
+    class_supply: np.ndarray
 
 
 class PoolState:
@@ -754,7 +758,13 @@ class PoolState:
         else:
             avail = np.zeros(0, bool)
             class_avail = np.zeros(p.n_classes, np.int64)
-        self._summary = Summary(node_free, tmax, shared_free, class_avail, avail)
+        ct = p.class_type
+        supply = np.where(
+            p.class_kind == KIND_WHOLE,
+            tmax[ct],
+            np.where(p.class_kind == KIND_SHARED, shared_free[ct], class_avail),
+        )
+        self._summary = Summary(node_free, tmax, shared_free, class_avail, avail, supply)
         self._summary_version = self.version
         return self._summary
 

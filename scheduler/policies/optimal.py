@@ -1,0 +1,244 @@
+"""``optimal``: an exact integer program over a small batch, the reference for ``rightsize``.
+
+It places as many of the pending jobs as the free capacity allows (first priority) at the
+least total cost (second), over every concrete slot: each whole-GPU node with enough idle GPUs,
+each open shared GPU (memory and job-count knapsacks), and each free MIG instance (slice
+bitmasks may not overlap). Solved with HiGHS. It is exponential in the worst case, so batches
+over ``max_jobs`` jobs or pools over ``max_gpus`` GPUs are refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..decision import Decision
+from ..exceptions import PolicyError
+from ..placement import (
+    Binding,
+    OptionBatch,
+    OptionTable,
+    PlacementRequest,
+    RunningJob,
+    pending_decision,
+    place,
+    rejected_decision,
+)
+from ..pool import (
+    KIND_MIG,
+    KIND_SHARED,
+    KIND_WHOLE,
+    MODE_SHARED,
+    MODE_WHOLE,
+    PoolState,
+)
+from .base import Policy
+from .registry import PolicyName
+
+__all__ = ["OptimalPolicy"]
+
+
+class OptimalPolicy(Policy):
+    name = PolicyName.OPTIMAL
+
+    def __init__(
+        self, *, max_jobs: int = 30, max_gpus: int = 64, time_limit_s: float = 30.0
+    ) -> None:
+        self.max_jobs = max_jobs
+        self.max_gpus = max_gpus
+        self.time_limit_s = time_limit_s
+
+    def schedule(
+        self,
+        pending: Sequence[PlacementRequest],
+        state: PoolState,
+        now_s: float,
+        running: Sequence[RunningJob] = (),
+    ) -> list[Decision]:
+        pool = state.pool
+        if len(pending) > self.max_jobs or pool.n_gpus > self.max_gpus:
+            raise PolicyError(
+                f"optimal solves at most {self.max_jobs} jobs on {self.max_gpus} GPUs; got "
+                f"{len(pending)} jobs on {pool.n_gpus} GPUs. Use it on small batches only "
+                "(or raise max_jobs / max_gpus knowingly)"
+            )
+        policy = self.name.value
+        batch = OptionBatch(pending, pool)
+        tables = [batch.table(i, state) for i in range(len(pending))]
+        # Columns: (job, class, slot) where slot is a node (whole), GPU (shared) or MIG candidate.
+        cols: list[tuple[int, int, int]] = []
+        cost: list[float] = []
+        need_of: list[int] = []
+        s = state.summary()
+        free_mib = pool.capacity_mib - state.used_mib
+        for j, table in enumerate(tables):
+            for c in np.flatnonzero(table.fits_now & np.isfinite(table.cost)).tolist():
+                kind = int(pool.class_kind[c])
+                t = int(pool.class_type[c])
+                need = int(table.need_mib[c])
+                if kind == KIND_WHOLE:
+                    slots = np.flatnonzero(
+                        (pool.node_type == t)
+                        & (pool.node_mode == MODE_WHOLE)
+                        & (s.node_free >= pending[j].n_gpus)
+                    )
+                elif kind == KIND_SHARED:
+                    slots = np.flatnonzero(
+                        (pool.gpu_type == t)
+                        & (pool.gpu_mode == MODE_SHARED)
+                        & (state.shared_count < pool.max_shared)
+                        & (free_mib >= need)
+                    )
+                else:
+                    slots = np.flatnonzero((pool.cand_class == c) & s.mig_avail)
+                for k in slots.tolist():
+                    cols.append((j, c, k))
+                    cost.append(float(table.cost[c]))
+                    need_of.append(need)
+        chosen = self._solve(pending, state, cols, cost, need_of) if cols else {}
+
+        decisions: list[Decision] = []
+        node_next: dict[int, list[int]] = {}
+        for j, table in enumerate(tables):
+            if not table.fits_empty.any():
+                decisions.append(rejected_decision(table, policy=policy, now_s=now_s))
+                continue
+            if j not in chosen:
+                decisions.append(
+                    pending_decision(
+                        table,
+                        policy=policy,
+                        now_s=now_s,
+                        loser_reason="the batch optimum uses this capacity for other jobs",
+                    )
+                )
+                continue
+            c, k = chosen[j]
+            binding = self._bind(state, table, c, k, node_next)
+            decisions.append(
+                place(
+                    table,
+                    c,
+                    state,
+                    policy=policy,
+                    now_s=now_s,
+                    reason=(
+                        "exact batch optimum (most jobs placed, then least total cost): "
+                        f"{pool.class_label(c)} at ${float(table.cost[c]):.2f}"
+                    ),
+                    loser_reason="the batch optimum needs this capacity elsewhere",
+                    binding=binding,
+                )
+            )
+        return decisions
+
+    def _bind(
+        self,
+        state: PoolState,
+        table: OptionTable,
+        c: int,
+        k: int,
+        node_next: dict[int, list[int]],
+    ) -> Binding:
+        pool = state.pool
+        kind = int(pool.class_kind[c])
+        if kind == KIND_WHOLE:
+            if k not in node_next:
+                a = int(pool.node_first[k])
+                b = a + int(pool.node_count[k])
+                idle = np.flatnonzero(~state.busy[a:b] & (state.used_mib[a:b] == 0)) + a
+                node_next[k] = [int(g) for g in idle]
+            free = node_next[k]
+            n = table.request.n_gpus
+            gpus = tuple(free[:n])
+            del free[:n]
+            return Binding(gpus, pool.nodes[k].name, None, int(pool.class_capacity_mib[c]))
+        if kind == KIND_SHARED:
+            free_mib = int(pool.capacity_mib[k] - state.used_mib[k])
+            return Binding((k,), pool.nodes[int(pool.gpu_node[k])].name, None, free_mib)
+        assert kind == KIND_MIG
+        g = int(pool.cand_gpu[k])
+        node = pool.nodes[int(pool.gpu_node[g])].name
+        return Binding((g,), node, int(pool.cand_start[k]), int(pool.class_capacity_mib[c]))
+
+    def _solve(
+        self,
+        pending: Sequence[PlacementRequest],
+        state: PoolState,
+        cols: list[tuple[int, int, int]],
+        cost: list[float],
+        need_of: list[int],
+    ) -> dict[int, tuple[int, int]]:
+        import highspy
+
+        pool = state.pool
+        s = state.summary()
+        n = len(cols)
+        # One row per capacity: key -> (coefficients by column, upper bound).
+        groups: dict[object, tuple[dict[int, float], float]] = {}
+
+        def row(key: object, ub: float) -> dict[int, float]:
+            if key not in groups:
+                groups[key] = ({}, ub)
+            return groups[key][0]
+
+        for i, (j, c, k) in enumerate(cols):
+            row(("job", j), 1.0)[i] = 1.0
+            kind = int(pool.class_kind[c])
+            if kind == KIND_WHOLE:
+                n_gpus = pending[j].n_gpus
+                row(("node", k), float(s.node_free[k]))[i] = float(n_gpus)
+            elif kind == KIND_SHARED:
+                free = float(pool.capacity_mib[k] - state.used_mib[k])
+                slots = float(pool.max_shared[k] - state.shared_count[k])
+                row(("mem", k), free)[i] = float(need_of[i])
+                row(("count", k), slots)[i] = 1.0
+            else:
+                g = int(pool.cand_gpu[k])
+                mask = int(pool.cand_mask[k])
+                for b in range(15):
+                    if mask >> b & 1:
+                        row(("bit", g, b), 1.0)[i] = 1.0
+        rows = list(groups.values())
+        # Placing one more job must beat any cost saving: weight it above the total cost.
+        big = 1.0 + 2.0 * sum(cost)
+        lp = highspy.HighsLp()
+        lp.num_col_ = n
+        lp.num_row_ = len(rows)
+        lp.col_cost_ = np.array(cost, float) - big
+        lp.col_lower_ = np.zeros(n)
+        lp.col_upper_ = np.ones(n)
+        lp.row_lower_ = np.full(len(rows), -np.inf)
+        lp.row_upper_ = np.array([ub for _, ub in rows], float)
+        starts = [0]
+        index: list[int] = []
+        value: list[float] = []
+        for coeffs, _ in rows:
+            for col, v in coeffs.items():
+                index.append(col)
+                value.append(v)
+            starts.append(len(index))
+        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+        lp.a_matrix_.start_ = np.array(starts, np.int32)
+        lp.a_matrix_.index_ = np.array(index, np.int32)
+        lp.a_matrix_.value_ = np.array(value, float)
+        lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+        h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("time_limit", float(self.time_limit_s))
+        h.setOptionValue("mip_rel_gap", 0.0)
+        h.passModel(lp)
+        h.run()
+        status = h.getModelStatus()
+        if status != highspy.HighsModelStatus.kOptimal:
+            raise PolicyError(
+                f"optimal: HiGHS stopped with status {status} on {n} columns; shrink the batch "
+                f"or raise time_limit_s (now {self.time_limit_s} s)"
+            )
+        x = np.asarray(h.getSolution().col_value)
+        out: dict[int, tuple[int, int]] = {}
+        for i in np.flatnonzero(x > 0.5).tolist():
+            j, c, k = cols[i]
+            out[j] = (c, k)
+        return out
