@@ -41,7 +41,8 @@ Keys
                                    ``gpus`` (JSON list), ``simulated``, ``heartbeat_at``
 ``P:nodes``                        SET of node names that ever registered a worker
 RQ ``rq:queue:snugfit:node:{name}``  one RQ queue per node (queue name ``snugfit:node:{name}``),
-                                   JSON serializer; RQ job id ``{job id}@{attempt}``, function
+                                   JSON serializer; RQ job id ``{job id}-a{attempt}`` (see
+                                   :func:`rq_job_id`), function
                                    ``workers.execute.run_job``, args ``[job id, attempt]``
 =================================  ===========================================================
 
@@ -112,8 +113,10 @@ Event (``P:events`` field ``e`` and the JSON-lines placement log, one object per
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -179,8 +182,19 @@ def queue_name(node: str) -> str:
 
 
 def rq_job_id(job_id: str, attempt: int) -> str:
-    """RQ job id of one attempt: re-enqueueing the same attempt is idempotent."""
-    return f"{job_id}@{attempt}"
+    """RQ job id of one attempt (re-enqueueing the same attempt is idempotent).
+
+    RQ only accepts ``[A-Za-z0-9_-]``: other characters become ``_`` and a short hash of the
+    real id keeps sanitised ids distinct.
+    """
+    if _RQ_ID_OK.fullmatch(job_id) and len(job_id) <= 180:
+        return f"{job_id}-a{attempt}"
+    digest = hashlib.sha1(job_id.encode()).hexdigest()[:10]
+    return f"{_RQ_ID_BAD.sub('_', job_id)[:160]}-{digest}-a{attempt}"
+
+
+_RQ_ID_OK = re.compile(r"[A-Za-z0-9_-]+")
+_RQ_ID_BAD = re.compile(r"[^A-Za-z0-9_-]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +279,11 @@ def _finite_or_none(v: Any) -> Any:
 
 def dumps(obj: Any) -> str:
     """Compact JSON with inf/NaN turned into null (JSON has neither)."""
-    return json.dumps(_clean(obj), separators=(",", ":"), allow_nan=False)
+    try:
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    except (ValueError, TypeError):
+        # The slow path only runs for payloads that really hold inf/NaN or numpy scalars.
+        return json.dumps(_clean(obj), separators=(",", ":"), allow_nan=False)
 
 
 def _clean(obj: Any) -> Any:
@@ -337,6 +355,7 @@ class PlacementRecord(BaseModel):
     mig_profile: str | None = None
     mig_start: int | None = None
     reserved_gib: float
+    capacity_gib: float
     cost_usd: float | None = None
     runtime_s: float | None = None
     placed_at: float
