@@ -326,6 +326,8 @@ def run_profile(
         for p in (out, side):
             if p.exists():
                 p.unlink()
+    for p in (out, side):
+        _drop_torn_tail(p)
     done = done_ids(out, retry_failed=retry_failed) if resume else set()
     if runner is None:
         from workers._profile_job import run_job
@@ -404,6 +406,19 @@ def calibration_path(output: str | Path) -> Path:
     """Where ``--calibrate`` writes: ``rows.jsonl`` → ``rows.calibration.json``."""
     p = Path(output)
     return p.with_name(p.name.removesuffix(".jsonl") + ".calibration.json")
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """Cut a last line that a kill left half-written, so the next append starts a clean line
+    (otherwise the new row would be glued onto the fragment and both would be lost)."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if data.endswith(b"\n"):
+        return
+    cut = data.rfind(b"\n") + 1
+    with path.open("r+b") as fh:
+        fh.truncate(cut)
 
 
 def _append_line(path: Path, obj: dict[str, Any]) -> None:
