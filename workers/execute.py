@@ -1,0 +1,497 @@
+"""What a worker does with one placed job: ``run_job(job_id, attempt)``, the only RQ function.
+
+RQ hands it JSON-only arguments; everything else comes from the job record in Redis, validated
+(a hostile record fails the job, it never reaches ``exec``). The flow:
+
+1. ``start`` (Lua: placed -> running, attempt fenced, lease set). A cancelled, stale or
+   duplicate job stops here: two workers can never both run one attempt.
+2. Run the ``command`` as an argv list (never a shell) in its own process group, with
+   ``CUDA_VISIBLE_DEVICES`` (the MIG device UUID for a slice when NVML can name it) and, on a
+   shared GPU, ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` set to the reservation; stdout+stderr go to
+   a file whose tail is stored for ``logs()``. NVML samples the peak. Or, with ``simulate``,
+   :class:`workers.simulated.SimulatedRun` in scaled time.
+3. Heartbeat every ``heartbeat_s``: renews the job's lease; a cancel request or a lost lease
+   stops the process group (SIGTERM, then SIGKILL after ``kill_grace_s``).
+4. Outcome (peak VRAM, runtime, exit, OOM from "CUDA out of memory" / ``torch.OutOfMemoryError``
+   in the output, or a failed run whose NVML peak reached its limit) -> ``finish`` (releases
+   capacity) or, on OOM, ``requeue`` with a reservation ``oom_growth`` times larger.
+5. A measurement row (``origin="history"``, ``simulated`` when simulated) to ``P:history`` and
+   the worker's JSONL history file; events to the stream and the worker's JSONL log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from predictor.gpus import get_gpu
+from scheduler.connection import Store
+from scheduler.keys import LOG_CAP_BYTES, OutcomeRecord, PlacementRecord, dumps
+from scheduler.service import EventLog, event
+
+from .nvml import Nvml, PeakSampler
+
+__all__ = [
+    "OOM_PATTERN",
+    "WorkerContext",
+    "current_context",
+    "detect_oom",
+    "run_job",
+    "set_context",
+]
+
+log = logging.getLogger("snugfit.worker")
+
+OOM_PATTERN = re.compile(
+    r"CUDA out of memory|torch\.OutOfMemoryError|torch\.cuda\.OutOfMemoryError|"
+    r"CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
+)
+#: A failed run whose NVML peak reached this fraction of its limit is counted as an OOM.
+NVML_OOM_FRACTION = 0.97
+_GIB = float(1 << 30)
+
+
+@dataclass
+class WorkerContext:
+    """Everything ``run_job`` needs that is not in the job record (one per worker process)."""
+
+    store: Store
+    node: str
+    worker_name: str
+    simulate: bool = False
+    time_scale: float = 1.0
+    lease_s: float = 10.0
+    heartbeat_s: float = 1.0
+    kill_grace_s: float = 5.0
+    oom_growth: float = 1.25
+    history_path: Path | None = None
+    events: EventLog | None = None
+    nvml: Nvml | None = None
+    # Pool GPU index -> NVML index on this node (and MIG device UUIDs where known).
+    local_index: dict[int, int] = field(default_factory=dict)
+    gpu_uuids: dict[int, str] = field(default_factory=dict)
+
+
+_CONTEXT: WorkerContext | None = None
+
+
+def set_context(ctx: WorkerContext | None) -> None:
+    global _CONTEXT
+    _CONTEXT = ctx
+
+
+def current_context() -> WorkerContext:
+    if _CONTEXT is None:
+        raise RuntimeError(
+            "workers.execute.run_job runs only inside `snugfit worker` (no worker context set)"
+        )
+    return _CONTEXT
+
+
+def detect_oom(
+    output: str, exit_code: int | None, peak_gib: float | None, limit_gib: float
+) -> bool:
+    if exit_code == 0:
+        return False
+    if OOM_PATTERN.search(output):
+        return True
+    return peak_gib is not None and peak_gib >= NVML_OOM_FRACTION * limit_gib
+
+
+def _pdeathsig() -> None:
+    # The job dies with its worker (SIGKILL included), so a reclaimed job never runs twice.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class ProcessRun:
+    """A real command: argv, its own process group, output to a file, NVML peak sampling."""
+
+    def __init__(
+        self, argv: list[str], env: dict[str, str], nvml: Nvml | None, indices: list[int]
+    ) -> None:
+        self.argv = argv
+        self.env = env
+        # Closed in close(): the file outlives this call (the job writes into it meanwhile).
+        self._out = tempfile.NamedTemporaryFile(  # noqa: SIM115
+            prefix="snugfit-job-", suffix=".log", delete=False
+        )
+        self._sampler = PeakSampler(nvml, indices) if nvml is not None and indices else None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.t0 = 0.0
+        self.runtime_s = 0.0
+        self.stopped = False
+
+    def start(self) -> None:
+        self.t0 = time.monotonic()
+        if self._sampler is not None:
+            self._sampler.start()
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            start_new_session=True,
+            preexec_fn=_pdeathsig,
+        )
+
+    def wait(self, timeout_s: float) -> bool:
+        assert self.proc is not None
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        self.stopped = True
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def output_tail(self) -> str:
+        self._out.flush()
+        path = Path(self._out.name)
+        size = path.stat().st_size
+        with path.open("rb") as fh:
+            fh.seek(max(0, size - LOG_CAP_BYTES))
+            return fh.read().decode("utf-8", "replace")
+
+    def finish(self) -> tuple[int | None, int | None, float | None, float]:
+        """(exit code, signal, peak GiB or None, runtime s); cleans up the output file."""
+        assert self.proc is not None
+        code = self.proc.wait()
+        self.runtime_s = time.monotonic() - self.t0
+        peak = None
+        if self._sampler is not None:
+            got = self._sampler.stop()
+            peak = None if got is None else got / _GIB / max(1, len(self._sampler.indices))
+        sig = -code if code < 0 else None
+        return (code if code >= 0 else None), sig, peak, self.runtime_s
+
+    def close(self) -> None:
+        self._out.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._out.name)
+
+
+def _env_for(ctx: WorkerContext, p: PlacementRecord) -> dict[str, str]:
+    env = dict(os.environ)
+    local = [ctx.local_index.get(g, g) for g in p.gpu_indices]
+    if p.kind == "mig" and p.gpu_indices[0] in ctx.gpu_uuids:
+        env["CUDA_VISIBLE_DEVICES"] = ctx.gpu_uuids[p.gpu_indices[0]]
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in local)
+    if p.kind == "mig":
+        env["SNUGFIT_MIG_PROFILE"] = f"{p.mig_profile}@{p.mig_start}"
+    if p.kind == "shared":
+        mib = int(p.reserved_gib * 1024 + 0.999)
+        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={mib}M"
+    env["SNUGFIT_JOB_ID"] = p.rq_job_id
+    return env
+
+
+def _limit_gib(p: PlacementRecord) -> float:
+    # What the job may really use: its MPS limit on a shared GPU, else the slot (GPU or slice).
+    return p.reserved_gib if p.kind == "shared" else p.capacity_gib
+
+
+def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
+    """The RQ entry point. Never raises for a bad payload: it is rejected and logged."""
+    ctx = current_context()
+    events = ctx.events or EventLog(ctx.store)
+    if not isinstance(job_id, str) or not 0 < len(job_id) <= 200 or type(attempt) is not int:
+        reason = f"refused RQ job with bad arguments ({job_id!r:.60}, {attempt!r:.20})"
+        log.warning(reason)
+        events.emit([event("invalid", None, reason=reason, node=ctx.node)])
+        return {"status": "invalid", "reason": reason}
+    now_ms = int(time.time() * 1000)
+    got = ctx.store.start(job_id, attempt, ctx.worker_name, now_ms + int(ctx.lease_s * 1000))
+    if got != "ok":
+        log.info("not running %s attempt %s: %s", job_id, attempt, got)
+        if got == "missing":
+            events.emit([event("invalid", job_id, reason="no such job", node=ctx.node)])
+        return {"status": "skipped", "reason": got}
+    rec = ctx.store.get_job(job_id) or {}
+    try:
+        p = PlacementRecord.model_validate_json(rec.get("placement", ""))
+        spec = json.loads(rec.get("spec", ""))
+        predictions = json.loads(rec.get("predictions", "{}"))
+        argv = spec.get("command")
+        if p.node != ctx.node:
+            raise ValueError(f"placed on node {p.node!r}, but this worker serves {ctx.node!r}")
+    except (ValidationError, ValueError, AttributeError) as exc:
+        reason = f"corrupt job record: {str(exc).splitlines()[0][:200]}"
+        _end(
+            ctx,
+            events,
+            job_id,
+            attempt,
+            "failed",
+            reason,
+            OutcomeRecord(attempt=attempt, state="failed", reason=reason),
+        )
+        return {"status": "failed", "reason": reason}
+    events.emit(
+        [
+            event(
+                "started",
+                job_id,
+                attempt=attempt,
+                node=ctx.node,
+                reason=f"worker {ctx.worker_name}",
+                simulated=ctx.simulate,
+            )
+        ]
+    )
+    simulate = ctx.simulate or not argv
+    limit = _limit_gib(p)
+    if simulate:
+        from .simulated import SimulatedRun
+
+        pred = predictions.get(p.gpu_type, {})
+        runner: Any = SimulatedRun(
+            job_id,
+            attempt,
+            predicted_peak_gib=float(pred.get("peak_vram_gib") or p.reserved_gib),
+            predicted_runtime_s=float(p.runtime_s or pred.get("runtime_s") or 1.0),
+            limit_gib=limit,
+            time_scale=ctx.time_scale,
+            label=f"{ctx.node} ({p.label})",
+        )
+    else:
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) or not argv:
+            reason = "`command` must be a non-empty list of strings (argv; no shell)"
+            _end(
+                ctx,
+                events,
+                job_id,
+                attempt,
+                "failed",
+                reason,
+                OutcomeRecord(attempt=attempt, state="failed", reason=reason),
+            )
+            return {"status": "failed", "reason": reason}
+        local = [ctx.local_index.get(g, g) for g in p.gpu_indices]
+        runner = ProcessRun(argv, _env_for(ctx, p), ctx.nvml, local if p.kind != "shared" else [])
+    try:
+        runner.start()
+    except OSError as exc:
+        reason = f"could not start {argv[0]!r}: {exc.strerror or exc}"
+        _end(
+            ctx,
+            events,
+            job_id,
+            attempt,
+            "failed",
+            reason,
+            OutcomeRecord(attempt=attempt, state="failed", reason=reason),
+        )
+        return {"status": "failed", "reason": reason}
+    cancelled = lost = False
+    last_logs = 0.0
+    while not runner.wait(ctx.heartbeat_s):
+        hb = ctx.store.heartbeat(job_id, attempt, int(time.time() * 1000 + ctx.lease_s * 1000))
+        if hb == "cancel" and not cancelled:
+            cancelled = True
+            runner.stop(ctx.kill_grace_s) if not simulate else runner.stop()
+        elif hb == "lost" and not lost:
+            # Our lease was reclaimed: another attempt may start, so this one must end now.
+            lost = True
+            runner.stop(ctx.kill_grace_s) if not simulate else runner.stop()
+        if not simulate and time.monotonic() - last_logs > 5.0:
+            last_logs = time.monotonic()
+            ctx.store.set_logs(job_id, runner.output_tail())
+    if simulate:
+        res = runner.result()
+        exit_code, sig, peak, runtime, output = (
+            res.exit_code,
+            None,
+            res.peak_vram_gib,
+            res.runtime_s,
+            res.output,
+        )
+        oom = res.oom
+    else:
+        exit_code, sig, peak, runtime = runner.finish()
+        output = runner.output_tail()
+        runner.close()
+        oom = not (cancelled or lost) and detect_oom(output, exit_code, peak, limit)
+    ctx.store.set_logs(job_id, output)
+    outcome = OutcomeRecord(
+        attempt=attempt,
+        state="",
+        exit_code=exit_code,
+        signal=sig,
+        peak_vram_gib=None if peak is None else round(peak, 3),
+        runtime_s=round(runtime, 3),
+        oom=oom,
+        simulated=simulate,
+        worker=ctx.worker_name,
+        node=ctx.node,
+    )
+    if lost:
+        events.emit(
+            [
+                event(
+                    "finished",
+                    job_id,
+                    attempt=attempt,
+                    node=ctx.node,
+                    reason="lease lost; outcome discarded",
+                    simulated=simulate,
+                )
+            ]
+        )
+        return {"status": "lost"}
+    _record_measurement(ctx, job_id, attempt, spec, p, outcome, simulate)
+    if cancelled:
+        outcome.state = "cancelled"
+        _end(
+            ctx,
+            events,
+            job_id,
+            attempt,
+            "cancelled",
+            "cancelled by user (process stopped)",
+            outcome,
+        )
+        return {"status": "cancelled"}
+    if oom:
+        new_res = max(p.reserved_gib * ctx.oom_growth, (peak or 0.0) * 1.1)
+        reason = (
+            f"CUDA OOM on {p.label}: reserved {p.reserved_gib:.2f} GiB, limit {limit:.2f} GiB; "
+            f"requeued with {new_res:.2f} GiB"
+        )
+        outcome.state = "oom"
+        outcome.reason = reason
+        ctx.store.set_fields(job_id, {"outcome": outcome.model_dump_json()})
+        got = ctx.store.requeue(
+            job_id, attempt, reason=reason, counter="ooms", reserved_gib=new_res
+        )
+        events.emit(
+            [
+                event(
+                    "oom",
+                    job_id,
+                    attempt=attempt,
+                    node=ctx.node,
+                    reason=reason,
+                    outcome=outcome.model_dump(),
+                    simulated=simulate,
+                ),
+                event(
+                    "requeued" if got == "requeued" else "finished",
+                    job_id,
+                    attempt=attempt,
+                    node=ctx.node,
+                    reason=f"after OOM: {got}",
+                    simulated=simulate,
+                ),
+            ]
+        )
+        return {"status": "oom", "requeue": got}
+    state = "succeeded" if exit_code == 0 else "failed"
+    reason = (
+        ""
+        if state == "succeeded"
+        else (f"exit code {exit_code}" if sig is None else f"killed by signal {sig}")
+    )
+    outcome.state = state
+    outcome.reason = reason
+    _end(ctx, events, job_id, attempt, state, reason, outcome)
+    return {"status": state}
+
+
+def _end(
+    ctx: WorkerContext,
+    events: EventLog,
+    job_id: str,
+    attempt: int,
+    state: str,
+    reason: str,
+    outcome: OutcomeRecord,
+) -> None:
+    outcome.state = state
+    outcome.reason = reason
+    got = ctx.store.finish(job_id, attempt, state, outcome.model_dump_json(), reason)
+    kind = "cancelled" if state == "cancelled" else "finished"
+    events.emit(
+        [
+            event(
+                kind,
+                job_id,
+                attempt=attempt,
+                node=ctx.node,
+                reason=reason or state if got == "ok" else f"{state} ignored: {got}",
+                outcome=outcome.model_dump(),
+                simulated=outcome.simulated,
+            )
+        ]
+    )
+
+
+def _record_measurement(
+    ctx: WorkerContext,
+    job_id: str,
+    attempt: int,
+    spec: dict[str, Any],
+    p: PlacementRecord,
+    o: OutcomeRecord,
+    simulated: bool,
+) -> None:
+    from predictor.exceptions import PredictorError
+    from predictor.measurements import append_measurement, measurement_row
+
+    ok = o.exit_code == 0
+    peak = o.peak_vram_gib if (o.peak_vram_gib or 0) > 0 else None
+    if not ok and not o.oom and peak is None:
+        return  # nothing was measured
+    try:
+        gpu = get_gpu(p.gpu_type)
+        row = measurement_row(
+            id=f"{job_id}@{attempt}",
+            origin="history",
+            simulated=simulated,
+            source=f"snugfit worker {ctx.worker_name} node {ctx.node}, job {job_id}@{attempt}",
+            spec=spec,
+            gpu=p.gpu_type,
+            gpu_model=gpu.name,
+            gpu_memory_gib=gpu.memory_gib,
+            peak_vram_gib=peak,
+            measurement="unknown" if simulated else "nvml_used",
+            runtime_s=o.runtime_s if ok and o.runtime_s else None,
+            oom=o.oom,
+            confidence="low" if simulated else "medium",
+            hardware={"node": ctx.node, "slot": p.label, "reserved_gib": p.reserved_gib},
+            notes=("SIMULATED run (workers.simulated): not a measurement. " if simulated else "")
+            + (f"ran on {p.label}; " if p.kind != "whole" else "")
+            + ("OOM: peak is a lower bound" if o.oom else ""),
+        )
+    except (PredictorError, ValueError) as exc:
+        log.warning("measurement row for %s not recorded: %s", job_id, exc)
+        return
+    ctx.store.append_history(dumps(row))
+    if ctx.history_path is not None:
+        append_measurement(ctx.history_path, row)

@@ -1,0 +1,185 @@
+"""``snugfit worker --node NAME``: one RQ worker per node, on exactly one queue, its node's.
+
+One queue keeps RQ on its safe dequeue path (BLMOVE into a per-worker intermediate list, Redis
+>= 6.2); a worker that listens on several queues can lose a job silently (rq#580, #1716). The
+worker uses RQ's JSON serializer and an allow-list job class: a job whose payload is not JSON
+(pickle bytes, garbage) or whose function is not ``workers.execute.run_job`` is failed and
+logged, never executed. Whoever can write to Redis gets no code execution on a GPU node.
+
+GPUs are registered from NVML when it answers, else from the pool file's entry for the node.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from rq import Queue, SimpleWorker
+from rq.exceptions import DeserializationError
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from scheduler.connection import RedisStore
+from scheduler.keys import JOB_FUNCTION, queue_name
+from scheduler.pool import Pool
+from scheduler.service import EventLog, event
+
+from .execute import WorkerContext, set_context
+from .nvml import Nvml, open_nvml
+
+__all__ = ["NodeWorker", "UnsafeJobError"]
+
+log = logging.getLogger("snugfit.worker")
+
+
+class UnsafeJobError(Exception):
+    """An RQ job that is not a snugfit job (foreign function or non-JSON payload)."""
+
+
+class _AllowListJob(Job):
+    def perform(self) -> Any:
+        try:
+            name = self.func_name
+        except DeserializationError:
+            _refuse(self.id, "payload is not JSON (pickle or garbage)")
+            raise UnsafeJobError(f"RQ job {self.id}: payload is not JSON; refused") from None
+        if name != JOB_FUNCTION:
+            _refuse(self.id, f"function {name!r:.80} is not {JOB_FUNCTION}")
+            raise UnsafeJobError(
+                f"RQ job {self.id}: function {name!r:.80} is not {JOB_FUNCTION}; refused"
+            )
+        return super().perform()
+
+
+def _refuse(rq_id: str, reason: str) -> None:
+    from .execute import _CONTEXT
+
+    log.warning("refused RQ job %s: %s", rq_id, reason)
+    if _CONTEXT is not None and _CONTEXT.events is not None:
+        _CONTEXT.events.emit(
+            [event("invalid", None, reason=f"RQ job {rq_id}: {reason}", node=_CONTEXT.node)]
+        )
+
+
+class NodeWorker:
+    """The node's worker: context for ``run_job``, node registration, the RQ loop."""
+
+    def __init__(
+        self,
+        store: RedisStore,
+        node: str,
+        *,
+        pool: Pool | None = None,
+        simulate: bool = False,
+        time_scale: float = 1.0,
+        lease_s: float = 10.0,
+        heartbeat_s: float = 1.0,
+        history_path: str | Path | None = None,
+        log_path: str | Path | None = None,
+        nvml: Nvml | None = None,
+        name: str | None = None,
+    ) -> None:
+        if pool is None:
+            config = store.pool_config()
+            pool = Pool.from_dict(config) if config is not None else None
+        self.store = store
+        self.node = node
+        self.pool = pool
+        self.name = name or f"{node}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
+        self.nvml = nvml if nvml is not None else (None if simulate else open_nvml())
+        local: dict[int, int] = {}
+        if pool is not None:
+            match = [n for n in pool.nodes if n.name == node]
+            if match:
+                local = {g: k for k, g in enumerate(match[0].gpu_indices)}
+        self.ctx = WorkerContext(
+            store=store,
+            node=node,
+            worker_name=self.name,
+            simulate=simulate,
+            time_scale=time_scale,
+            lease_s=lease_s,
+            heartbeat_s=heartbeat_s,
+            history_path=None if history_path is None else Path(history_path),
+            events=EventLog(store, log_path),
+            nvml=self.nvml,
+            local_index=local,
+        )
+        self.queue = Queue(queue_name(node), connection=store.raw, serializer=JSONSerializer)
+        self._stop = threading.Event()
+
+    def gpus(self) -> list[dict[str, Any]]:
+        """This node's GPUs: NVML's view when present, else the pool file's."""
+        if self.nvml is not None:
+            return [
+                {
+                    "index": i,
+                    "name": self.nvml.device_name(i),
+                    "uuid": self.nvml.device_uuid(i),
+                    "memory_gib": round(self.nvml.memory_total_bytes(i) / 2**30, 2),
+                    "source": "nvml",
+                }
+                for i in range(self.nvml.device_count())
+            ]
+        if self.pool is None:
+            return []
+        out = []
+        for n in self.pool.nodes:
+            if n.name == self.node:
+                for k, g in enumerate(n.gpu_indices):
+                    out.append(
+                        {"index": k, "pool_index": g, "name": n.gpu_type, "mode": n.mode}
+                        | {"source": "pool"}
+                    )
+        return out
+
+    def register(self) -> None:
+        import json
+
+        self.store.register_node(
+            self.node,
+            {
+                "worker": self.name,
+                "host": socket.gethostname(),
+                "pid": str(os.getpid()),
+                "gpus": json.dumps(self.gpus()),
+                "simulated": "1" if self.ctx.simulate else "0",
+                "heartbeat_at": repr(time.time()),
+            },
+        )
+
+    def _beat(self) -> None:
+        while not self._stop.wait(5.0):
+            try:
+                self.store.register_node(self.node, {"heartbeat_at": repr(time.time())})
+            except Exception as exc:
+                log.warning("node heartbeat failed: %s", exc)
+
+    def rq_worker(self) -> SimpleWorker:
+        # SimpleWorker runs jobs in this process: the job's process group, heartbeat and
+        # cancellation are ours; RQ's work-horse fork would only add a layer.
+        return SimpleWorker(
+            [self.queue],
+            connection=self.store.raw,
+            serializer=JSONSerializer,
+            job_class=_AllowListJob,
+            name=self.name,
+        )
+
+    def work(self, burst: bool = False, max_jobs: int | None = None) -> bool:
+        set_context(self.ctx)
+        self.register()
+        beat = threading.Thread(target=self._beat, name="snugfit-node-beat", daemon=True)
+        beat.start()
+        try:
+            return bool(
+                self.rq_worker().work(burst=burst, max_jobs=max_jobs, logging_level="WARNING")
+            )
+        finally:
+            self._stop.set()
