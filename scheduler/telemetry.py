@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -72,6 +73,8 @@ RATIO_BUCKETS: tuple[float, ...] = (
 )
 # A first scrape after a long history reads the stream in chunks of this many entries.
 _XRANGE_CHUNK = 5000
+# Placements remembered until their attempt ends (running jobs at once, with ample headroom).
+_MAX_REMEMBERED_PLACEMENTS = 200_000
 
 
 class _RedisCollector(Collector):
@@ -124,6 +127,9 @@ class Telemetry:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._lock = threading.Lock()
         self._last_id = "0-0"
+        # (job, attempt) -> option of its placement: workers' finished/oom events carry no
+        # option, so the prediction they are compared against comes from the placed event.
+        self._placed: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
         # Registered first: a scrape tails the stream before the counters below are read.
         if redis is not None:
             self.registry.register(_RedisCollector(self))
@@ -218,6 +224,13 @@ class Telemetry:
             return
         self.events.labels(kind).inc()
         opt = event.get("option") if isinstance(event.get("option"), dict) else None
+        key = (str(event.get("job_id")), int(event.get("attempt") or 0))
+        if kind == "placed" and opt is not None:
+            self._placed[key] = opt
+            if len(self._placed) > _MAX_REMEMBERED_PLACEMENTS:
+                self._placed.popitem(last=False)
+        elif opt is None and kind in ("finished", "oom"):
+            opt = self._placed.pop(key, None)
         gpu_type = str(opt.get("gpu_type", "unknown")) if opt else "unknown"
         if kind == "placed" and opt is not None:
             self.placements.labels(

@@ -28,7 +28,8 @@ def _events() -> list[dict[str, Any]]:
         {"event": "placed", "job_id": "a", "option": _opt(), "policy": "rightsize"},
         {"event": "placed", "job_id": "b", "option": _opt("A100-80GB", "mig"),
          "policy": "rightsize"},
-        {"event": "finished", "job_id": "a", "option": _opt(),
+        # Workers' finished events carry no option: it comes from the placed event.
+        {"event": "finished", "job_id": "a",
          "outcome": {"peak_vram_gib": 18.0, "runtime_s": 110.0}},
         {"event": "oom", "job_id": "b", "option": _opt("A100-80GB", "mig"),
          "outcome": {"peak_vram_gib": 30.0, "runtime_s": 5.0, "oom": True}},
