@@ -51,7 +51,7 @@ def main() -> None:
     best = min(r["unallocated_gpu_pct_at_130"] for r in results.values())
     out = {
         "benchmark": "openb_default_130pct",
-        "command": "python benchmarks/bench_openb.py --seeds %d" % args.seeds,
+        "command": f"python benchmarks/bench_openb.py --seeds {args.seeds}",
         "trace": Path(args.pods).name,
         "results": results,
         "best_unallocated_pct": best,
