@@ -1,0 +1,212 @@
+"""Worker: one queue, JSON only, argv execution, outcome + history, OOM requeue, cancel."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from rq import Queue, SimpleWorker
+from rq.serializers import JSONSerializer
+
+from scheduler.client import Client
+from scheduler.connection import RedisStore
+from scheduler.keys import queue_name
+from scheduler.pool import Pool
+from scheduler.service import SchedulerService
+from workers.execute import detect_oom
+from workers.worker import NodeWorker
+
+POOL = Pool.from_dict({"name": "one", "nodes": [{"name": "n1", "gpu": "H100-80GB", "count": 2}]})
+
+
+def spec(i: int | str, command: list[str] | None = None, **kw: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "id": f"job-{i}",
+        "model": "llama-3.1-8b",
+        "task": "inference",
+        "batch_size": 8,
+        "input_len": 512,
+        "output_len": 128,
+        "num_requests": 100,
+    }
+    if command is not None:
+        d["command"] = command
+    d.update(kw)
+    return d
+
+
+@pytest.fixture
+def store(redis_url: str) -> RedisStore:
+    return RedisStore(redis.Redis.from_url(redis_url))
+
+
+def make_worker(store: RedisStore, tmp_path: Path, **kw: Any) -> NodeWorker:
+    kw.setdefault("simulate", True)
+    kw.setdefault("time_scale", 1e-4)
+    return NodeWorker(
+        store,
+        "n1",
+        pool=POOL,
+        heartbeat_s=0.05,
+        history_path=tmp_path / "h.jsonl",
+        log_path=tmp_path / "log.jsonl",
+        **kw,
+    )
+
+
+def drain(w: NodeWorker) -> None:
+    """What the issue asks for: SimpleWorker on the node's one queue, JSON serializer, burst."""
+    from workers.execute import set_context
+
+    set_context(w.ctx)
+    try:
+        worker = SimpleWorker(
+            [w.queue],
+            connection=w.store.raw,
+            serializer=JSONSerializer,
+            job_class=w.rq_worker().job_class,
+        )
+        worker.work(burst=True)
+    finally:
+        set_context(None)
+
+
+def test_simulated_jobs_run_measure_and_release(store: RedisStore, tmp_path: Path) -> None:
+    client = Client(store=store)
+    client.submit_many([spec(i) for i in range(3)])
+    svc = SchedulerService(store, POOL)
+    w = make_worker(store, tmp_path)
+    for _ in range(3):  # two GPUs, three jobs: the third runs once capacity comes back
+        svc.step()
+        drain(w)
+    for h in client.jobs():
+        assert h.status() == "succeeded", h.reason
+        o = h.outcome
+        assert o is not None and o.simulated and o.exit_code == 0 and o.peak_vram_gib
+        assert "[simulated]" in h.logs()
+    assert store.alloc_ids() == []
+    rows = [json.loads(x) for x in store.history()]
+    assert len(rows) == 3 and all(r["simulated"] and r["origin"] == "history" for r in rows)
+    file_rows = (tmp_path / "h.jsonl").read_text().splitlines()
+    assert len(file_rows) == 3
+    from predictor.measurements import load_measurements
+
+    assert load_measurements(tmp_path / "h.jsonl") == []  # simulated rows never train
+    assert len(load_measurements(tmp_path / "h.jsonl", include_simulated=True)) == 3
+
+
+def test_real_command_runs_as_argv_with_cuda_env(store: RedisStore, tmp_path: Path) -> None:
+    code = (
+        "import os,sys; print('CVD=' + os.environ['CUDA_VISIBLE_DEVICES']); "
+        "print('arg=' + sys.argv[1]); sys.exit(0)"
+    )
+    h = Client(store=store).submit(spec(0, [sys.executable, "-c", code, "$(rm -rf /); echo"]))
+    SchedulerService(store, POOL).step()
+    drain(make_worker(store, tmp_path, simulate=False, nvml=None))
+    assert h.status() == "succeeded", h.reason
+    logs = h.logs()
+    assert "CVD=0" in logs or "CVD=1" in logs
+    assert "arg=$(rm -rf /); echo" in logs  # argv, never a shell
+    assert h.outcome is not None and not h.outcome.simulated
+
+
+def test_failing_command_fails_with_exit_code(store: RedisStore, tmp_path: Path) -> None:
+    h = Client(store=store).submit(spec(0, [sys.executable, "-c", "import sys; sys.exit(3)"]))
+    SchedulerService(store, POOL).step()
+    drain(make_worker(store, tmp_path, simulate=False, nvml=None))
+    assert h.status() == "failed" and "exit code 3" in h.reason
+    assert store.alloc_ids() == []
+
+
+def test_oom_in_output_requeues_with_larger_reservation(store: RedisStore, tmp_path: Path) -> None:
+    code = "import sys; print('torch.OutOfMemoryError: CUDA out of memory.'); sys.exit(1)"
+    h = Client(store=store).submit(spec(0, [sys.executable, "-c", code]))
+    svc = SchedulerService(store, POOL)
+    svc.step()
+    first = h.placement
+    assert first is not None
+    drain(make_worker(store, tmp_path, simulate=False, nvml=None))
+    assert h.status() == "pending"
+    assert float(h.record()["reserved_gib"]) > first.reserved_gib
+    assert h.record()["ooms"] == "1"
+    kinds = [e["event"] for _, e in store.events()]
+    assert "oom" in kinds and "requeued" in kinds
+    rows = [json.loads(x) for x in store.history()]
+    assert rows[-1]["oom"] is True
+    svc.step()
+    assert h.placement is not None and h.placement.reserved_gib > first.reserved_gib
+
+
+def test_detect_oom_from_text_or_nvml() -> None:
+    assert detect_oom("RuntimeError: CUDA out of memory. Tried", 1, None, 80)
+    assert detect_oom("", 1, 79.5, 80)
+    assert not detect_oom("CUDA out of memory", 0, None, 80)
+    assert not detect_oom("segfault", 139, 10.0, 80)
+
+
+def test_cancel_stops_a_running_process(store: RedisStore, tmp_path: Path) -> None:
+    code = "import time; print('started', flush=True); time.sleep(60)"
+    client = Client(store=store)
+    h = client.submit(spec(0, [sys.executable, "-c", code]))
+    SchedulerService(store, POOL).step()
+    w = make_worker(store, tmp_path, simulate=False, nvml=None)
+    w.ctx.kill_grace_s = 1.0
+    got: list[str] = []
+
+    def cancel_when_running() -> None:
+        deadline = time.monotonic() + 10
+        while h.status() != "running" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        got.append(h.cancel())
+
+    # RQ installs signal handlers, so the worker runs in the main thread and the user cancels
+    # from another one.
+    t = threading.Thread(target=cancel_when_running)
+    t.start()
+    t0 = time.monotonic()
+    drain(w)
+    t.join()
+    assert got == ["requested"]
+    assert time.monotonic() - t0 < 30
+    assert h.status() == "cancelled"
+    assert store.alloc_ids() == []
+
+
+def test_hostile_rq_jobs_are_refused_not_executed(store: RedisStore, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    q = Queue(queue_name("n1"), connection=store.raw, serializer=JSONSerializer)
+    # A foreign function with JSON args: RQ would import and call it; the allow-list refuses.
+    q.enqueue("os.system", f"touch {marker}")
+    # Pickle bytes where the JSON payload belongs.
+    import pickle
+
+    job = q.enqueue("workers.execute.run_job", "x", 1)
+    store.raw.hset(
+        f"rq:job:{job.id}", "data", zlib.compress(pickle.dumps(("os.system", None, [], {})))
+    )
+    # Unknown job id and bad argument types for the real function.
+    q.enqueue("workers.execute.run_job", "no-such-job", 1)
+    q.enqueue("workers.execute.run_job", {"evil": True}, "1")
+    # A job id pushed onto the queue with no job hash behind it.
+    store.raw.rpush(f"rq:queue:{queue_name('n1')}", "ghost")
+    drain(make_worker(store, tmp_path))
+    assert not marker.exists()
+    events = [e for _, e in store.events()]
+    assert sum(e["event"] == "invalid" for e in events) >= 3
+    assert store.alloc_ids() == []
+
+
+def test_worker_registers_its_gpus_from_the_pool(store: RedisStore, tmp_path: Path) -> None:
+    w = make_worker(store, tmp_path)
+    w.register()
+    info = store.nodes()["n1"]
+    gpus = json.loads(info["gpus"])
+    assert [g["name"] for g in gpus] == ["H100-80GB", "H100-80GB"]
+    assert info["simulated"] == "1"
