@@ -54,6 +54,14 @@ __all__ = ["profile_command"]
     help="With --resume, rerun jobs recorded as timed out or crashed.",
 )
 @click.option(
+    "--isolation",
+    type=click.Choice(["forkserver", "spawn"]),
+    default="forkserver",
+    show_default=True,
+    help="How each job's child process starts: forkserver (torch preloaded, fast) or spawn "
+    "(slower; use it if a library initialises CUDA at import on this machine).",
+)
+@click.option(
     "--calibrate",
     is_flag=True,
     help="First measure HBM copy bandwidth and bf16 matmul TFLOP/s (~1 min) into "
@@ -73,6 +81,7 @@ def profile_command(
     timeout_s: float,
     resume: bool,
     retry_failed: bool,
+    isolation: str,
     calibrate: bool,
     calibrate_seconds: float,
 ) -> None:
@@ -118,6 +127,7 @@ def profile_command(
             resume=resume,
             retry_failed=retry_failed,
             on_result=show,
+            start_method=isolation,
         )
     except (PredictorError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None

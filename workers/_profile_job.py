@@ -264,27 +264,33 @@ def _optimizer(spec: JobSpec, params: list[Any]) -> tuple[Any, str]:
 
 
 def _lora_targets(model: Any, target: str) -> list[str]:
-    import torch
+    """peft ``target_modules`` (module-name suffixes) for a snugfit ``lora_target``.
 
-    names = set()
+    Linear-like means ``nn.Linear`` or GPT-2's ``Conv1D``; fused projections (GPT-2
+    ``c_attn``, Phi-3 ``qkv_proj``) are adapted whole, as peft users do.
+    """
+    import torch
+    from transformers.pytorch_utils import Conv1D
+
+    names: set[str] = set()
     for full, module in model.named_modules():
         leaf = full.rsplit(".", 1)[-1]
-        is_linear = isinstance(module, torch.nn.Linear) or type(module).__name__.startswith(
-            "Linear"
-        )
-        if not is_linear or leaf in ("lm_head", "score", "decoder") or not full:
+        if not isinstance(module, torch.nn.Linear | Conv1D) or not full:
+            continue
+        if leaf in ("lm_head", "score", "decoder") or full.endswith("pooler.dense"):
             continue
         names.add(leaf)
     if target == "all_linear":
         return sorted(names)
-    wanted = (
-        {"q_proj", "k_proj", "v_proj", "o_proj", "qkv_proj", "c_attn", "query", "key", "value"}
-        if target == "attention"
-        else {"q_proj", "v_proj", "query", "value", "c_attn", "qkv_proj"}
-    )
-    if target == "attention":
-        wanted |= {"c_proj"} & names if "c_attn" in names else set()
-    return sorted(names & wanted)
+    qv = {"q_proj", "v_proj", "query", "value", "c_attn", "qkv_proj"}
+    if target == "qv":
+        return sorted(names & qv)
+    attention = sorted(names & (qv | {"k_proj", "o_proj", "key"}))
+    if "c_attn" in names:
+        attention.append("attn.c_proj")  # GPT-2's output projection; mlp.c_proj is the MLP
+    if "query" in names:
+        attention.append("attention.output.dense")  # BERT's output projection
+    return attention
 
 
 def _fused_expert_params(model: Any) -> list[str]:

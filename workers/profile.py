@@ -233,11 +233,21 @@ def _pos(value: Any) -> float | None:
     return round(float(value), 6) if value is not None and float(value) > 0 else None
 
 
-def _context() -> Any:
+def _context(start_method: str = "forkserver") -> Any:
     """A forkserver context with torch preloaded: fork is cheap, and the server never touches
-    CUDA, so each child gets a clean context (forking a CUDA-initialised parent is unsafe)."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(list(_PRELOAD))
+    CUDA, so each child gets a clean context (forking a CUDA-initialised parent is unsafe).
+
+    ``spawn`` is the fallback should some preloaded library initialise CUDA at import on a
+    given machine: slower (each job imports torch, ~5 s) but with nothing inherited.
+    """
+    if start_method not in ("forkserver", "spawn"):
+        raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
+    # torch.cuda.is_available() at import time (accelerate, peft) then asks NVML instead of
+    # calling cuInit, which would make every forked child's CUDA unusable.
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    ctx = mp.get_context(start_method)
+    if start_method == "forkserver":
+        ctx.set_forkserver_preload(list(_PRELOAD))
     return ctx
 
 
@@ -301,6 +311,7 @@ def run_profile(
     retry_failed: bool = False,
     runner: Runner | None = None,
     on_result: Callable[[str, dict[str, Any]], None] | None = None,
+    start_method: str = "forkserver",
 ) -> ProfileSummary:
     """Run every job and append one row per job to ``output_path`` as soon as it finishes.
 
@@ -308,7 +319,8 @@ def run_profile(
     ``cuda``, ``cpu`` or ``auto``. With ``resume`` (default) jobs already recorded are skipped;
     without it both output files are truncated first. ``runner`` replaces the in-child job
     function (a picklable top-level callable); tests use it to force faults. ``on_result`` is
-    called with each job id and its outcome, for progress display.
+    called with each job id and its outcome, for progress display. ``start_method`` is
+    ``forkserver`` (default, fast) or ``spawn`` (see ``_context``).
     """
     if device not in ("auto", "cuda", "cpu"):
         raise ValueError(f"device must be 'auto', 'cuda' or 'cpu', got {device!r}")
@@ -335,7 +347,7 @@ def run_profile(
         runner = run_job
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    ctx = _context()
+    ctx = _context(start_method)
     summary = ProfileSummary()
     t0 = time.perf_counter()
     for spec, jid in zip(jobs, ids, strict=True):
