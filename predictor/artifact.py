@@ -14,9 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from ._paths import datasets_dir
-from .conformal import DEFAULT_COVERAGE, ConformalUpper
+from .conformal import DEFAULT_COVERAGE, RUNTIME_COVERAGE, ConformalUpper
 from .exceptions import ArtifactError
-from .learned import FEATURE_NAMES, LearnedPredictor, ResidualRegressor, check_is_fitted
+from .learned import (
+    FEATURE_NAMES,
+    LearnedPredictor,
+    ResidualRegressor,
+    check_is_fitted,
+    metric_coverage,
+)
 
 __all__ = [
     "ARTIFACT_FORMAT",
@@ -27,7 +33,7 @@ __all__ = [
 ]
 
 ARTIFACT_FORMAT = "snugfit-learned"
-ARTIFACT_FORMAT_VERSION = 1
+ARTIFACT_FORMAT_VERSION = 2
 
 
 def default_artifact_path() -> Path:
@@ -43,7 +49,8 @@ def save_artifact(model: LearnedPredictor, path: str | Path | None = None) -> Pa
     for metric, est in model.models_.items():
         conf = model.conformal_.get(metric)
         metrics[metric] = {
-            "enabled": est is not None,
+            "enabled": est is not None and bool(model.shrink_.get(metric, 0.0)),
+            "shrink": model.shrink_.get(metric, 0.0),
             "booster": est.booster_.model_to_string() if est is not None else None,
             "fallback": model.fallback_.get(metric),
             "conformal": conf.state() if conf is not None else None,
@@ -58,6 +65,8 @@ def save_artifact(model: LearnedPredictor, path: str | Path | None = None) -> Pa
         "n_training_rows": model.n_rows_,
         "feature_names": list(FEATURE_NAMES),
         "coverage": model.coverage,
+        "runtime_coverage": model.runtime_coverage,
+        "method": model.method,
         "params": model.params,
         "metrics": metrics,
     }
@@ -69,9 +78,15 @@ def save_artifact(model: LearnedPredictor, path: str | Path | None = None) -> Pa
 
 
 def load_artifact(
-    path: str | Path | None = None, coverage: float | None = None
+    path: str | Path | None = None,
+    coverage: float | None = None,
+    runtime_coverage: float | None = None,
 ) -> LearnedPredictor:
-    """Read an artifact; ``coverage`` re-calibrates the upper bounds (e.g. 0.99 to reserve)."""
+    """Read an artifact; ``coverage`` re-calibrates the upper bounds (e.g. 0.99 to reserve).
+
+    ``coverage`` alone sets both the VRAM and the time bounds (a reservation wants both);
+    neither keeps the artifact's documented targets.
+    """
     p = Path(path) if path else default_artifact_path()
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
@@ -93,8 +108,15 @@ def load_artifact(
             f"artifact {str(p)!r} was trained on different features; retrain with `snugfit train`"
         )
     cov = coverage if coverage is not None else float(doc.get("coverage", DEFAULT_COVERAGE))
-    model = LearnedPredictor(coverage=cov, params=doc.get("params"))
+    if runtime_coverage is not None:
+        rt = runtime_coverage
+    elif coverage is not None:
+        rt = coverage
+    else:
+        rt = float(doc.get("runtime_coverage", RUNTIME_COVERAGE))
+    model = LearnedPredictor(coverage=cov, params=doc.get("params"), runtime_coverage=rt)
     model.models_ = {}
+    model.shrink_ = {}
     model.conformal_ = {}
     model.cv_ = {}
     model.fallback_ = {}
@@ -104,8 +126,11 @@ def load_artifact(
             model.models_[metric] = (
                 ResidualRegressor.from_model_string(text) if entry.get("enabled") and text else None
             )
+            model.shrink_[metric] = float(entry.get("shrink") or 0.0)
             if entry.get("conformal"):
-                model.conformal_[metric] = ConformalUpper.from_state(entry["conformal"], cov)
+                model.conformal_[metric] = ConformalUpper.from_state(
+                    entry["conformal"], metric_coverage(metric, cov, rt)
+                )
             if entry.get("cv"):
                 model.cv_[metric] = dict(entry["cv"])
             if entry.get("fallback"):

@@ -6,8 +6,13 @@ prediction by ``exp(q)``, where ``q`` is the finite-sample conformal quantile of
 job's task family at the requested coverage. A one-sided bound is what the scheduler needs: it
 reserves the upper bound, and only under-prediction causes an OOM.
 
-With the small published data a family may have few scores; below ``min_scores`` it borrows
-the pooled scores of every family, which widens rather than narrows the bound.
+With the small published data a family may have few scores; below ``min_scores`` (30) it
+borrows the pooled scores of every family: split conformal on a dozen scores degenerates to
+their maximum, so a small family's own bound would be its single worst row.
+
+Documented targets: ``peak_vram_upper_gib`` covers :data:`DEFAULT_COVERAGE` (95%) of runs,
+``runtime_upper_s`` :data:`RUNTIME_COVERAGE` (90%: a late job costs money, an OOM kills it), and
+reservations that must not fail ask for :data:`RESERVATION_COVERAGE` (99%).
 """
 
 from __future__ import annotations
@@ -22,14 +27,18 @@ from .exceptions import DataError, NotFittedError
 
 __all__ = [
     "DEFAULT_COVERAGE",
+    "MIN_FAMILY_SCORES",
     "RESERVATION_COVERAGE",
+    "RUNTIME_COVERAGE",
     "ConformalUpper",
     "conformal_quantile",
     "task_family",
 ]
 
 DEFAULT_COVERAGE = 0.95
+RUNTIME_COVERAGE = 0.90
 RESERVATION_COVERAGE = 0.99
+MIN_FAMILY_SCORES = 30
 
 _FAMILIES = {
     "inference": "inference",
@@ -72,7 +81,7 @@ class ConformalUpper:
     """Per-family upper-bound multipliers from out-of-fold log-ratio scores."""
 
     coverage: float = DEFAULT_COVERAGE
-    min_scores: int = 10
+    min_scores: int = MIN_FAMILY_SCORES
 
     def fit(self, scores: Sequence[float] | np.ndarray, families: Sequence[str]) -> ConformalUpper:
         s = np.asarray(scores, dtype=float)
@@ -124,5 +133,5 @@ class ConformalUpper:
         for f, v in raw.items():
             fams += [str(f)] * len(v)
             vals += [float(x) for x in v]
-        min_scores = state.get("min_scores", 10)
+        min_scores = state.get("min_scores", MIN_FAMILY_SCORES)
         return cls(coverage=cov, min_scores=int(min_scores)).fit(vals, fams)  # type: ignore[call-overload]

@@ -57,12 +57,16 @@ __all__ = [
     "MEASUREMENT_KINDS",
     "METRICS",
     "ORIGINS",
+    "QUIRK_TAG",
     "Measurement",
     "MeasurementRow",
     "append_measurement",
+    "calibration_exclusion",
     "default_measurement_paths",
+    "is_quirk",
     "load_measurements",
     "measurement_row",
+    "measurements_from_lines",
     "parse_measurement",
 ]
 
@@ -71,6 +75,10 @@ MEASUREMENT_KINDS: tuple[str, ...] = ("allocated", "reserved", "nvml_used", "unk
 CONFIDENCES: tuple[str, ...] = ("high", "medium", "low")
 #: The measured quantities a row may carry, in the order reports list them.
 METRICS: tuple[str, ...] = ("peak_vram_gib", "step_time_s", "ttft_s", "tpot_s", "runtime_s")
+
+#: Marker in ``notes`` of a row whose value is a documented artefact of its source's code (see
+#: datasets/measured/README.md): scored, but never used to train or calibrate.
+QUIRK_TAG = "[quirk:"
 
 Origin = Literal["published", "profile", "history"]
 Kind = Literal["allocated", "reserved", "nvml_used", "unknown"]
@@ -179,6 +187,26 @@ class Measurement:
             "notes": self.notes,
         }
         return row
+
+
+def is_quirk(m: Measurement) -> bool:
+    """True for rows tagged with a documented source quirk (see :data:`QUIRK_TAG`)."""
+    return QUIRK_TAG in m.notes
+
+
+def calibration_exclusion(m: Measurement) -> str | None:
+    """Why a row may not calibrate an upper bound (None when it may).
+
+    A bound calibrated on rows the source itself flags as unsure, or on artefacts of one
+    tool's code, is wide for every job because of those few rows.
+    """
+    if is_quirk(m):
+        return "documented quirk of its source"
+    if m.confidence == "low":
+        return "low confidence"
+    if m.oom:
+        return "OOM run: the peak is a lower bound"
+    return None
 
 
 def parse_measurement(data: Mapping[str, Any] | MeasurementRow) -> Measurement:
@@ -312,28 +340,65 @@ def load_measurements(
     for path in files:
         if not path.exists():
             raise DataError(f"measurement file {str(path)!r} does not exist; check the path")
-        for lineno, text in _iter_rows(path):
-            where = f"{path}:{lineno}"
-            try:
-                try:
-                    obj = json.loads(text)
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"not valid JSON ({exc.msg})") from None
-                if not isinstance(obj, dict):
-                    raise DataError(f"a row must be a JSON object, got {type(obj).__name__}")
-                m = parse_measurement(obj)
-                if m.id in seen:
-                    raise DataError(f"duplicate id {m.id!r} (first seen at {seen[m.id]})")
-            except DataError as exc:
-                if strict:
-                    raise DataError(f"{where}: {exc}") from None
-                warnings.warn(f"skipping {where}: {exc}", stacklevel=2)
-                continue
-            seen[m.id] = where
-            if m.simulated and not include_simulated:
-                continue
-            out.append(m)
+        _parse_lines(
+            ((f"{path}:{n}", t) for n, t in _iter_rows(path)),
+            out,
+            seen,
+            include_simulated=include_simulated,
+            strict=strict,
+        )
     return out
+
+
+def measurements_from_lines(
+    lines: Iterable[str | bytes],
+    where: str,
+    *,
+    include_simulated: bool = False,
+    strict: bool = True,
+) -> list[Measurement]:
+    """Parse JSON rows that did not come from a file (e.g. the Redis history list).
+
+    ``where`` names the origin in error messages (``redis://…/snugfit:history``); rows are
+    numbered from 1 as if they were lines of a file.
+    """
+    out: list[Measurement] = []
+    items = (
+        (f"{where}[{i}]", raw.decode() if isinstance(raw, bytes) else raw)
+        for i, raw in enumerate(lines, 1)
+    )
+    _parse_lines(items, out, {}, include_simulated=include_simulated, strict=strict)
+    return out
+
+
+def _parse_lines(
+    items: Iterable[tuple[str, str]],
+    out: list[Measurement],
+    seen: dict[str, str],
+    *,
+    include_simulated: bool,
+    strict: bool,
+) -> None:
+    for where, text in items:
+        try:
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise DataError(f"not valid JSON ({exc.msg})") from None
+            if not isinstance(obj, dict):
+                raise DataError(f"a row must be a JSON object, got {type(obj).__name__}")
+            m = parse_measurement(obj)
+            if m.id in seen:
+                raise DataError(f"duplicate id {m.id!r} (first seen at {seen[m.id]})")
+        except DataError as exc:
+            if strict:
+                raise DataError(f"{where}: {exc}") from None
+            warnings.warn(f"skipping {where}: {exc}", stacklevel=2)
+            continue
+        seen[m.id] = where
+        if m.simulated and not include_simulated:
+            continue
+        out.append(m)
 
 
 def append_measurement(path: str | Path, row: Mapping[str, Any] | Measurement) -> None:

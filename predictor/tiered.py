@@ -3,7 +3,10 @@
 Each job on each GPU type gets the most specific answer available: its own history when it
 has recurred there, else the learned correction (when an artifact is present), else the
 analytical figure. ``method`` names the tier per job: ``analytical``,
-``learned:<version>`` or ``history:<n> runs`` (a job answered by history on some GPU types).
+``analytical+conformal:<version>`` (only the upper bounds come from the artifact),
+``learned:<version>`` (a learned correction changed the point) or ``history:<n> runs`` (a job
+answered by history on some GPU types). When history replaces a peak, the tensor components
+of ``breakdown_gib`` are rescaled so they still sum to it, as the contract requires.
 """
 
 from __future__ import annotations
@@ -24,7 +27,30 @@ from .measurements import Measurement
 from .prediction import Prediction, PredictionTable, contract_rows
 from .spec import JobSpec
 
-__all__ = ["TieredPredictor"]
+__all__ = ["TieredPredictor", "default_predictor", "rescale_breakdown"]
+
+
+def rescale_breakdown(
+    breakdown: dict[str, np.ndarray], old_peak: np.ndarray, new_peak: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Scale the tensor components so the breakdown sums to ``new_peak``.
+
+    ``overhead`` (memory no tensor holds) keeps its value unless the new peak is below it; then
+    it is the whole peak and every tensor component is zero.
+    """
+    ovh = np.minimum(breakdown["overhead"], new_peak)
+    old_t = old_peak - breakdown["overhead"]
+    factor = np.where(old_t > 0, (new_peak - ovh) / np.where(old_t > 0, old_t, 1.0), 0.0)
+    out = {k: (v * factor if k != "overhead" else ovh) for k, v in breakdown.items()}
+    if not np.allclose(sum(out.values()), new_peak, rtol=1e-9, atol=1e-9):
+        # No tensor component to scale (all zero): overhead absorbs the difference.
+        out["overhead"] = new_peak - sum(v for k, v in out.items() if k != "overhead")
+    return out
+
+
+def default_predictor() -> TieredPredictor:
+    """The shipped artifact (analytical when none), for callers that just want the best tier."""
+    return TieredPredictor.default()
 
 
 class TieredPredictor:
@@ -89,6 +115,7 @@ class TieredPredictor:
         cap = np.array([get_gpu(g).memory_gib for g in t.gpu_names])[None, :]
         return replace(
             t,
+            breakdown_gib=rescale_breakdown(dict(t.breakdown_gib), t.peak_vram_gib, peak),
             peak_vram_gib=peak,
             peak_vram_upper_gib=upper,
             step_time_s=step,
