@@ -349,9 +349,10 @@ class OptionBatch:
         runtime = rt[:, ct] * pool.class_runtime_scale
         finite = np.isfinite(need_gib) & np.isfinite(runtime)
         need = np.ceil(np.where(finite, need_gib, 0.0) * MIB_PER_GIB - 1e-6).astype(np.int64)
-        if reserve_whole:
-            need = np.where(is_whole, pool.class_capacity_mib, need)
         cap_ok = need <= pool.class_capacity_mib
+        if reserve_whole:
+            # The job must still fit; it then holds the whole GPU, as users do today.
+            need = np.where(is_whole & cap_ok, pool.class_capacity_mib, need)
         allowed = np.ones((n_jobs, k), bool)
         if types is not None:
             if types and all(isinstance(t, str) for t in types):

@@ -6,22 +6,37 @@ cheaper option is busy waits for it when running jobs' predicted ends say it fre
 (before the job's deadline, or within ``max_wait_s`` when it has none). A job that cannot start
 gets a reservation at its earliest predicted start; later jobs backfill only if they end before
 it or stay off its GPUs.
+
+Cheapest-first in queue order is myopic: a small job can take the only GPU type a big job
+behind it can use, or a short job the cheap shared slot a long one would save most on. So each
+tick first finds the queue prefix that starts now, then re-places that prefix plus the next
+``lookahead`` jobs by regret (what a job loses if it misses its cheapest option; jobs with one
+option first); the repack is kept only if every prefix job still starts and more jobs start,
+or the same jobs start for less. On small windows a local search then moves jobs to cheaper
+free options or swaps pairs when that lowers their joint cost. The rest of the queue then
+proceeds as usual.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
+from predictor.gpus import GPU_NAMES
+
 from ..decision import Decision, Option
 from ..exceptions import PolicyError
 from ..placement import (
+    OptionBatch,
     OptionTable,
     PlacementRequest,
     RunningJob,
     earliest_fit,
     greedy_schedule,
+    place,
 )
-from ..pool import PoolState
+from ..pool import Pool, PoolState
 from .base import Policy
 from .registry import PolicyName
 
@@ -38,23 +53,32 @@ class RightSizePolicy(Policy):
         wait_for_cheaper: bool = False,
         max_wait_s: float = 1800.0,
         min_saving: float = 0.10,
+        lookahead: int = 8,
+        improve_max_jobs: int = 64,
+        repack_max_jobs: int = 256,
     ) -> None:
-        if max_wait_s < 0 or not 0 <= min_saving < 1:
+        if max_wait_s < 0 or not 0 <= min_saving < 1 or lookahead < 0:
             raise PolicyError(
-                f"rightsize: max_wait_s must be >= 0 and min_saving in [0, 1); got "
-                f"max_wait_s={max_wait_s}, min_saving={min_saving}"
+                f"rightsize: max_wait_s must be >= 0, min_saving in [0, 1) and lookahead >= 0; "
+                f"got max_wait_s={max_wait_s}, min_saving={min_saving}, lookahead={lookahead}"
             )
         self.backfill = backfill
         self.wait_for_cheaper = wait_for_cheaper
         self.max_wait_s = float(max_wait_s)
         self.min_saving = float(min_saving)
+        self.lookahead = int(lookahead)
+        self.improve_max_jobs = int(improve_max_jobs)
+        self.repack_max_jobs = max(2, int(repack_max_jobs))
 
-    def schedule(
+    def _greedy(
         self,
         pending: Sequence[PlacementRequest],
         state: PoolState,
         now_s: float,
-        running: Sequence[RunningJob] = (),
+        running: Sequence[RunningJob],
+        *,
+        backfill: bool,
+        strict_fifo: bool = False,
     ) -> list[Decision]:
         return greedy_schedule(
             pending,
@@ -65,9 +89,157 @@ class RightSizePolicy(Policy):
             chosen_reason=lambda o: (
                 f"cheapest option that fits now: {o.label} at ${o.cost_usd:.2f}"
             ),
-            backfill=self.backfill,
+            backfill=backfill,
+            strict_fifo=strict_fifo,
             wait_hook=self._wait if self.wait_for_cheaper else None,
         )
+
+    def schedule(
+        self,
+        pending: Sequence[PlacementRequest],
+        state: PoolState,
+        now_s: float,
+        running: Sequence[RunningJob] = (),
+    ) -> list[Decision]:
+        if self.lookahead == 0 or self.wait_for_cheaper or len(pending) < 2:
+            return self._greedy(pending, state, now_s, running, backfill=self.backfill)
+        # A: the queue prefix that starts now, each job on its cheapest option in queue order.
+        # Bursts whose prefix exceeds repack_max_jobs skip the repack (bounded extra work).
+        first = state.copy()
+        head = pending[: self.repack_max_jobs]
+        a = self._greedy(head, first, now_s, running, backfill=False, strict_fifo=True)
+        n_prefix = next((k for k, d in enumerate(a) if d.state != "placed"), len(a))
+        window = list(range(min(len(head), n_prefix + self.lookahead)))
+        if n_prefix == len(head) and len(pending) > len(head):
+            return self._greedy(pending, state, now_s, running, backfill=self.backfill)
+        # B: re-place that prefix plus the next few jobs in two other orders and keep the best
+        # (every prefix job must still start; then most jobs started, then least cost).
+        batch = OptionBatch([pending[k] for k in window], state.pool)
+        regret = _regret(batch.cost, batch.fits_empty)
+        n_options = batch.fits_empty.sum(axis=1)
+        orders = (
+            # Highest regret first: jobs that lose most by missing their cheapest option.
+            sorted(range(len(window)), key=lambda k: (-regret[k], -int(batch.n_gpus[k]), k)),
+            # Fewest feasible options first, then the biggest gangs: packs scarce types.
+            sorted(range(len(window)), key=lambda k: (int(n_options[k]), -int(batch.n_gpus[k]), k)),
+        )
+        best_score = _placed(a[: len(window)])
+        best: tuple[dict[str, Decision], PoolState] = ({d.job_id: d for d in a}, first)
+        repacked = False
+        for order in orders:
+            trial = state.copy()
+            b = self._greedy(
+                [pending[window[k]] for k in order], trial, now_s, running, backfill=False
+            )
+            by_id = {d.job_id: d for d in b}
+            if not all(by_id[pending[k].job_id].state == "placed" for k in range(n_prefix)):
+                continue
+            count, cost = _placed(b)
+            if count > best_score[0] or (count == best_score[0] and cost < best_score[1] - 1e-9):
+                best_score, best, repacked = (count, cost), (by_id, trial), True
+        chosen, trial = best
+        win_ids = [pending[k].job_id for k in window]
+        placed = {j for j in win_ids if chosen[j].state == "placed"}
+        if len(window) <= self.improve_max_jobs:
+            moved = self._improve({r.job_id: r for r in pending}, chosen, placed, trial, now_s)
+            repacked = repacked or moved
+        if not repacked:
+            # Nothing beat queue order: plain greedy with backfill, as without lookahead.
+            return self._greedy(pending, state, now_s, running, backfill=self.backfill)
+        # C: the window's placements stand; the rest of the queue goes on from there.
+        rest = [r for r in pending if r.job_id not in placed]
+        c_by_id = {
+            d.job_id: d for d in self._greedy(rest, trial, now_s, running, backfill=self.backfill)
+        }
+        out = [chosen[r.job_id] if r.job_id in placed else c_by_id[r.job_id] for r in pending]
+        return self._commit(out, trial, state)
+
+    def _improve(
+        self,
+        requests: dict[str, PlacementRequest],
+        decisions: dict[str, Decision],
+        placed: set[str],
+        trial: PoolState,
+        now_s: float,
+    ) -> bool:
+        """Local search on a placed window: move a job to a cheaper free option, or swap it
+        with a holder of its cheapest option when the pair then costs less. Returns whether
+        anything moved; ``decisions`` and ``trial`` are updated in place."""
+        pool = trial.pool
+        moved = False
+
+        def cost_of(job: str) -> float:
+            return trial.option_of(job).cost_usd or 0.0
+
+        def put(job: str) -> Decision | None:
+            table = OptionTable(requests[job], trial)
+            c = table.cheapest()
+            if c is None:
+                return None
+            return place(
+                table,
+                c,
+                trial,
+                policy=self.name.value,
+                now_s=now_s,
+                reason=(
+                    f"cheapest option that fits now: {pool.class_label(c)} at "
+                    f"${float(table.cost[c]):.2f} (after repacking the queue head)"
+                ),
+            )
+
+        for _ in range(2):
+            changed = False
+            for job in sorted(placed, key=lambda j: (-cost_of(j), j)):
+                old = trial.option_of(job)
+                old_cost = old.cost_usd or 0.0
+                trial.release(job)
+                table = OptionTable(requests[job], trial)
+                c = table.cheapest()
+                if c is not None and float(table.cost[c]) < old_cost - 1e-9:
+                    d = put(job)
+                    assert d is not None
+                    decisions[job], changed = d, True
+                    continue
+                target = table.cheapest_empty
+                if target is None or float(table.cost[target]) >= old_cost - 1e-9:
+                    trial.allocate(old, job)
+                    continue
+                holders = [
+                    h
+                    for h in sorted(placed)
+                    if h != job and _class_of(pool, trial.option_of(h)) == target
+                ][:8]
+                swapped = False
+                for h in holders:
+                    h_old = trial.option_of(h)
+                    trial.release(h)
+                    dj = put(job)
+                    if dj is not None:
+                        dh = put(h)
+                        if dh is not None:
+                            new = cost_of(job) + cost_of(h)
+                            if new < old_cost + (h_old.cost_usd or 0.0) - 1e-9:
+                                decisions[job], decisions[h] = dj, dh
+                                swapped = changed = True
+                                break
+                            trial.release(h)
+                        trial.release(job)
+                    trial.allocate(h_old, h)
+                if not swapped:
+                    trial.allocate(old, job)
+            moved = moved or changed
+            if not changed:
+                break
+        return moved
+
+    @staticmethod
+    def _commit(decisions: list[Decision], trial: PoolState, state: PoolState) -> list[Decision]:
+        """Apply a trial state's placements to the caller's state, in decision order."""
+        for d in decisions:
+            if d.state == "placed":
+                state.allocate(trial.option_of(d.job_id), d.job_id)
+        return decisions
 
     def _wait(
         self,
@@ -105,3 +277,35 @@ class RightSizePolicy(Policy):
             t,
             option,
         )
+
+
+def _placed(decisions: Sequence[Decision]) -> tuple[int, float]:
+    count, cost = 0, 0.0
+    for d in decisions:
+        if d.state == "placed":
+            count += 1
+            o = d.chosen_option
+            cost += o.cost_usd if o is not None and o.cost_usd is not None else 0.0
+    return count, cost
+
+
+def _regret(cost: np.ndarray, ok: np.ndarray) -> list[float]:
+    """Per job: second-cheapest distinct option cost minus the cheapest (inf: only one)."""
+    c = np.where(ok, cost, np.inf)
+    best = c.min(axis=1, initial=np.inf)
+    dearer = np.where(c > best[:, None] * (1 + 1e-9) + 1e-12, c, np.inf)
+    second = dearer.min(axis=1, initial=np.inf)
+    with np.errstate(invalid="ignore"):
+        r = np.where(np.isfinite(best), second - best, -np.inf)
+    return [float(x) for x in r]
+
+
+def _class_of(pool: Pool, option: Option) -> int:
+    """The pool's option class an Option belongs to."""
+    key = (option.kind, option.gpu_type, option.mig_profile)
+    cache = pool._empty.setdefault("class_by_key", {})
+    if not cache:
+        for c in range(pool.n_classes):
+            kind = ("whole", "mig", "shared")[int(pool.class_kind[c])]
+            cache[(kind, GPU_NAMES[int(pool.class_type[c])], pool.class_profile[c])] = c
+    return int(cache[key])
