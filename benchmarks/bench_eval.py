@@ -32,6 +32,11 @@ def main() -> None:
         "wall_s": round(wall_s, 2),
         "learned_vs_analytical_grouped_cv": cv.comparison,
         "learned_fallback": cv.fallback,
+        "coverage_targets": {"peak_vram_gib": 0.95, "time": 0.90},
+        "coverage_by_trust": {
+            r.tier: {m: {k: v.to_dict() for k, v in d.items()} for m, d in r.by_trust.items()}
+            for r in reports
+        },
         "summary": {
             r.tier: {
                 **{m: s.to_dict() for m, s in r.overall.items()},
@@ -45,7 +50,12 @@ def main() -> None:
     print(f"wrote {out} in {wall_s:.1f} s")
     for r in reports:
         for m, s in r.overall.items():
-            print(f"{r.tier:10s} {m:14s} n={s.n:4d} MAPE={s.mape:6.1%} cov={s.coverage:6.1%}")
+            trusted = r.by_trust.get(m, {}).get("calibration")
+            cov_t = f" cov(calibration rows)={trusted.coverage:6.1%}" if trusted else ""
+            print(
+                f"{r.tier:10s} {m:14s} n={s.n:4d} MAPE={s.mape:6.1%} median={s.median_ape:6.1%} "
+                f"cov={s.coverage:6.1%} headroom={s.mean_headroom:6.1%}{cov_t}"
+            )
 
 
 if __name__ == "__main__":

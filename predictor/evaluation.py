@@ -29,7 +29,7 @@ import numpy as np
 
 from ._memory import MemoryModel
 from .gpus import GPU_NAMES
-from .measurements import METRICS, Measurement
+from .measurements import METRICS, Measurement, calibration_exclusion
 from .prediction import PredictionTable
 from .spec import JobSpec
 
@@ -101,6 +101,8 @@ class RowError:
     predicted: float
     upper: float
     confidence: str
+    # False for low-confidence and documented-quirk rows, which never calibrate a bound.
+    calibratable: bool = True
 
     @property
     def ape(self) -> float:
@@ -150,6 +152,7 @@ class EvalReport:
     ratio_summary: dict[str, float]
     unexpressed: list[Unexpressed]
     notes: list[str] = field(default_factory=list)
+    by_trust: dict[str, dict[str, Summary]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         def group(g: Mapping[str, Mapping[str, Summary]]) -> dict[str, Any]:
@@ -161,6 +164,7 @@ class EvalReport:
             "by_task": group(self.by_task),
             "by_gpu": group(self.by_gpu),
             "by_source": group(self.by_source),
+            "by_trust": group(self.by_trust),
             "vram_by_measurement_kind": {k: s.to_dict() for k, s in self.by_kind.items()},
             "cross_gpu_ratio": self.ratio_summary,
             "ratios": [{**asdict(r), "error": round(r.error, 4)} for r in self.ratios],
@@ -353,6 +357,7 @@ def evaluate(
                     predicted=float(p),
                     upper=float(u) if np.isfinite(u) else float(p),
                     confidence=m.confidence,
+                    calibratable=calibration_exclusion(m) is None,
                 )
             )
     overall = {
@@ -382,6 +387,7 @@ def evaluate(
         by_gpu=_grouped(rows, lambda r: r.gpu if not r.gpu.startswith("other:") else "other"),
         by_source=_grouped(rows, lambda r: r.source),
         by_kind={k: _summ(v) for k, v in sorted(by_kind_rows.items())},
+        by_trust=_grouped(rows, lambda r: "calibration" if r.calibratable else "excluded"),
         ratios=ratios,
         ratio_summary=ratio_summary,
         unexpressed=[*extra_unexpressed, *pv.unexpressed],
@@ -389,5 +395,7 @@ def evaluate(
             f"VRAM rows measured on non-catalogue GPUs use the {PROXY_GPU} column",
             "allocated vs peak − overhead; reserved/unknown vs peak − CUDA context; "
             "nvml_used vs full peak",
+            "by_trust: 'calibration' rows may calibrate bounds; 'excluded' are low-confidence "
+            "or documented-quirk rows (scored everywhere, never used to calibrate)",
         ],
     )

@@ -34,7 +34,13 @@ import numpy as np
 
 from ._jobarrays import FRAMEWORKS, TASKS, job_arrays
 from .analytical import AnalyticalPredictor
-from .conformal import DEFAULT_COVERAGE, RUNTIME_COVERAGE, ConformalUpper, task_family
+from .conformal import (
+    DEFAULT_COVERAGE,
+    MIN_FAMILY_SCORES,
+    RUNTIME_COVERAGE,
+    ConformalUpper,
+    task_family,
+)
 from .evaluation import (
     EvalReport,
     PredictedValues,
@@ -405,6 +411,16 @@ def metric_coverage(metric: str, vram_coverage: float, runtime_coverage: float) 
     return vram_coverage if metric == "peak_vram_gib" else runtime_coverage
 
 
+def _conformal(metric: str, coverage: float) -> ConformalUpper:
+    # Task families separate memory errors (inference ≪ training), but not time errors, which
+    # follow the source's stack; grouped CV finds pooled time bounds narrower at equal coverage.
+    min_scores = MIN_FAMILY_SCORES if metric == "peak_vram_gib" else _POOLED
+    return ConformalUpper(coverage, min_scores=min_scores)
+
+
+_POOLED = 1_000_000_000
+
+
 # Which metrics' corrections touch a job of each task (``learned:`` only when one does).
 _APPLIES: dict[str, Callable[[JobSpec], bool]] = {
     "peak_vram_gib": lambda s: True,
@@ -470,7 +486,7 @@ class LearnedPredictor:
                     f"only {d.y.size} measured rows from {n_groups} source(s); analytical used"
                 )
                 if d.calibrate.any():
-                    self.conformal_[metric] = ConformalUpper(cov).fit(
+                    self.conformal_[metric] = _conformal(metric, cov).fit(
                         d.y[d.calibrate], d.families[d.calibrate].tolist()
                     )
                 continue
@@ -507,7 +523,8 @@ class LearnedPredictor:
                     f"{a.mape:.1%}; analytical used"
                 )
             cal = d.calibrate
-            self.conformal_[metric] = ConformalUpper(cov).fit(scores[cal], d.families[cal].tolist())
+            conf = _conformal(metric, cov)
+            self.conformal_[metric] = conf.fit(scores[cal], d.families[cal].tolist())
         self.data_hash_ = training_data_hash(measurements)
         date = version_date or dt.date.today().isoformat()
         self.version_ = f"{date}-{self.data_hash_[:8]}"
@@ -684,9 +701,10 @@ def cross_validate(
         for f in folds:
             corr[f.test] = f.correction
             fams_te = d.families[f.test].tolist()
-            q[f.test] = ConformalUpper(cov).fit(f.scores, f.families.tolist()).log_margin(fams_te)
+            conf = _conformal(metric, cov).fit(f.scores, f.families.tolist())
+            q[f.test] = conf.log_margin(fams_te)
             analytical_q[f.test] = (
-                ConformalUpper(cov).fit(f.raw_scores, f.families.tolist()).log_margin(fams_te)
+                _conformal(metric, cov).fit(f.raw_scores, f.families.tolist()).log_margin(fams_te)
             )
         measured = d.base * np.exp(d.y)
         a = summarise(measured, d.base, d.base)

@@ -71,3 +71,25 @@ def test_grouped_cv_covers_and_never_beats_fallback_rule(measurements):
         assert learned <= max(cmp["analytical_mape"], cmp["learned_mape"]) + 1e-9
         assert learned <= cmp["analytical_mape"] + 1e-9
     assert res.report.overall["peak_vram_gib"].coverage >= 0.85
+
+
+def test_method_says_only_bounds_when_no_correction_applies(fitted):
+    specs = [
+        parse_spec({"model": "llama-3.1-8b", "task": "inference", "batch_size": 8}),
+        parse_spec({"model": "qwen2.5-7b", "task": "lora", "seq_len": 1024}),
+    ]
+    ver = fitted.version_
+    off = fitted.with_coverage(0.95)
+    off.models_ = {m: None for m in off.models_}
+    assert off.method == f"analytical+conformal:{ver}"
+    assert set(off.predict_table(specs).method) == {f"analytical+conformal:{ver}"}
+    if fitted.enabled_metrics:
+        assert fitted.method == f"learned:{ver}"
+
+
+def test_reservation_coverage_also_widens_runtime_bounds(fitted):
+    spec = [parse_spec({"model": "llama-3.1-8b", "task": "full_finetune"})]
+    t = fitted.predict_table(spec)
+    t99 = fitted.with_coverage(0.99).predict_table(spec)
+    assert np.all(t99.runtime_upper_s >= t.runtime_upper_s - 1e-9)
+    assert fitted.coverage == 0.95 and fitted.runtime_coverage == 0.90

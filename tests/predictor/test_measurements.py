@@ -70,3 +70,36 @@ def test_shipped_published_rows_load():
     assert len(ms) > 300
     assert all(m.source for m in ms)
     assert sum(m.peak_vram_gib is not None for m in ms) >= 50
+
+
+def test_quirk_and_low_confidence_rows_never_calibrate():
+    from predictor.measurements import calibration_exclusion, load_measurements
+
+    ms = {m.id: m for m in load_measurements()}
+    assert calibration_exclusion(ms["pub-vram-vp048"]) == "documented quirk of its source"
+    assert calibration_exclusion(ms["pub-vram-vp025"]) == "low confidence"
+    assert calibration_exclusion(ms["pub-vram-vp012"]) is None
+
+
+def test_rows_from_lines_skip_bad_rows_and_simulated():
+    import json
+
+    import pytest
+
+    from predictor.exceptions import DataError
+    from predictor.measurements import measurements_from_lines
+
+    good = {
+        "id": "r1",
+        "origin": "history",
+        "source": "node a",
+        "spec": {"model": "gpt2", "task": "inference"},
+        "peak_vram_gib": 2.0,
+    }
+    sim = {**good, "id": "r2", "simulated": True}
+    lines = [json.dumps(good).encode(), json.dumps(sim), "not json"]
+    with pytest.warns(UserWarning, match=r"redis\[3\]"):
+        out = measurements_from_lines(lines, "redis", strict=False)
+    assert [m.id for m in out] == ["r1"]
+    with pytest.raises(DataError, match=r"redis\[3\]"):
+        measurements_from_lines(lines, "redis")

@@ -113,3 +113,43 @@ def test_shipped_file_matches_a_fresh_conversion():
     shipped = (datasets_dir() / "measured" / "published.jsonl").read_text().splitlines()
     fresh = [json.dumps(r, sort_keys=True, ensure_ascii=False) for r in convert_published().rows]
     assert shipped == fresh
+
+
+def test_torchtune_checkpointing_defaults_on_when_unstated():
+    m = parse_measurement(convert_vram_row(_vram(gradient_checkpointing=None)))
+    assert m.spec.gradient_checkpointing is True
+    assert "torchtune configs default to True" in m.notes
+
+
+def test_lit_gpt_fsdp_lora_rows_carry_the_unsharded_load_quirk():
+    from predictor.measurements import is_quirk
+
+    row = _vram(framework="lit-gpt @8641822 (Lightning Fabric)", num_gpus=2)
+    assert is_quirk(parse_measurement(convert_vram_row(row)))
+    assert not is_quirk(parse_measurement(convert_vram_row(_vram())))
+
+
+def test_static_batch_throughput_gives_runtime_not_a_prefill_polluted_tpot():
+    row = {
+        "id": "x",
+        "source": "s",
+        "gpu": "H100 SXM 80GB",
+        "num_gpus": 1,
+        "tp": 1,
+        "model": "Llama-2-7B",
+        "params_b": 6.74,
+        "architecture": None,
+        "precision": "FP16",
+        "workload": "inference_static_batch_throughput",
+        "global_batch_size": 64,
+        "input_len": 128,
+        "output_len": 128,
+        "metric": "output_tokens_per_sec",
+        "value": 8000.0,
+        "unit": "output tokens/s",
+        "framework": "TensorRT-LLM",
+    }
+    m = parse_measurement(convert_runtime_row(row))
+    assert m.runtime_s == pytest.approx(64 * 128 / 8000.0) and m.tpot_s is None
+    with_ttft = parse_measurement(convert_runtime_row({**row, "other_metrics": {"ttft_ms": 100}}))
+    assert with_ttft.tpot_s == pytest.approx((64 * 128 / 8000.0 - 0.1) / 127)
