@@ -50,7 +50,11 @@ def parse_record(raw: Mapping[str, str]) -> dict[str, Any]:
             except (ValueError, TypeError):
                 out[k] = None
                 bad.append(k)
-    out["simulated"] = raw.get("simulated") == "1"
+    # keys.py's ``simulated`` field, or the same label on the placement / outcome records.
+    out["simulated"] = raw.get("simulated") == "1" or any(
+        isinstance(out.get(k), dict) and out[k].get("simulated") is True
+        for k in ("outcome", "placement")
+    )
     if bad:
         out["_unreadable"] = bad
     return out

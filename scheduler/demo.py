@@ -606,7 +606,9 @@ def _finish(
         f"The '{_BASELINE}' baseline (each user asks for a whole GPU, FIFO) and the "
         f"'{cfg.policy} (simulated)' column come from the discrete-event simulator on the same "
         f"workload and seed; the live column is measured from the placement log of the real "
-        f"scheduler and simulated workers (time scale {scale:.3g} s per workload second)."
+        f"scheduler and simulated workers (time scale {scale:.3g} s per workload second, so "
+        f"each real second of scheduling latency reads as {1 / scale / 3600:.1f} workload hours "
+        f"of queueing delay)."
     )
     con.print(note, style="dim")
     if base.get("cost_usd") and live.get("cost_usd") is not None:
