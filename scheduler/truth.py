@@ -25,6 +25,7 @@ from .exceptions import SimulationError
 __all__ = [
     "PLACEHOLDER_RESIDUALS",
     "RESIDUALS_PATH",
+    "TRIM_FRACTION",
     "ResidualModel",
     "fit_residuals",
     "load_residuals",
@@ -33,6 +34,8 @@ __all__ = [
 RESIDUALS_PATH = Path(__file__).resolve().parent.parent / "datasets/workloads/residuals.json"
 _QUANTILE_LEVELS = tuple(round(x, 3) for x in np.linspace(0.0, 1.0, 41))
 REGENERATE = ".venv/bin/python -m scheduler.truth"
+# Share of the measured log-ratios dropped before fitting, half from each tail (see fit_residuals).
+TRIM_FRACTION = 0.01
 
 # Used only when no measured rows are available: log-normal with sigma 0.08 for VRAM (allocator
 # and framework overhead the analytical model misses) and 0.30 for runtime (MFU varies widely),
@@ -99,12 +102,26 @@ def _quantiles(x: np.ndarray) -> np.ndarray:
     return np.quantile(x, np.asarray(_QUANTILE_LEVELS))
 
 
-def fit_residuals(min_rows: int = 10) -> ResidualModel:
-    """Measured/analytical log-ratios on every real measured run; placeholder if too few.
+def _trimmed(x: np.ndarray, trim: float) -> np.ndarray:
+    """``x`` without its outer ``trim`` share (half in each tail)."""
+    if x.size == 0 or trim <= 0:
+        return x
+    lo, hi = np.quantile(x, [trim / 2, 1 - trim / 2])
+    return x[(x >= lo) & (x <= hi)]
 
-    VRAM uses every row with a measured peak (the analytical peak on the row's GPU type, or on
-    an H100-80GB when the row's GPU is not in the catalogue: the memory model barely depends on
-    the GPU). Runtime uses rows on catalogue GPUs with a measured step time or runtime.
+
+def fit_residuals(min_rows: int = 10, *, trim: float = TRIM_FRACTION) -> ResidualModel:
+    """Measured/analytical log-ratios on real measured runs; placeholder if too few.
+
+    Rows tagged ``confidence: low`` are left out: they are published figures with a known quirk
+    (an unsharded load, a different allocator, an unstated batch), which stand for the source's
+    setup rather than for what a job on our cluster would use. The outer ``trim`` share of what
+    remains (half per tail, 1% by default) is then dropped, so a single odd row cannot set the
+    simulated tail; what is trimmed is recorded in the provenance.
+
+    VRAM uses every kept row with a measured peak (the analytical peak on the row's GPU type, or
+    on an H100-80GB when the row's GPU is not in the catalogue: the memory model barely depends
+    on the GPU). Runtime uses rows on catalogue GPUs with a measured step time or runtime.
     """
     from predictor.analytical import predict_table
     from predictor.measurements import load_measurements
@@ -112,7 +129,11 @@ def fit_residuals(min_rows: int = 10) -> ResidualModel:
     rows = load_measurements(strict=False)
     vram: list[float] = []
     runtime: list[float] = []
+    n_low = 0
     for m in rows:
+        if m.confidence == "low":
+            n_low += 1
+            continue
         gpu = m.gpu or "H100-80GB"
         try:
             t = predict_table([m.spec], [gpu])
@@ -132,17 +153,22 @@ def fit_residuals(min_rows: int = 10) -> ResidualModel:
             pred = float(t.runtime_s[0, 0])
             if pred > 0 and math.isfinite(pred):
                 runtime.append(math.log(m.runtime_s / pred))
+    v_kept = _trimmed(np.asarray(vram), trim)
+    r_kept = _trimmed(np.asarray(runtime), trim)
     base = ResidualModel.placeholder()
-    v = _quantiles(np.asarray(vram)) if len(vram) >= min_rows else base.vram_log
-    r = _quantiles(np.asarray(runtime)) if len(runtime) >= min_rows else base.runtime_log
+    v = _quantiles(v_kept) if v_kept.size >= min_rows else base.vram_log
+    r = _quantiles(r_kept) if r_kept.size >= min_rows else base.runtime_log
     provenance = {
         "regenerate": REGENERATE,
         "data": "datasets/measured/*.jsonl (non-simulated rows), predictor.analytical",
-        "n_vram_rows": len(vram),
-        "n_runtime_rows": len(runtime),
-        "vram_source": "measured" if len(vram) >= min_rows else PLACEHOLDER_RESIDUALS["source"],
+        "filter": f"confidence != 'low' ({n_low} rows dropped); outer {trim:.0%} trimmed",
+        "n_vram_rows": int(v_kept.size),
+        "n_vram_trimmed": len(vram) - int(v_kept.size),
+        "n_runtime_rows": int(r_kept.size),
+        "n_runtime_trimmed": len(runtime) - int(r_kept.size),
+        "vram_source": "measured" if v_kept.size >= min_rows else PLACEHOLDER_RESIDUALS["source"],
         "runtime_source": "measured"
-        if len(runtime) >= min_rows
+        if r_kept.size >= min_rows
         else PLACEHOLDER_RESIDUALS["source"],
     }
     return ResidualModel(np.asarray(_QUANTILE_LEVELS), v, r, provenance)

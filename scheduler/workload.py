@@ -4,6 +4,13 @@ The mix lives in ``datasets/workloads/mix.yaml`` and is documented in the README
 serving, batch inference, LoRA, QLoRA, full fine-tuning and pre-training; model popularity
 skewed to 7-8B as on public hubs; heavy-tailed durations (lognormal ``steps`` and
 ``num_requests``); diurnal arrivals from a non-homogeneous Poisson process (thinning).
+
+Most of a real cluster's submissions are re-runs (Google's Autopilot paper, EuroSys'20: the bulk
+of jobs recur, which is what makes history-based limits work). So a ``recurrence.share`` of the
+arrivals re-run one of ``recurrence.templates`` recurring jobs, picked with Zipf popularity, with
+the same spec and the same requested GPU each time; the rest are one-off jobs. Every job carries a
+``fingerprint``: the template's for a re-run, its own for a one-off. The simulator draws ground
+truth per fingerprint, so re-runs of one job behave alike.
 Same mix, days and seed → the same workload.
 """
 
@@ -25,7 +32,15 @@ from predictor.spec import JobSpec, parse_spec
 
 from .exceptions import SimulationError
 
-__all__ = ["MIX_PATH", "JobClass", "Mix", "Workload", "generate_workload", "load_mix"]
+__all__ = [
+    "MIX_PATH",
+    "JobClass",
+    "Mix",
+    "Recurrence",
+    "Workload",
+    "generate_workload",
+    "load_mix",
+]
 
 MIX_PATH = Path(__file__).resolve().parent.parent / "datasets/workloads/mix.yaml"
 SECONDS_PER_DAY = 86_400.0
@@ -64,8 +79,18 @@ class JobClass(BaseModel):
         return self
 
 
+class Recurrence(BaseModel):
+    """Which share of submissions re-run a recurring job, and how many recurring jobs exist."""
+
+    model_config = ConfigDict(extra="forbid")
+    share: float = Field(default=0.0, ge=0, le=1)
+    templates: int = Field(default=1, ge=1)
+    zipf_exponent: float = Field(default=1.0, ge=0)
+
+
 class Mix(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    recurrence: Recurrence = Field(default_factory=Recurrence)
     jobs_per_day: float = Field(gt=0)
     diurnal_amplitude: float = Field(ge=0, lt=1)
     peak_hour: float = Field(ge=0, lt=24)
@@ -100,12 +125,20 @@ def load_mix(path: str | Path = MIX_PATH) -> Mix:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
-    """Jobs sorted by arrival. ``requested_gpu`` is the whole GPU type a user would ask for."""
+    """Jobs sorted by arrival. ``requested_gpu`` is the whole GPU type a user would ask for;
+    ``fingerprint`` names the recurring job a submission re-runs (``tpl-<k>``) or, for a
+    one-off, the submission itself (``once-<i>``)."""
 
     specs: tuple[JobSpec, ...]
     arrival_s: np.ndarray
     requested_gpu: tuple[str, ...]
     job_class: tuple[str, ...]
+    fingerprint: tuple[str, ...] = ()
+
+    @property
+    def recurring(self) -> np.ndarray:
+        """Per job: whether it re-runs a recurring template."""
+        return np.fromiter((f.startswith("tpl-") for f in self.fingerprint), bool, len(self))
 
     def __len__(self) -> int:
         return len(self.specs)
@@ -175,6 +208,36 @@ def _spec_dict(
     return d
 
 
+def _zipf_weights(n: int, exponent: float) -> np.ndarray:
+    w = 1.0 / np.arange(1, n + 1, dtype=float) ** exponent
+    return w / w.sum()
+
+
+class _Drawer:
+    """Draws one job (class, model, requested GPU, spec) from the mix."""
+
+    def __init__(self, mix: Mix, rng: np.random.Generator) -> None:
+        self.mix = mix
+        self.rng = rng
+        self.class_names, self.class_w = _weights({k: c.weight for k, c in mix.classes.items()})
+        self.model_names, self.model_w = _weights(mix.models)
+        self.gpu_names, self.gpu_w = _weights(mix.requested_gpu_weights)
+
+    def draw(self, job_id: str) -> tuple[JobSpec, str, str]:
+        rng, m = self.rng, self.mix
+        name = self.class_names[int(rng.choice(len(self.class_names), p=self.class_w))]
+        model = self.model_names[int(rng.choice(len(self.model_names), p=self.model_w))]
+        gpu = self.gpu_names[int(rng.choice(len(self.gpu_names), p=self.gpu_w))]
+        cls = m.classes[name]
+        # Pre-training from scratch is done on small models here; redraw among those.
+        if cls.task == "pretrain" and cls.max_params_b is not None:
+            small = [k for k in self.model_names if _params_b(k) <= cls.max_params_b]
+            if small:
+                model = small[int(rng.integers(len(small)))]
+        spec = parse_spec(_spec_dict(name, cls, model, m, rng, job_id))
+        return spec, gpu, name
+
+
 def generate_workload(
     days: float = 7.0,
     seed: int = 0,
@@ -182,39 +245,60 @@ def generate_workload(
     mix: Mix | str | Path = MIX_PATH,
     jobs_per_day: float | None = None,
     max_jobs: int | None = None,
+    recurrence_share: float | None = None,
 ) -> Workload:
-    """Draw a workload: arrivals over ``days``, then one job per arrival (see module doc)."""
+    """Draw a workload: arrivals over ``days``, then one job per arrival (see module doc).
+
+    ``recurrence_share`` overrides the mix's share of re-runs (0: every job is a one-off).
+    """
     if days <= 0:
         raise SimulationError(f"`days` must be positive; got {days}")
     m = mix if isinstance(mix, Mix) else load_mix(mix)
     if jobs_per_day is not None:
         m = m.model_copy(update={"jobs_per_day": float(jobs_per_day)})
-    rng = np.random.default_rng(seed)
-    arrivals = _arrivals(m, days, rng)
+    rec = m.recurrence
+    if recurrence_share is not None:
+        if not 0 <= recurrence_share <= 1:
+            raise SimulationError(f"recurrence_share must be in [0, 1]; got {recurrence_share}")
+        rec = rec.model_copy(update={"share": float(recurrence_share)})
+    # Separate streams: the arrivals, the recurring templates and the one-off jobs do not shift
+    # each other when one of them changes.
+    rng_arr, rng_tpl, rng_job = (np.random.default_rng([seed, k]) for k in range(3))
+    arrivals = _arrivals(m, days, rng_arr)
     if max_jobs is not None:
         arrivals = arrivals[:max_jobs]
-    class_names, class_w = _weights({k: c.weight for k, c in m.classes.items()})
-    model_names, model_w = _weights(m.models)
-    gpu_names, gpu_w = _weights(m.requested_gpu_weights)
     n = arrivals.size
-    cls_idx = rng.choice(len(class_names), size=n, p=class_w)
-    model_idx = rng.choice(len(model_names), size=n, p=model_w)
-    gpu_idx = rng.choice(len(gpu_names), size=n, p=gpu_w)
+    is_rerun = rng_arr.random(n) < rec.share
+    which = rng_arr.choice(rec.templates, size=n, p=_zipf_weights(rec.templates, rec.zipf_exponent))
+    templates: dict[int, tuple[JobSpec, str, str]] = {}
+    tpl_drawer = _Drawer(m, rng_tpl)
+    job_drawer = _Drawer(m, rng_job)
     specs: list[JobSpec] = []
+    gpus: list[str] = []
+    classes: list[str] = []
+    fps: list[str] = []
     for i in range(n):
-        name = class_names[int(cls_idx[i])]
-        cls = m.classes[name]
-        model = model_names[int(model_idx[i])]
-        # Pre-training from scratch is done on small models here; redraw among those.
-        if cls.task == "pretrain" and cls.max_params_b is not None:
-            small = [k for k in model_names if _params_b(k) <= cls.max_params_b]
-            if small:
-                model = small[int(rng.integers(len(small)))]
-        d = _spec_dict(name, cls, model, m, rng, f"job-{seed}-{i:07d}")
-        specs.append(parse_spec(d))
+        job_id = f"job-{seed}-{i:07d}"
+        if is_rerun[i]:
+            k = int(which[i])
+            # Templates are drawn in order of first use, so a longer horizon extends, not
+            # reshuffles, a shorter one.
+            if k not in templates:
+                templates[k] = tpl_drawer.draw(f"tpl-{seed}-{k}")
+            tspec, gpu, name = templates[k]
+            spec = tspec.model_copy(update={"id": job_id})
+            fp = f"tpl-{k}"
+        else:
+            spec, gpu, name = job_drawer.draw(job_id)
+            fp = f"once-{i}"
+        specs.append(spec)
+        gpus.append(gpu)
+        classes.append(name)
+        fps.append(fp)
     return Workload(
         specs=tuple(specs),
         arrival_s=arrivals,
-        requested_gpu=tuple(gpu_names[int(g)] for g in gpu_idx),
-        job_class=tuple(class_names[int(c)] for c in cls_idx),
+        requested_gpu=tuple(gpus),
+        job_class=tuple(classes),
+        fingerprint=tuple(fps),
     )
