@@ -19,7 +19,7 @@ from .exceptions import PlacementError, SchedulerError
 from .placement import (
     PlacementRequest,
     RunningJob,
-    fits_anywhere,
+    fits_anywhere_many,
     option_table,
     rejected_decision,
 )
@@ -100,14 +100,15 @@ class SchedulerCore:
         t0 = time.perf_counter()
         decisions: list[Decision] = []
         pool = self.state.pool
-        for jid, (_, req) in list(self._pending.items()):
-            if jid in self._checked:
-                continue
-            self._checked.add(jid)
-            if not fits_anywhere(req, pool):
+        new = [req for jid, (_, req) in self._pending.items() if jid not in self._checked]
+        if new:
+            for req, ok in zip(new, fits_anywhere_many(new, pool), strict=True):
+                self._checked.add(req.job_id)
+                if ok:
+                    continue
                 table = option_table(req, self.state)
                 decisions.append(rejected_decision(table, policy=str(self.policy.name), now_s=now))
-                self._drop(jid)
+                self._drop(req.job_id)
                 self.counters.rejected += 1
         queue = self.pending
         if queue:
@@ -127,14 +128,19 @@ class SchedulerCore:
             )
         req = entry[1]
         if d.state == "placed":
-            opt = d.chosen_option
-            if opt is None:
-                raise SchedulerError(
-                    f"policy {self.policy.name} placed {d.job_id!r} without a chosen option"
-                )
-            if d.job_id not in self.state:
+            if d.job_id in self.state:
+                # Read the committed option from the state: touching d.options would build
+                # the whole (lazy) option list of every placed job.
+                opt = self.state.option_of(d.job_id)
+            else:
                 # Policies are meant to commit as they go; commit here for any that do not.
-                self.state.allocate(opt, d.job_id)
+                chosen = d.chosen_option
+                if chosen is None:
+                    raise SchedulerError(
+                        f"policy {self.policy.name} placed {d.job_id!r} without a chosen option"
+                    )
+                self.state.allocate(chosen, d.job_id)
+                opt = chosen
             runtime = opt.runtime_s if opt.runtime_s is not None else math.inf
             user = req.user_runtime_estimate_s
             self.running[d.job_id] = RunningJob(

@@ -60,6 +60,7 @@ __all__ = [
     "earliest_fit",
     "enumerate_options",
     "fits_anywhere",
+    "fits_anywhere_many",
     "greedy_schedule",
     "option_table",
     "pending_decision",
@@ -348,7 +349,7 @@ class OptionBatch:
         need_gib = np.maximum(upper, floor[:, None])[:, ct]
         runtime = rt[:, ct] * pool.class_runtime_scale
         finite = np.isfinite(need_gib) & np.isfinite(runtime)
-        need = np.ceil(np.where(finite, need_gib, 0.0) * MIB_PER_GIB - 1e-6).astype(np.int64)
+        need = np.ceil(np.where(finite, need_gib, 0.0) * MIB_PER_GIB).astype(np.int64)
         cap_ok = need <= pool.class_capacity_mib
         if reserve_whole:
             # The job must still fit; it then holds the whole GPU, as users do today.
@@ -794,10 +795,12 @@ def option_table(
 
 def fits_anywhere(request: PlacementRequest, pool: Pool) -> bool:
     """Whether any option of ``pool`` holds ``request`` when the pool is empty."""
-    empty = pool._empty.get("state")
-    if empty is None:
-        empty = pool._empty["state"] = pool.state()
-    return bool(OptionTable(request, empty).fits_empty.any())
+    return fits_anywhere_many([request], pool)[0]
+
+
+def fits_anywhere_many(requests: Sequence[PlacementRequest], pool: Pool) -> list[bool]:
+    """:func:`fits_anywhere` for many jobs in one vectorised pass."""
+    return list(OptionBatch(requests, pool)._any_empty)
 
 
 def enumerate_options(

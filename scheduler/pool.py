@@ -65,13 +65,17 @@ _MODE_CODES: dict[str, int] = {"whole": MODE_WHOLE, "mig": MODE_MIG, "shared": M
 KIND_WHOLE, KIND_MIG, KIND_SHARED = MODE_WHOLE, MODE_MIG, MODE_SHARED
 KIND_NAMES: tuple[Literal["whole", "mig", "shared"], ...] = ("whole", "mig", "shared")
 
+# Which parts of a state summary an allocation of each kind makes stale (bit = 1 << MODE_*).
+_DIRTY_WHOLE, _DIRTY_MIG, _DIRTY_SHARED = 1 << MODE_WHOLE, 1 << MODE_MIG, 1 << MODE_SHARED
+_ALL_KINDS = _DIRTY_WHOLE | _DIRTY_MIG | _DIRTY_SHARED
+
 _POPCOUNT = np.array([bin(i).count("1") for i in range(1 << 15)], dtype=np.int8)
 
 
 def gib_to_mib_ceil(gib: float) -> int:
     """Reservations round *up* to a MiB so they never drop below the bound they came from."""
-    # The tiny epsilon keeps values that are already whole MiB (k/1024) from jumping by one.
-    return math.ceil(gib * MIB_PER_GIB - 1e-6)
+    # Scaling by 1024 is exact in binary floating point, so k/1024 GiB maps to exactly k MiB.
+    return math.ceil(gib * MIB_PER_GIB)
 
 
 def mig_mask(profile: MigProfile, start: int) -> int:
@@ -294,6 +298,23 @@ class Pool:
         if kind == KIND_SHARED:
             return f"shared {t}"
         return t
+
+    def _indices(self) -> dict[str, np.ndarray]:
+        """Index arrays the state summary reads, computed once per pool."""
+        cached = self._empty.get("indices")
+        if cached is None:
+            whole_nodes = np.flatnonzero(self.node_mode == MODE_WHOLE)
+            shared = np.flatnonzero(self.gpu_mode == MODE_SHARED)
+            cached = {
+                "whole_nodes": whole_nodes,
+                "whole_node_type": self.node_type[whole_nodes].astype(np.int64),
+                "shared_gpus": shared,
+                "shared_type": self.gpu_type[shared].astype(np.int64),
+                "class_whole": self.class_kind == KIND_WHOLE,
+                "class_shared": self.class_kind == KIND_SHARED,
+            }
+            self._empty["indices"] = cached
+        return cached  # type: ignore[no-any-return]
 
     def state(self) -> PoolState:
         """A fresh, empty state of this pool."""
@@ -608,7 +629,7 @@ class _Alloc:
 class Summary:
     """Per-state aggregates that option enumeration reads (computed once per state version)."""
 
-    node_free: np.ndarray  # idle whole-mode GPUs per node
+    node_free: np.ndarray  # idle GPUs per node (only read for whole-mode nodes)
     type_max_node_free: np.ndarray  # (n_types,) most idle whole GPUs in one node
     type_shared_free_mib: np.ndarray  # (n_types,) most free MiB on an open shared GPU
     class_avail: np.ndarray  # (n_classes,) MIG instances creatable now (0 for other kinds)
@@ -630,6 +651,7 @@ class PoolState:
 
     __slots__ = (
         "_allocs",
+        "_dirty",
         "_summary",
         "_summary_version",
         "busy",
@@ -653,6 +675,7 @@ class PoolState:
         self.version = 0
         self._summary: Summary | None = None
         self._summary_version = -1
+        self._dirty = 0
 
     # -- views --------------------------------------------------------------------------------
 
@@ -720,6 +743,7 @@ class PoolState:
         new.version = self.version
         new._summary = self._summary
         new._summary_version = self._summary_version
+        new._dirty = self._dirty
         return new
 
     def fenced(self, gpu_indices: Iterable[int]) -> PoolState:
@@ -732,6 +756,7 @@ class PoolState:
         new.shared_count[idx] = np.maximum(self.pool.max_shared[idx], new.shared_count[idx])
         new._summary = None
         new._summary_version = -1
+        new._dirty = _ALL_KINDS
         return new
 
     # -- aggregates for enumeration ------------------------------------------------------------
@@ -740,32 +765,44 @@ class PoolState:
         if self._summary is not None and self._summary_version == self.version:
             return self._summary
         p = self.pool
-        n_types = len(GPU_NAMES)
-        free_whole = (p.gpu_mode == MODE_WHOLE) & ~self.busy & (self.used_mib == 0)
-        node_free = np.bincount(p.gpu_node, weights=free_whole, minlength=len(p.nodes)).astype(
-            np.int64
-        )
-        tmax = np.zeros(n_types, np.int64)
-        np.maximum.at(tmax, p.node_type.astype(np.int64), np.where(p.node_mode == 0, node_free, 0))
-        open_shared = (p.gpu_mode == MODE_SHARED) & (self.shared_count < p.max_shared)
-        shared_free = np.full(n_types, -1, np.int64)
-        np.maximum.at(
-            shared_free, p.gpu_type.astype(np.int64), np.where(open_shared, self.free_mib, -1)
-        )
-        if p.cand_gpu.size:
-            avail = (self.mig_occ[p.cand_gpu] & p.cand_mask) == 0
-            class_avail = np.bincount(p.cand_class[avail], minlength=p.n_classes)
-        else:
-            avail = np.zeros(0, bool)
-            class_avail = np.zeros(p.n_classes, np.int64)
+        prev = self._summary
+        dirty = self._dirty if prev is not None else _ALL_KINDS
+        idx = p._indices()
         ct = p.class_type
+        if prev is None or dirty & _DIRTY_WHOLE:
+            # Nodes are contiguous GPU ranges, so per-node sums are one reduceat.
+            free_whole = (~self.busy & (self.used_mib == 0)).astype(np.int64)
+            node_free = np.add.reduceat(free_whole, p.node_first) if len(p.nodes) else free_whole
+            tmax = np.zeros(len(GPU_NAMES), np.int64)
+            np.maximum.at(tmax, idx["whole_node_type"], node_free[idx["whole_nodes"]])
+        else:
+            node_free, tmax = prev.node_free, prev.type_max_node_free
+        if prev is None or dirty & _DIRTY_SHARED:
+            g = idx["shared_gpus"]
+            shared_free = np.full(len(GPU_NAMES), -1, np.int64)
+            if g.size:
+                open_ = self.shared_count[g] < p.max_shared[g]
+                free = np.where(open_, p.capacity_mib[g] - self.used_mib[g], -1)
+                np.maximum.at(shared_free, idx["shared_type"], free)
+        else:
+            shared_free = prev.type_shared_free_mib
+        if prev is None or dirty & _DIRTY_MIG:
+            if p.cand_gpu.size:
+                avail = (self.mig_occ[p.cand_gpu] & p.cand_mask) == 0
+                class_avail = np.bincount(p.cand_class[avail], minlength=p.n_classes)
+            else:
+                avail = np.zeros(0, bool)
+                class_avail = np.zeros(p.n_classes, np.int64)
+        else:
+            avail, class_avail = prev.mig_avail, prev.class_avail
         supply = np.where(
-            p.class_kind == KIND_WHOLE,
+            idx["class_whole"],
             tmax[ct],
-            np.where(p.class_kind == KIND_SHARED, shared_free[ct], class_avail),
+            np.where(idx["class_shared"], shared_free[ct], class_avail),
         )
         self._summary = Summary(node_free, tmax, shared_free, class_avail, avail, supply)
         self._summary_version = self.version
+        self._dirty = 0
         return self._summary
 
     # -- mutation -----------------------------------------------------------------------------
@@ -846,6 +883,7 @@ class PoolState:
         self.reserved_mib[idx] += res
         self._allocs[job_id] = _Alloc(option, mode, gpus, used, res, mask)
         self.version += 1
+        self._dirty |= 1 << mode
 
     def release(self, job_id: str) -> Option:
         """Undo ``allocate`` exactly; returns the option the job held."""
@@ -866,6 +904,7 @@ class PoolState:
         else:
             self.shared_count[a.gpus[0]] -= 1
         self.version += 1
+        self._dirty |= 1 << a.kind
         return a.option
 
     @classmethod
