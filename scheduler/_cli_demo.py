@@ -40,6 +40,11 @@ __all__ = ["demo_command"]
     help="Simulated worker processes per node (default: min(slots, 3)).",
 )
 @click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True)
+@click.option(
+    "--keep-redis",
+    is_flag=True,
+    help="Leave the private Redis running afterwards (explore with log / explain / pool).",
+)
 def demo_command(
     jobs: int,
     seed: int,
@@ -50,6 +55,7 @@ def demo_command(
     policy: str,
     workers_per_node: int | None,
     timeout_s: float,
+    keep_redis: bool,
 ) -> None:
     """Run the whole service on a private Redis with simulated GPU workers, submit a realistic
     workload in accelerated time, compare with the `requested` baseline, write an HTML report."""
@@ -70,6 +76,7 @@ def demo_command(
         policy=policy,
         workers_per_node=workers_per_node,
         timeout_s=timeout_s,
+        keep_redis=keep_redis,
     )
     try:
         run_demo(cfg)

@@ -80,7 +80,9 @@ def load_record(store: Any, job_id: str) -> dict[str, Any]:
 
 
 _url_option = click.option(
+    "--redis",
     "--url",
+    "url",
     envvar="SNUGFIT_REDIS_URL",
     default=None,
     help="Redis URL (default: $SNUGFIT_REDIS_URL, else the embedded server).",

@@ -58,6 +58,7 @@ class DemoConfig:
     workers_per_node: int | None = None  # None: min(slots on the node, 3)
     target_s: float = _TARGET_RUN_S
     timeout_s: float = 600.0
+    keep_redis: bool = False  # leave the private Redis up to explore with log/explain/pool
 
 
 @dataclass
@@ -450,8 +451,16 @@ def run_demo(cfg: DemoConfig, console: Any | None = None) -> DemoResult:
         live, attempts = live_metrics(records, events, pool, t0=t0, time_scale=scale)
     finally:
         procs.stop()
-        if redis_started:
+        if redis_started and not cfg.keep_redis:
             _stop_redis(home)
+    if cfg.keep_redis:
+        atexit.unregister(_stop_redis)
+        con.print(
+            f"Redis kept running for you: export SNUGFIT_REDIS_URL={url}\n"
+            "  then: snugfit log | snugfit explain <job id> | snugfit pool\n"
+            f'  stop it: python -c "from scheduler.connection import stop_embedded; '
+            f"from pathlib import Path; stop_embedded(Path('{home}'))\""
+        )
     return _finish(cfg, con, out_dir, pool, wl, live, sim_by_policy, attempts, records, scale,
                    states, t0, time.monotonic() - t_wall)  # fmt: skip
 
