@@ -28,7 +28,7 @@ from .registry import PolicyName
 
 if TYPE_CHECKING:
     from ..decision import Decision
-    from ..placement import PlacementRequest, RunningJob
+    from ..placement import Binding, OptionTable, PlacementRequest, RunningJob
     from ..pool import PoolState
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "fragmentation_after_share",
     "fragmentation_after_whole",
     "fragmentation_from_terms",
+    "fragmentation_increase",
     "node_fragmentation",
     "share_candidates_fragmentation",
     "typical_task_classes",
@@ -263,10 +264,62 @@ def fgd_score(frag_before: np.ndarray, frag_after: np.ndarray, scale: float) -> 
     return np.where(np.isfinite(frag_after), s, -np.inf)
 
 
+def _task_demand_gib(
+    pending: Sequence[PlacementRequest], running: Sequence[RunningJob]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per job (queued and running): memory per GPU it holds or would hold (GiB), GPU count."""
+    demand: list[float] = []
+    count: list[int] = []
+    for r in pending:
+        res = r.reservation_gib()
+        finite = res[np.isfinite(res)]
+        if finite.size:
+            # The smallest per-type need: what the job asks of the GPU it most likely gets.
+            demand.append(float(finite.min()))
+            count.append(r.n_gpus)
+    for j in running:
+        demand.append(float(j.option.reserved_gib))
+        count.append(int(j.option.n_gpus))
+    return np.asarray(demand, float), np.asarray(count, np.int64)
+
+
 class FgdPolicy(Policy):
-    """FGD on our pools; see the module docstring. Placeholder until the core's types land."""
+    """FGD on our pools: of the options that fit now, the one raising fragmentation least.
+
+    The target workload is what the scheduler sees: the queued and running jobs, each as
+    (memory per GPU, GPU count), binned to ``bin_gib`` and cut to the shapes covering
+    ``threshold`` of them (the paper's popularity cut). A GPU's capacity is its free memory
+    in GiB rather than a fraction: our pools mix 40-180 GB GPUs, and a task needs the same
+    GiB on any of them, so fractions of different GPUs would not compare. A whole-mode GPU
+    that holds a job has nothing free; a MIG or shared GPU has what its slices or
+    reservations leave. CPU is not modelled (our options carry none), so every class's CPU
+    test passes. Candidates are every node (whole GPUs) or GPU (shared) that fits now, and
+    the core's slice for MIG; each scores its node's fragmentation after minus before; ties
+    go to the cheaper, then the smaller option. Jobs that cannot start do not block later
+    ones.
+    """
 
     name = PolicyName.FGD
+
+    def __init__(self, *, bin_gib: float = 2.0, threshold: float = POPULARITY_THRESHOLD) -> None:
+        if bin_gib <= 0 or not 0 < threshold <= 1:
+            from ..exceptions import PolicyError
+
+            raise PolicyError(
+                f"fgd: bin_gib must be > 0 and threshold in (0, 1]; got bin_gib={bin_gib}, "
+                f"threshold={threshold}"
+            )
+        self.bin_gib = float(bin_gib)
+        self.threshold = float(threshold)
+
+    def task_classes(
+        self, pending: Sequence[PlacementRequest], running: Sequence[RunningJob] = ()
+    ) -> TaskClasses | None:
+        demand, count = _task_demand_gib(pending, running)
+        if demand.size == 0:
+            return None
+        binned = np.maximum(np.ceil(demand / self.bin_gib), 1.0) * self.bin_gib
+        return typical_task_classes(np.zeros_like(binned), binned, count, self.threshold)
 
     def schedule(
         self,
@@ -275,4 +328,133 @@ class FgdPolicy(Policy):
         now_s: float,
         running: Sequence[RunningJob] = (),
     ) -> list[Decision]:
-        raise NotImplementedError
+        from ..placement import OptionBatch, pending_decision, place, rejected_decision
+
+        classes = self.task_classes(pending, running)
+        policy = self.name.value
+        batch = OptionBatch(pending, state.pool)
+        out: list[Decision] = []
+        for i, req in enumerate(pending):
+            if not batch.fits_empty_any(i):
+                out.append(rejected_decision(batch.table(i, state), policy=policy, now_s=now_s))
+                continue
+            if not batch.fits_now_any(i, state):
+                out.append(pending_decision(batch.table(i, state), policy=policy, now_s=now_s))
+                continue
+            table = batch.table(i, state)
+            cands = _candidates(table, state)
+            if classes is None:
+                delta = np.zeros(len(cands))
+            else:
+                delta = _increase(table, state, classes, cands)
+            cost = np.array([float(table.cost[c]) for c, _ in cands])
+            size = np.array([float(table.size[c]) for c, _ in cands])
+            k = int(np.lexsort((np.arange(len(cands)), size, cost, delta))[0])
+            c, b = cands[k]
+            d = place(
+                table,
+                c,
+                state,
+                policy=policy,
+                now_s=now_s,
+                reason=(
+                    f"least fragmentation added: {state.pool.class_label(c)} on {b.node} "
+                    f"(+{float(delta[k]):.1f} GiB expected fragmented) at "
+                    f"${float(table.cost[c]):.2f}"
+                ),
+                loser_reason="adds more fragmentation than chosen",
+                by_cost=False,
+                binding=b,
+            )
+            out.append(d)
+        return out
+
+
+def _candidates(table: OptionTable, state: PoolState) -> list[tuple[int, Binding]]:
+    """Every (option class, concrete binding) the job could take now.
+
+    Whole GPUs: one binding per node with enough idle GPUs; shared: one per open GPU with
+    room; MIG: the core's own binding (slices are placed by the profile rules).
+    """
+    from ..placement import Binding
+    from ..pool import KIND_SHARED, KIND_WHOLE, MODE_SHARED, MODE_WHOLE
+
+    pool = state.pool
+    summary = state.summary()
+    out: list[tuple[int, Binding]] = []
+    n = table.request.n_gpus
+    for c in np.flatnonzero(table.fits_now).tolist():
+        kind = int(pool.class_kind[c])
+        t = int(pool.class_type[c])
+        if kind == KIND_WHOLE:
+            ok = (pool.node_type == t) & (pool.node_mode == MODE_WHOLE) & (summary.node_free >= n)
+            for k in np.flatnonzero(ok).tolist():
+                a = int(pool.node_first[k])
+                b = a + int(pool.node_count[k])
+                idle = np.flatnonzero(~state.busy[a:b] & (state.used_mib[a:b] == 0))[:n] + a
+                gpus = tuple(int(g) for g in idle)
+                out.append(
+                    (c, Binding(gpus, pool.nodes[k].name, None, int(pool.class_capacity_mib[c])))
+                )
+        elif kind == KIND_SHARED:
+            need = int(table.need_mib[c])
+            free = pool.capacity_mib - state.used_mib
+            ok = (
+                (pool.gpu_mode == MODE_SHARED)
+                & (pool.gpu_type == t)
+                & (state.shared_count < pool.max_shared)
+                & (free >= need)
+            )
+            for g in np.flatnonzero(ok).tolist():
+                node = pool.nodes[int(pool.gpu_node[g])].name
+                out.append((c, Binding((g,), node, None, int(free[g]))))
+        else:
+            out.append((c, table.bind(c, state)))
+    return out
+
+
+def _increase(
+    table: OptionTable,
+    state: PoolState,
+    classes: TaskClasses,
+    cands: Sequence[tuple[int, Binding]],
+) -> np.ndarray:
+    """Per candidate: the bound node's fragmentation after minus before (GiB)."""
+    from ..pool import KIND_MIG, KIND_WHOLE, MIB_PER_GIB
+
+    pool = state.pool
+    width = int(pool.node_count.max())
+    before = np.zeros((len(cands), width))
+    after = np.zeros((len(cands), width))
+    free_gib = (pool.capacity_mib - state.used_mib) / MIB_PER_GIB
+    for row, (c, b) in enumerate(cands):
+        k = int(pool.gpu_node[b.gpus[0]])
+        a = int(pool.node_first[k])
+        n = int(pool.node_count[k])
+        before[row, :n] = free_gib[a : a + n]
+        after[row, :n] = free_gib[a : a + n]
+        local = np.asarray(b.gpus, np.int64) - a
+        kind = int(pool.class_kind[c])
+        if kind == KIND_WHOLE:
+            after[row, local] = 0.0
+        elif kind == KIND_MIG:
+            after[row, local] -= float(table.capacity_mib[c]) / MIB_PER_GIB
+        else:
+            after[row, local] -= float(table.need_mib[c]) / MIB_PER_GIB
+    cpu = np.zeros(2 * len(cands))
+    frag = node_fragmentation(np.vstack([before, np.maximum(after, 0.0)]), cpu, classes)
+    return np.asarray(frag[len(cands) :] - frag[: len(cands)])
+
+
+def fragmentation_increase(
+    table: OptionTable, state: PoolState, classes: TaskClasses
+) -> np.ndarray:
+    """Per option class: the least growth of a node's fragmentation (GiB) over the places the
+    job could take that class now; ``+inf`` where it does not fit now."""
+    out = np.full(len(table), np.inf)
+    cands = _candidates(table, state)
+    if cands:
+        inc = _increase(table, state, classes, cands)
+        for (c, _), x in zip(cands, inc, strict=True):
+            out[c] = min(out[c], float(x))
+    return out

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from scheduler.decision import Decision
+from scheduler.placement import OptionTable, PlacementRequest
 from scheduler.policies.fgd import (
     TaskClasses,
     fgd_score,
     fragmentation_after_share,
     fragmentation_after_whole,
+    fragmentation_increase,
     node_fragmentation,
     typical_task_classes,
 )
+from scheduler.policies.registry import get_policy
+from scheduler.pool import Pool, load_pool
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _naive(gpu_free: np.ndarray, cpu: float, cl: TaskClasses) -> float:
@@ -81,3 +90,71 @@ def test_whole_increment_matches_recompute(setup) -> None:
 def test_score_prefers_smaller_increase() -> None:
     s = fgd_score(np.array([100.0, 100.0, 100.0]), np.array([50.0, 400.0, np.inf]), 1000.0)
     assert s[0] > 50 > s[1] > s[2]
+
+
+# -- the policy on our pools ------------------------------------------------------------------
+
+SHARED = {"nodes": [{"name": "s", "gpu": "H100-80GB", "count": 2, "mode": "shared"}]}
+
+
+def _req(job_id: str, upper: float, n: int = 1) -> PlacementRequest:
+    rt = np.full(5, 3600.0)
+    return PlacementRequest(job_id, [upper * 0.9] * 5, [upper] * 5, rt, rt, n_gpus=n)
+
+
+def _gpu_of(decisions: list[Decision], job_id: str) -> int:
+    d = next(d for d in decisions if d.job_id == job_id)
+    assert d.state == "placed" and d.chosen_option is not None
+    return int(d.chosen_option.gpu_indices[0])
+
+
+def test_fgd_keeps_room_for_the_popular_shape_where_bestfit_packs() -> None:
+    pool = Pool.from_dict(SHARED)
+    state = pool.state()
+    policy = get_policy("fgd")
+    # GPU 0 keeps ~30 GiB free, GPU 1 ~40 GiB: both hold one more 30 GiB job.
+    first = policy.schedule([_req("a", 49.0), _req("b", 39.0)], state, 0.0)
+    assert {_gpu_of(first, "a"), _gpu_of(first, "b")} == {0, 1}
+    full, roomy = _gpu_of(first, "a"), _gpu_of(first, "b")
+    # The queue is mostly 30 GiB jobs; a 9 GiB job on the fuller GPU would strand it (< 30
+    # left), so FGD sends it to the roomier one, where 30 GiB still fits afterwards.
+    queue = [_req("small", 9.0)] + [_req(f"w{i}", 30.0) for i in range(6)]
+    bf = get_policy("bestfit").schedule(queue[:1], state.copy(), 0.0)
+    assert _gpu_of(bf, "small") == full
+    got = policy.schedule(queue, state, 0.0)
+    assert _gpu_of(got, "small") == roomy
+    placed = [d.job_id for d in got if d.state == "placed"]
+    assert placed == ["small", "w0", "w1"]  # both GPUs still took a 30 GiB job
+    state.assert_consistent()
+
+
+def test_fragmentation_increase_is_inf_where_nothing_fits_and_finite_where_it_does() -> None:
+    pool = Pool.from_dict(SHARED)
+    state = pool.state()
+    cl = typical_task_classes(np.zeros(3), np.array([30.0, 30.0, 10.0]), np.ones(3))
+    table = OptionTable(_req("x", 20.0), state)
+    inc = fragmentation_increase(table, state, cl)
+    assert np.isfinite(inc[table.fits_now]).all()
+    assert np.isinf(inc[~table.fits_now]).all()
+
+
+def test_fgd_policy_on_the_mixed_pool_never_overcommits() -> None:
+    pool = load_pool(REPO / "datasets" / "pools" / "mixed.toml")
+    state = pool.state()
+    rng = np.random.default_rng(1)
+    jobs = [
+        _req(f"j{k}", float(min(rng.lognormal(2.6, 0.9), 170.0)), int(rng.choice([1, 1, 2, 4])))
+        for k in range(60)
+    ]
+    ds = get_policy("fgd").schedule(jobs, state, 0.0)
+    assert len(ds) == len(jobs)
+    for d in ds:
+        if d.state == "placed":
+            o = d.chosen_option
+            assert o is not None and o.fits_now
+            assert (
+                o.reserved_gib
+                >= float(next(j for j in jobs if j.job_id == d.job_id).vram_upper_gib[0]) - 1e-3
+            )
+    state.assert_consistent()
+    assert (state.used_mib <= pool.capacity_mib).all()
