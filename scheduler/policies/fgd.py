@@ -334,7 +334,7 @@ class FgdPolicy(Policy):
         policy = self.name.value
         batch = OptionBatch(pending, state.pool)
         out: list[Decision] = []
-        for i, req in enumerate(pending):
+        for i in range(len(pending)):
             if not batch.fits_empty_any(i):
                 out.append(rejected_decision(batch.table(i, state), policy=policy, now_s=now_s))
                 continue
