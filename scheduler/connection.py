@@ -544,6 +544,9 @@ class RedisStore:
         pool = redis_client.connection_pool
         kwargs = dict(pool.connection_kwargs)
         kwargs["decode_responses"] = True
+        # Anyone who can write to Redis can store non-UTF-8 bytes (pickles): decode them to
+        # U+FFFD so they fail validation as what they are instead of crashing the reader.
+        kwargs["encoding_errors"] = "replace"
         # Typed Any: redis-py's stubs cannot express decode_responses=True (str replies).
         self.r: Any = redis.Redis(
             connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
@@ -797,7 +800,7 @@ class RedisStore:
             try:
                 out.append((eid, dict(json.loads(fields_.get("e", "{}")))))
             except (ValueError, TypeError):
-                out.append((eid, {"event": "invalid", "reason": "unreadable event entry"}))
+                out.append((eid, {"event": "invalid", "job_id": None, "reason": "unreadable entry"}))
         return out
 
     def append_history(self, row_json: str) -> None:
