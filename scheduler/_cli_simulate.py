@@ -84,6 +84,12 @@ _TABLE_COLUMNS = (
 @click.option("--days", type=float, default=7.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--jobs-per-day", type=float, default=None, help="Override the mix's rate.")
+@click.option(
+    "--feedback/--no-feedback",
+    default=True,
+    show_default=True,
+    help="Predict re-runs of a recurring job from its measured history, as the service does.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def workload_command(
     pool_path: Path,
@@ -91,6 +97,7 @@ def workload_command(
     days: float,
     seed: int,
     jobs_per_day: float | None,
+    feedback: bool,
     as_json: bool,
 ) -> None:
     """Simulate the realistic workload on a pool, several policies side by side."""
@@ -103,7 +110,7 @@ def workload_command(
     try:
         pool = load_pool(pool_path)
         wl = generate_workload(days, seed, jobs_per_day=jobs_per_day)
-        results = simulate(pool, names, wl, seed=seed)
+        results = simulate(pool, names, wl, seed=seed, feedback=feedback)
     except SchedulerError as exc:
         raise click.ClickException(str(exc)) from None
     rows = [r.to_dict() for r in results]
@@ -111,6 +118,7 @@ def workload_command(
         "pool": str(pool_path),
         "days": days,
         "seed": seed,
+        "feedback": feedback,
         "n_jobs": len(wl),
         "results": rows,
     }
@@ -120,7 +128,8 @@ def workload_command(
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{len(wl)} jobs, {days:g} days, pool {pool.name}, seed {seed}")
+    title = f"{len(wl)} jobs, {days:g} days, pool {pool.name}, seed {seed}"
+    table = Table(title=title + (", history feedback" if feedback else ""))
     table.add_column("policy")
     for _, head, _ in _TABLE_COLUMNS:
         table.add_column(head, justify="right")
