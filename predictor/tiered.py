@@ -27,7 +27,7 @@ from .measurements import Measurement
 from .prediction import Prediction, PredictionTable, contract_rows
 from .spec import JobSpec
 
-__all__ = ["TieredPredictor", "default_predictor", "rescale_breakdown"]
+__all__ = ["TieredPredictor", "rescale_breakdown"]
 
 
 def rescale_breakdown(
@@ -46,11 +46,6 @@ def rescale_breakdown(
         # No tensor component to scale (all zero): overhead absorbs the difference.
         out["overhead"] = new_peak - sum(v for k, v in out.items() if k != "overhead")
     return out
-
-
-def default_predictor() -> TieredPredictor:
-    """The shipped artifact (analytical when none), for callers that just want the best tier."""
-    return TieredPredictor.default()
 
 
 class TieredPredictor:
