@@ -40,7 +40,7 @@ TRAIN_STEPS = 4  # 1 warm-up + 3 timed (workers/_profile_job.py MAX_TRAIN_STEPS 
 GIB = 1024**3
 
 #: A small Mixtral-style MoE (the catalogue's MoEs are 30B+ and do not train on one GPU):
-#: 8 experts, top-2, ~1.6B total / ~0.5B active parameters.
+#: 8 experts, top-2, 1.22B total / 0.39B active parameters.
 MOE_MINI: dict[str, Any] = {
     "name": "moe-mini-8x2",
     "n_layers": 16,
