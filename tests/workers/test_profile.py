@@ -292,3 +292,14 @@ def test_one_real_job_on_cuda(tmp_path: Path) -> None:
     # NVML sees the CUDA context and allocator slack that torch's counters do not.
     assert row.peak_vram_gib >= row.hardware["torch_max_reserved_gib"]
     assert row.hardware["cuda_context_gib"] > 0
+
+
+@pytest.mark.slow
+def test_spawn_isolation_gives_the_same_kind_of_row(tmp_path: Path) -> None:
+    out = tmp_path / "rows.jsonl"
+    summary = run_profile(
+        [_job("s")], out, device="cpu", start_method="spawn", timeout_s_per_job=300
+    )
+    assert summary.measured == ["s"]
+    (row,) = load_measurements(out)
+    assert row.ttft_s is not None and row.gpu is None
