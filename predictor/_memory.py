@@ -146,8 +146,11 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
     # Fused SwiGLU (torch.compile in torchtune, Unsloth, Megatron/TE) saves gate and up only
     # and recomputes act(gate) in backward.
     fused_act = j.gated * np.where(fused_norms, 1.0, 0.0)
+    # bitsandbytes' 4-bit matmul saves its input whether or not the weight trains, so QLoRA
+    # keeps every linear's input like a full fine-tune; plain frozen nn.Linear does not.
+    is_qlora = task == _IDX_T[Task.QLORA]
     mlp = np.where(
-        is_peft,
+        is_peft & ~is_qlora,
         a * j.ffn * (1.0 + 2.0 * j.gated - fused_act),
         a * (j.hidden + j.ffn * (2.0 + 2.0 * j.gated - fused_act)),
     )

@@ -17,8 +17,8 @@ __all__ = [
     "GPU_NAMES",
     "GpuType",
     "MigProfile",
-    "gpu_catalogue",
     "get_gpu",
+    "gpu_catalogue",
     "with_prices",
 ]
 
