@@ -7,9 +7,9 @@ from collections.abc import Sequence
 import pytest
 
 from scheduler._core import SchedulerCore
-from scheduler.clock import Clock, SystemClock, VirtualClock
+from scheduler.clock import VirtualClock
 from scheduler.decision import Decision
-from scheduler.exceptions import PlacementError, SchedulerError, SimulationError
+from scheduler.exceptions import PlacementError, SchedulerError
 from scheduler.placement import OptionTable, PlacementRequest, RunningJob
 from scheduler.policies.base import Policy
 from scheduler.policies.registry import PolicyName, get_policy
@@ -58,17 +58,6 @@ class _Lazy(Policy):
             else:
                 out.append(Decision(r.job_id, "lazy", "pending", [], None, "later", None, now_s))
         return out
-
-
-def test_clocks() -> None:
-    assert isinstance(SystemClock(), Clock)
-    assert isinstance(VirtualClock(), Clock)
-    clock = VirtualClock(10.0)
-    clock.advance_to(12.5)
-    clock.advance_by(0.5)
-    assert clock.now() == 13.0
-    with pytest.raises(SimulationError, match="cannot go back"):
-        clock.advance_to(1.0)
 
 
 def test_submit_tick_finish_cycle() -> None:

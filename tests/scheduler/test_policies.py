@@ -272,6 +272,21 @@ def test_invariants_hold_for_every_policy(
     ds = pol.schedule(jobs, state, 5.0, running)
     assert [d.job_id for d in ds] == [j.job_id for j in jobs]
     state.assert_consistent()  # nothing over-committed, no double booking, no MIG overlap
+    # The same invariants, stated directly.
+    assert (state.reserved_mib <= pool.capacity_mib).all()
+    assert (state.used_mib <= pool.capacity_mib).all()
+    holders: dict[int, list[str]] = {}
+    masks: dict[int, int] = {}
+    for job, o in state.allocations().items():
+        for g in o.gpu_indices:
+            holders.setdefault(g, []).append(job)
+        if o.kind == "whole":
+            assert all(len(holders[g]) == 1 for g in o.gpu_indices), "whole GPU double-booked"
+        if o.kind == "mig":
+            k, _ = pool.mig_instance(o.gpu_indices[0], o.mig_profile or "", o.mig_start or 0)
+            m = int(pool.cand_mask[k])
+            assert masks.get(o.gpu_indices[0], 0) & m == 0, "MIG slices overlap"
+            masks[o.gpu_indices[0]] = masks.get(o.gpu_indices[0], 0) | m
     by_id = {j.job_id: j for j in jobs}
     for d in ds:
         if d.state == "placed":
