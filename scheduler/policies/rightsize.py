@@ -12,9 +12,9 @@ behind it can use, or a short job the cheap shared slot a long one would save mo
 tick first finds the queue prefix that starts now, then re-places that prefix plus the next
 ``lookahead`` jobs by regret (what a job loses if it misses its cheapest option; jobs with one
 option first); the repack is kept only if every prefix job still starts and more jobs start,
-or the same jobs start for less. On small windows a local search then moves jobs to cheaper
-free options or swaps pairs when that lowers their joint cost. The rest of the queue then
-proceeds as usual.
+or the same jobs start for less (not combined with ``wait_for_cheaper``, which keeps plain
+queue order). On small windows a local search then moves jobs to cheaper free options or swaps
+pairs when that lowers their joint cost. The rest of the queue then proceeds as usual.
 """
 
 from __future__ import annotations
