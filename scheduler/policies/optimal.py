@@ -9,7 +9,10 @@ over ``max_jobs`` jobs or pools over ``max_gpus`` GPUs are refused.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -224,7 +227,7 @@ class OptimalPolicy(Policy):
         lp.a_matrix_.index_ = np.array(index, np.int32)
         lp.a_matrix_.value_ = np.array(value, float)
         lp.integrality_ = [highspy.HighsVarType.kInteger] * n
-        h = highspy.Highs()
+        h = _quiet_highs()
         h.setOptionValue("output_flag", False)
         h.setOptionValue("time_limit", float(self.time_limit_s))
         h.setOptionValue("mip_rel_gap", 0.0)
@@ -242,3 +245,21 @@ class OptimalPolicy(Policy):
             j, c, k = cols[i]
             out[j] = (c, k)
         return out
+
+
+def _quiet_highs() -> Any:
+    """A HiGHS instance without its start-up banner, which would corrupt JSON on stdout."""
+    import highspy
+
+    # The banner is printed from C++ inside the constructor, before any option can be set,
+    # so stdout is pointed at /dev/null at the file-descriptor level just for that call.
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        return highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(devnull)
+        os.close(saved)
