@@ -115,7 +115,8 @@ class Decision:
 
     Policies decide for thousands of queued jobs per tick, so ``options`` and ``reason`` may
     be given as thunks over immutable arrays (``options_thunk``, ``reason_thunk``) and are only
-    built when first read.
+    built when first read. Until then a lazy decision keeps its tick's option arrays alive
+    (the whole queue's): keep ``to_dict()`` rather than the object when storing many.
     """
 
     __slots__ = (
