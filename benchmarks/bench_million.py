@@ -1,0 +1,119 @@
+"""Scale: 1,000,000 jobs of the realistic workload on a 10,000-GPU synthetic pool.
+
+Goal (issue #5): the whole simulation in <= 10 min on the 2-core dev machine. The arrival rate
+scales with the pool (the mixed pool's 400 jobs/day per 32 GPUs), so load per GPU stays the
+same as in the week benchmark. Each stage is timed separately: workload generation, prediction,
+the simulation itself. The core ticks at most once per ``--tick-interval`` seconds of virtual
+time (Slurm's ``sched_interval``; 0 = at every event). Writes benchmarks/results/million.json
+(or ``--out``); smaller runs go through ``--jobs``/``--gpus``.
+
+    .venv/bin/python benchmarks/bench_million.py [--jobs 1000000] [--gpus 10000] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import time
+from pathlib import Path
+from typing import Any
+
+from predictor.analytical import predict_table
+from scheduler.policies.registry import get_policy
+from scheduler.pool import synthetic_pool
+from scheduler.simulator import Simulator
+from scheduler.workload import generate_workload, load_mix
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "benchmarks" / "results" / "million.json"
+GOAL_S = 600.0
+# The week benchmark's load: 400 jobs/day on the 32-GPU mixed pool.
+JOBS_PER_DAY_PER_GPU = 400.0 / 32.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=1_000_000)
+    ap.add_argument("--gpus", type=int, default=10_000)
+    ap.add_argument("--policy", default="rightsize")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tick-interval", type=float, default=60.0)
+    ap.add_argument("--no-feedback", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="cProfile the simulation stage.")
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args()
+
+    stages: dict[str, float] = {}
+    t = time.perf_counter()
+    gpus = args.gpus - args.gpus % 8
+    pool = synthetic_pool(gpus, args.seed)
+    rate = JOBS_PER_DAY_PER_GPU * gpus
+    mix = load_mix()
+    # A little more horizon than needed, then cut at --jobs (arrivals are random).
+    days = 1.1 * args.jobs / (rate * 1.0) + 0.05
+    wl = generate_workload(days, args.seed, mix=mix, jobs_per_day=rate, max_jobs=args.jobs)
+    stages["workload_s"] = time.perf_counter() - t
+    print(f"workload: {len(wl):,} jobs in {stages['workload_s']:.1f} s", flush=True)
+
+    t = time.perf_counter()
+    table = predict_table(list(wl.specs))
+    stages["predict_s"] = time.perf_counter() - t
+    print(f"predict: {stages['predict_s']:.1f} s", flush=True)
+
+    t = time.perf_counter()
+    sim = Simulator(
+        pool,
+        get_policy(args.policy),
+        wl,
+        table,
+        seed=args.seed,
+        smallest_fit=False,  # one extra option table per job; not needed for the speed goal
+        feedback=not args.no_feedback,
+        tick_interval_s=args.tick_interval,
+    )
+    stages["simulator_setup_s"] = time.perf_counter() - t
+    print(f"setup: {stages['simulator_setup_s']:.1f} s", flush=True)
+
+    t = time.perf_counter()
+    prof = cProfile.Profile() if args.profile else None
+    if prof is not None:
+        prof.enable()
+    result = sim.run()
+    if prof is not None:
+        prof.disable()
+    stages["simulate_s"] = time.perf_counter() - t
+    total = sum(stages.values())
+    metrics = result.to_dict()
+    print(f"simulate: {stages['simulate_s']:.1f} s; total {total:.1f} s", flush=True)
+    out: dict[str, Any] = {
+        "benchmark": "million_jobs",
+        "command": (
+            f"python benchmarks/bench_million.py --jobs {args.jobs} --gpus {args.gpus} "
+            f"--policy {args.policy} --tick-interval {args.tick_interval:g}"
+        ),
+        "n_jobs": len(wl),
+        "n_gpus": pool.n_gpus,
+        "policy": args.policy,
+        "tick_interval_s": args.tick_interval,
+        "ticks": sim.core.counters.ticks,
+        "stages_s": {k: round(v, 2) for k, v in stages.items()},
+        "total_s": round(total, 2),
+        "goal_s": GOAL_S,
+        "meets_goal": total <= GOAL_S,
+        "jobs_per_s_simulated": round(len(wl) / stages["simulate_s"], 1),
+        "metrics": metrics,
+    }
+    if prof is not None:
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(25)
+        out["profile_top"] = buf.getvalue().splitlines()[:60]
+        print(buf.getvalue()[:6000])
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
