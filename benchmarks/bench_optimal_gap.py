@@ -48,8 +48,14 @@ def instance(seed: int) -> list[PlacementRequest]:
 
 
 def placed_cost(decisions: list[Decision]) -> tuple[int, float]:
-    placed = [d for d in decisions if d.state == "placed"]
-    return len(placed), float(sum(d.chosen_option.cost_usd or 0.0 for d in placed))  # type: ignore[union-attr]
+    cost = 0.0
+    placed = 0
+    for d in decisions:
+        o = d.chosen_option
+        if d.state == "placed" and o is not None:
+            placed += 1
+            cost += o.cost_usd or 0.0
+    return placed, cost
 
 
 def main() -> None:

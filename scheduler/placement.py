@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from predictor.gpus import GPU_NAMES
 
@@ -85,7 +86,7 @@ def _type_vector(values: Any, name: str) -> np.ndarray:
     return a
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PlacementRequest:
     """One job as the placer sees it. Per-type arrays are aligned with ``GPU_NAMES``.
 
@@ -111,11 +112,41 @@ class PlacementRequest:
     user_runtime_estimate_s: float | None = None
     reserved_gib: float | None = None
 
-    def __post_init__(self) -> None:
-        self.vram_gib = _type_vector(self.vram_gib, "vram_gib")
-        self.vram_upper_gib = _type_vector(self.vram_upper_gib, "vram_upper_gib")
-        self.runtime_s = _type_vector(self.runtime_s, "runtime_s")
-        self.runtime_upper_s = _type_vector(self.runtime_upper_s, "runtime_upper_s")
+    # Hand-written so callers may pass lists or any array-like per-type figures while the
+    # attributes stay float64 arrays (dataclasses.replace still works: same parameter names).
+    def __init__(
+        self,
+        job_id: str,
+        vram_gib: npt.ArrayLike,
+        vram_upper_gib: npt.ArrayLike,
+        runtime_s: npt.ArrayLike,
+        runtime_upper_s: npt.ArrayLike,
+        n_gpus: int = 1,
+        tensor_parallel: int = 1,
+        pipeline_parallel: int = 1,
+        gpu: str | None = None,
+        requested_gpu: str = _HABITUAL_GPU,
+        priority: int = 0,
+        deadline_s: float | None = None,
+        submit_time_s: float = 0.0,
+        user_runtime_estimate_s: float | None = None,
+        reserved_gib: float | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self.vram_gib = _type_vector(vram_gib, "vram_gib")
+        self.vram_upper_gib = _type_vector(vram_upper_gib, "vram_upper_gib")
+        self.runtime_s = _type_vector(runtime_s, "runtime_s")
+        self.runtime_upper_s = _type_vector(runtime_upper_s, "runtime_upper_s")
+        self.n_gpus = n_gpus
+        self.tensor_parallel = tensor_parallel
+        self.pipeline_parallel = pipeline_parallel
+        self.gpu = gpu
+        self.requested_gpu = requested_gpu
+        self.priority = priority
+        self.deadline_s = deadline_s
+        self.submit_time_s = submit_time_s
+        self.user_runtime_estimate_s = user_runtime_estimate_s
+        self.reserved_gib = reserved_gib
         for name in ("gpu", "requested_gpu"):
             v = getattr(self, name)
             if v is not None and v not in _TYPE_INDEX:

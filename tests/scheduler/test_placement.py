@@ -11,6 +11,7 @@ import pytest
 from predictor.gpus import GPU_NAMES, get_gpu
 from predictor.prediction import PredictionTable
 from predictor.spec import parse_spec
+from scheduler.decision import Option
 from scheduler.exceptions import PlacementError
 from scheduler.placement import (
     OptionBatch,
@@ -49,7 +50,7 @@ def _req(
     )
 
 
-def _by_label(opts: list) -> dict[str, object]:  # type: ignore[type-arg]
+def _by_label(opts: list[Option]) -> dict[str, Option]:
     return {o.label: o for o in opts}
 
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from predictor.gpus import GPU_NAMES
+from scheduler.decision import Decision, Option
 from scheduler.exceptions import PolicyError
 from scheduler.placement import PlacementRequest, RunningJob
 from scheduler.policies.registry import PolicyName, get_policy
@@ -48,9 +49,15 @@ def _random_jobs(rng: np.random.Generator, n_jobs: int) -> list[PlacementRequest
     return out
 
 
-def _placed_cost(decisions: list) -> tuple[int, float]:  # type: ignore[type-arg]
+def _opt(d: Decision) -> Option:
+    o = d.chosen_option
+    assert o is not None, f"{d.job_id} was not placed: {d.reason}"
+    return o
+
+
+def _placed_cost(decisions: list[Decision]) -> tuple[int, float]:
     placed = [d for d in decisions if d.state == "placed"]
-    return len(placed), float(sum(d.chosen_option.cost_usd for d in placed))
+    return len(placed), float(sum(_opt(d).cost_usd or 0.0 for d in placed))
 
 
 WHOLE_ONLY = {
@@ -74,7 +81,7 @@ def test_rightsize_picks_the_cheapest_option_that_fits() -> None:
     state = pool.state()
     small, mid, big = _req("s", 20.0), _req("m", 60.0), _req("b", 150.0)
     ds = get_policy("rightsize").schedule([small, mid, big], state, 0.0)
-    got = {d.job_id: d.chosen_option.gpu_type for d in ds}
+    got = {d.job_id: _opt(d).gpu_type for d in ds}
     # Cost = price x runtime on that type: the A100 is cheapest for the small job even though
     # it is slower; the mid job needs 80 GB, and only a B200 holds the big one.
     costs = {o.gpu_type: o.cost_usd for o in ds[0].options if o.fits_now}
@@ -82,8 +89,8 @@ def test_rightsize_picks_the_cheapest_option_that_fits() -> None:
     assert got["m"] in ("H100-80GB", "B200-180GB")
     assert got["b"] == "B200-180GB"
     m = next(d for d in ds if d.job_id == "m")
-    cheapest = min(o.cost_usd for o in m.options if o.fits_now or o is m.chosen_option)
-    assert m.chosen_option.cost_usd == cheapest
+    cheapest = min(o.cost_usd or 0.0 for o in m.options if o.fits_now or o is _opt(m))
+    assert _opt(m).cost_usd == cheapest
     losers = [o for i, o in enumerate(ds[0].options) if o.fits_now and i != ds[0].chosen]
     assert all(o.reason.startswith("costs $") for o in losers)
     assert ds[0].runner_up is not None
@@ -94,8 +101,8 @@ def test_rightsize_prefers_a_mig_slice_or_shared_gpu_for_small_jobs() -> None:
     pool = load_pool(REPO / "datasets" / "pools" / "mixed.toml")
     d = get_policy("rightsize").schedule([_req("tiny", 6.0)], pool.state(), 0.0)[0]
     assert d.state == "placed"
-    assert d.chosen_option.kind in ("mig", "shared")
-    assert d.chosen_option.capacity_gib < 80.0 or d.chosen_option.kind == "shared"
+    assert _opt(d).kind in ("mig", "shared")
+    assert _opt(d).capacity_gib < 80.0 or _opt(d).kind == "shared"
 
 
 def test_requested_takes_whole_requested_gpus_only() -> None:
@@ -103,7 +110,7 @@ def test_requested_takes_whole_requested_gpus_only() -> None:
     state = pool.state()
     r = replace(_req("r", 6.0), requested_gpu="H200-141GB")
     d = get_policy("requested").schedule([r], state, 0.0)[0]
-    opt = d.chosen_option
+    opt = _opt(d)
     assert opt.gpu_type == "H200-141GB" and opt.kind == "whole"
     assert opt.reserved_gib == opt.capacity_gib  # the whole GPU is reserved
     others = [o for o in d.options if o.gpu_type != "H200-141GB"]
@@ -121,10 +128,10 @@ def test_firstfit_and_bestfit_choice_rules() -> None:
         }
     )
     d = get_policy("firstfit").schedule([_req("f", 30.0)], pool.state(), 0.0)[0]
-    assert d.chosen_option.gpu_type == "B200-180GB"  # first GPU in pool order
+    assert _opt(d).gpu_type == "B200-180GB"  # first GPU in pool order
     d = get_policy("bestfit").schedule([_req("b", 30.0)], pool.state(), 0.0)[0]
-    assert d.chosen_option.gpu_type == "A100-40GB"  # least memory left over
-    assert d.chosen_option.leftover_gib == pytest.approx(10.0, abs=0.01)
+    assert _opt(d).gpu_type == "A100-40GB"  # least memory left over
+    assert _opt(d).leftover_gib == pytest.approx(10.0, abs=0.01)
 
 
 def test_easy_backfill_reserves_for_the_head_and_backfills_short_jobs() -> None:
@@ -134,7 +141,7 @@ def test_easy_backfill_reserves_for_the_head_and_backfills_short_jobs() -> None:
         [replace(_req("run", 10.0, n=2), user_runtime_estimate_s=1000.0)], state, 0.0
     )[0]
     # The predicted end (450 s) is ignored: EASY trusts the user's estimate (1000 s).
-    running = [RunningJob("run", run.chosen_option, 0.0, 450.0, user_end_s=1000.0)]
+    running = [RunningJob("run", _opt(run), 0.0, 450.0, user_end_s=1000.0)]
     head = replace(_req("head", 10.0, n=6), user_runtime_estimate_s=500.0, submit_time_s=1.0)
     short = replace(_req("short", 10.0, n=2), user_runtime_estimate_s=900.0, submit_time_s=2.0)
     long = replace(_req("long", 10.0, n=1), user_runtime_estimate_s=5000.0, submit_time_s=3.0)
@@ -151,7 +158,7 @@ def test_requested_strict_fifo_blocks_behind_the_head() -> None:
     pool = Pool.from_dict({"nodes": [{"name": "h", "gpu": "H100-80GB", "count": 2}]})
     state = pool.state()
     state.allocate(
-        get_policy("requested").schedule([_req("x", 1.0)], pool.state(), 0.0)[0].chosen_option,
+        _opt(get_policy("requested").schedule([_req("x", 1.0)], pool.state(), 0.0)[0]),
         "x",
     )
     reqs = [_req("head", 1.0, n=2), _req("small", 1.0)]
@@ -174,8 +181,8 @@ def test_rightsize_waits_for_a_cheaper_type_only_within_the_deadline() -> None:
     state = pool.state()
     x = PlacementRequest("x", [9.0] * 5, [10.0] * 5, [600.0] * 5, [700.0] * 5)
     blocker = get_policy("rightsize").schedule([x], state, 0.0)[0]
-    assert blocker.chosen_option.gpu_type == "A100-40GB"
-    running = [RunningJob("x", blocker.chosen_option, 0.0, 600.0)]
+    assert _opt(blocker).gpu_type == "A100-40GB"
+    running = [RunningJob("x", _opt(blocker), 0.0, 600.0)]
     # Same runtime everywhere, so the A100-40GB is the cheap type and the B200 the dear one.
     job = PlacementRequest("j", [9.0] * 5, [10.0] * 5, [36000.0] * 5, [40000.0] * 5)
     wait = get_policy("rightsize", wait_for_cheaper=True)
@@ -183,7 +190,7 @@ def test_rightsize_waits_for_a_cheaper_type_only_within_the_deadline() -> None:
     assert d.state == "pending" and d.reason.startswith("waiting for A100-40GB x1")
     tight = replace(job, deadline_s=3600.0)
     d = wait.schedule([tight], state.copy(), 0.0, running)[0]
-    assert d.state == "placed" and d.chosen_option.gpu_type == "B200-180GB"
+    assert d.state == "placed" and _opt(d).gpu_type == "B200-180GB"
     d = get_policy("rightsize").schedule([job], state.copy(), 0.0, running)[0]
     assert d.state == "placed"
 
@@ -262,7 +269,7 @@ def test_invariants_hold_for_every_policy(
     # Some jobs already run, so policies see a partly used pool and can reserve ahead.
     pre = get_policy("rightsize").schedule(_random_jobs(rng, busy), state, 0.0)
     running = [
-        RunningJob(d.job_id, d.chosen_option, 0.0, float(rng.uniform(10, 5000)))
+        RunningJob(d.job_id, _opt(d), 0.0, float(rng.uniform(10, 5000)))
         for d in pre
         if d.state == "placed"
     ]
@@ -290,7 +297,7 @@ def test_invariants_hold_for_every_policy(
     by_id = {j.job_id: j for j in jobs}
     for d in ds:
         if d.state == "placed":
-            o = d.chosen_option
+            o = _opt(d)
             upper = by_id[d.job_id].vram_upper_gib[GPU_NAMES.index(o.gpu_type)]
             assert o.reserved_gib >= upper
             assert o.reserved_gib <= o.capacity_gib
