@@ -800,7 +800,9 @@ class RedisStore:
             try:
                 out.append((eid, dict(json.loads(fields_.get("e", "{}")))))
             except (ValueError, TypeError):
-                out.append((eid, {"event": "invalid", "job_id": None, "reason": "unreadable entry"}))
+                out.append(
+                    (eid, {"event": "invalid", "job_id": None, "reason": "unreadable entry"})
+                )
         return out
 
     def append_history(self, row_json: str) -> None:
