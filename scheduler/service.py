@@ -61,6 +61,8 @@ log = logging.getLogger("snugfit.scheduler")
 _KIND_CODE = {"whole": 0, "mig": 1, "shared": 2}
 #: Larger request fields than this are hostile or broken; they are rejected unread.
 MAX_REQUEST_BYTES = 64 * 1024
+#: Commits per pipeline; the lease is renewed between chunks so a long batch keeps it.
+_COMMIT_CHUNK = 500
 
 
 @dataclass(slots=True)
@@ -176,6 +178,14 @@ class SchedulerService:
             self._reset()
         return got
 
+    def _still_leader(self) -> bool:
+        if not self.leader_election:
+            return True
+        ok = self.store.acquire_leader(self.token, self.lease_ttl_ms)
+        if ok:
+            self._renewed_at = time.monotonic()
+        return ok
+
     def _reset(self) -> None:
         from ._core import SchedulerCore
 
@@ -244,6 +254,13 @@ class SchedulerService:
         self._sync()
         stats.ingested, stats.invalid = self._ingest(now)
         decisions = self.core.tick(now)
+        if not self._still_leader():
+            # The lease lapsed while we decided (a long tick): another scheduler may lead now,
+            # so nothing decided here is committed; the fenced commit would refuse it anyway.
+            self.is_leader = False
+            self._reset()
+            stats.leader = False
+            return stats
         placed = [d for d in decisions if d.state == "placed"]
         rejected = [d for d in decisions if d.state == "rejected"]
         stats.placed, stats.conflicts = self._commit(placed, now)
@@ -508,7 +525,12 @@ class SchedulerService:
             )
             records.append(rec)
         token = self.token if self.leader_election else ""
-        results = self.store.commit(commits, token)
+        results: list[str] = []
+        for start in range(0, len(commits), _COMMIT_CHUNK):
+            if start and not self._still_leader():
+                results += ["err:lease lost during commit"] * (len(commits) - start)
+                break
+            results += self.store.commit(commits[start : start + _COMMIT_CHUNK], token)
         items: list[tuple[str, str, int, dict[str, Any]]] = []
         events: list[dict[str, Any]] = []
         conflicts = 0
