@@ -2,7 +2,9 @@
 
 Writes benchmarks/results/week.json. Goals (issue #5), for ``rightsize`` against ``requested``:
 cost >= 30% lower, OOM kills <= 1% of jobs, median reserved/actual VRAM <= 1.15, p95 queueing
-delay no worse. Every policy runs with history feedback (as the live service does);
+delay no worse. First runs are predicted by ``--predictor``: the analytical tier (default) or
+the shipped learned tier with its conformal bounds (``tiered``, what the service uses). Every
+policy runs with history feedback for re-runs (as the live service does);
 ``rightsize`` also runs without it, so the effect of feedback on OOMs and reserved/actual shows.
 
     .venv/bin/python benchmarks/bench_week.py [--days 7] [--seed 0] [--policy rightsize ...]
@@ -50,12 +52,25 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--pool", default=str(REPO / "datasets" / "pools" / "mixed.toml"))
     ap.add_argument("--policy", action="append", default=None)
-    ap.add_argument("--out", default=str(OUT))
+    ap.add_argument(
+        "--predictor",
+        choices=("analytical", "tiered"),
+        default="analytical",
+        help="tiered: the service's shipped learned tier with conformal bounds",
+    )
+    ap.add_argument("--out", default=None, help="default results/week[_tiered].json")
     args = ap.parse_args()
+    if args.out is None:
+        args.out = str(OUT if args.predictor == "analytical" else OUT.with_name("week_tiered.json"))
     policies = args.policy or list(POLICIES)
     pool = load_pool(args.pool)
     wl = generate_workload(args.days, args.seed)
-    table = predict_table(list(wl.specs))
+    if args.predictor == "tiered":
+        from predictor.tiered import TieredPredictor
+
+        table = TieredPredictor.default().predict_table(list(wl.specs))
+    else:
+        table = predict_table(list(wl.specs))
     t0 = time.perf_counter()
     runs: list[dict[str, Any]] = []
     for name in policies:
@@ -79,7 +94,11 @@ def main() -> None:
             goals["with_feedback" if fb else "without_feedback"] = _goals(ours, base)
     out = {
         "benchmark": "week_mixed_pool",
-        "command": f"python benchmarks/bench_week.py --days {args.days:g} --seed {args.seed}",
+        "command": (
+            f"python benchmarks/bench_week.py --days {args.days:g} --seed {args.seed} "
+            f"--predictor {args.predictor}"
+        ),
+        "predictor": args.predictor,
         "pool": Path(args.pool).name,
         "days": args.days,
         "seed": args.seed,

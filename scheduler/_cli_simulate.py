@@ -90,6 +90,13 @@ _TABLE_COLUMNS = (
     show_default=True,
     help="Predict re-runs of a recurring job from its measured history, as the service does.",
 )
+@click.option(
+    "--predictor",
+    type=click.Choice(["analytical", "tiered"]),
+    default="analytical",
+    show_default=True,
+    help="First-run predictions: the analytical tier, or the shipped learned tier (the service's).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def workload_command(
     pool_path: Path,
@@ -98,6 +105,7 @@ def workload_command(
     seed: int,
     jobs_per_day: float | None,
     feedback: bool,
+    predictor: str,
     as_json: bool,
 ) -> None:
     """Simulate the realistic workload on a pool, several policies side by side."""
@@ -110,7 +118,12 @@ def workload_command(
     try:
         pool = load_pool(pool_path)
         wl = generate_workload(days, seed, jobs_per_day=jobs_per_day)
-        results = simulate(pool, names, wl, seed=seed, feedback=feedback)
+        preds = None
+        if predictor == "tiered":
+            from predictor.tiered import TieredPredictor
+
+            preds = TieredPredictor.default().predict_table(list(wl.specs))
+        results = simulate(pool, names, wl, seed=seed, feedback=feedback, predictions=preds)
     except SchedulerError as exc:
         raise click.ClickException(str(exc)) from None
     rows = [r.to_dict() for r in results]
@@ -119,6 +132,7 @@ def workload_command(
         "days": days,
         "seed": seed,
         "feedback": feedback,
+        "predictor": predictor,
         "n_jobs": len(wl),
         "results": rows,
     }

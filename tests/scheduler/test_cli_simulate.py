@@ -45,3 +45,36 @@ def test_openb_missing_file_is_a_clean_error(tmp_path: Path) -> None:
     res = CliRunner().invoke(simulate_command, ["openb", "--nodes", str(tmp_path / "x.csv")])
     assert res.exit_code != 0
     assert "does not exist" in res.output
+
+
+def test_workload_json_runs_to_the_end() -> None:
+    res = CliRunner().invoke(
+        simulate_command,
+        [
+            "workload",
+            "--policy",
+            "rightsize",
+            "--policy",
+            "requested",
+            "--days",
+            "0.2",
+            "--jobs-per-day",
+            "200",
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["feedback"] is True and out["predictor"] == "analytical"
+    assert [r["policy"] for r in out["results"]] == ["rightsize", "requested"]
+    for r in out["results"]:
+        assert r["n_finished"] + r["n_rejected"] == out["n_jobs"]
+
+
+def test_workload_table_and_no_feedback() -> None:
+    res = CliRunner().invoke(
+        simulate_command,
+        ["workload", "--policy", "fgd", "--days", "0.1", "--jobs-per-day", "200", "--no-feedback"],
+    )
+    assert res.exit_code == 0, res.output
+    assert "fgd" in res.output
