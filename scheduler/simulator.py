@@ -105,6 +105,16 @@ class _Job:
         return option.runtime_s * scale * self.runtime_factor
 
 
+def _percentile(values: Sequence[float], q: float) -> float:
+    """numpy's default (linear) percentile, without numpy's per-call overhead on short lists:
+    it runs once per submission of a recurring job."""
+    xs = sorted(values)
+    pos = q / 100.0 * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
 @dataclass
 class FeedbackHistory:
     """What the cluster measured per fingerprint, turned into the next run's prediction.
@@ -139,17 +149,17 @@ class FeedbackHistory:
         runs = self._vram.get(fingerprint)
         if not runs:
             return None
-        recent = np.asarray(runs[-self.window :])
-        point = float(np.percentile(recent, self.percentile))
-        upper = float(recent.max()) * (1.0 + self.margin + self.margin_per_run / recent.size)
+        recent = runs[-self.window :]
+        point = _percentile(recent, self.percentile)
+        upper = max(recent) * (1.0 + self.margin + self.margin_per_run / len(recent))
         return point, upper
 
     def runtime(self, fingerprint: str) -> tuple[float, float] | None:
         runs = self._runtime.get(fingerprint)
         if not runs:
             return None
-        recent = np.asarray(runs[-self.window :])
-        return float(np.median(recent)), float(recent.max()) * (1.0 + self.runtime_margin)
+        recent = runs[-self.window :]
+        return _percentile(recent, 50.0), max(recent) * (1.0 + self.runtime_margin)
 
     def apply(self, fingerprint: str, request: PlacementRequest) -> PlacementRequest | None:
         """``request`` predicted from this fingerprint's history; None if there is none."""
@@ -319,8 +329,9 @@ class Simulator:
 
     def _start(self, d: Decision, now: float) -> None:
         job = self.jobs[d.job_id]
-        opt = d.chosen_option
-        assert opt is not None
+        # The committed option, read from the pool state: d.chosen_option would build the
+        # decision's whole option list (every class of the pool) just to pick one.
+        opt = self.core.state.option_of(d.job_id)
         job.option = opt
         job.attempt_start_s = now
         upper = float(job.request.vram_upper_gib[_TYPE_INDEX[opt.gpu_type]])
