@@ -27,7 +27,7 @@ from .measurements import Measurement
 from .prediction import Prediction, PredictionTable, contract_rows
 from .spec import JobSpec
 
-__all__ = ["TieredPredictor", "rescale_breakdown"]
+__all__ = ["TieredPredictor", "default_predictor", "rescale_breakdown"]
 
 
 def rescale_breakdown(
@@ -128,3 +128,9 @@ class TieredPredictor:
         return [
             Prediction.model_construct(**r) for r in contract_rows(self.predict_table, specs, gpus)
         ]
+
+
+def default_predictor() -> TieredPredictor:
+    """The predictor the CLI and the service use: the shipped artifact (calibrated bounds and
+    learned corrections where they beat analytical), falling back to the analytical tier."""
+    return TieredPredictor.default()
