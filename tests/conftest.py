@@ -41,20 +41,44 @@ def redis_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server.shutdown()
 
 
-# Databases 1..14 rotate between tests; 0 and 15 are left to humans and the demo.
-_db_counter = iter(range(10**9))
+def _with_db(server_url: str, db: int) -> str:
+    if server_url.startswith("unix://"):
+        return f"{server_url}?db={db}"
+    return f"{server_url}/{db}"
+
+
+@pytest.fixture(scope="session")
+def _claimed_db(redis_server_url: str) -> Iterator[int]:
+    """One logical database for this pytest process, claimed with a lock key in db 0.
+
+    Concurrent pytest runs against the same server (developers, CI, benchmarks) would
+    otherwise flush each other's data mid-test. Databases 1..14 are claimable; 0 holds the
+    locks and 15 is left to humans and the demo.
+    """
+    import redis
+
+    admin = redis.Redis.from_url(_with_db(redis_server_url, 0))
+    token = f"{socket.gethostname()}:{os.getpid()}"
+    for db in range(1, 15):
+        key = f"snugfit-test:db-lock:{db}"
+        if admin.set(key, token, nx=True, ex=3600):
+            try:
+                yield db
+            finally:
+                if admin.get(key) == token.encode():
+                    admin.delete(key)
+                admin.close()
+            return
+    admin.close()
+    pytest.skip("no free Redis test database (1..14 all claimed by other test runs)")
 
 
 @pytest.fixture
-def redis_url(redis_server_url: str) -> Iterator[str]:
+def redis_url(redis_server_url: str, _claimed_db: int) -> Iterator[str]:
     """URL of an empty Redis database for this test."""
     import redis
 
-    db = 1 + (os.getpid() + next(_db_counter)) % 14
-    if redis_server_url.startswith("unix://"):
-        url = f"{redis_server_url}?db={db}"
-    else:
-        url = f"{redis_server_url}/{db}"
+    url = _with_db(redis_server_url, _claimed_db)
     client = redis.Redis.from_url(url)
     client.flushdb()
     yield url
