@@ -32,6 +32,8 @@ from predictor.gpus import GPU_NAMES, gpu_catalogue
 from predictor.measurements import append_measurement, measurement_row
 from predictor.spec import JobSpec, load_specs, parse_spec
 
+from .exceptions import ProfileError
+
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "ProfileSummary",
@@ -241,7 +243,7 @@ def _context(start_method: str = "forkserver") -> Any:
     given machine: slower (each job imports torch, ~5 s) but with nothing inherited.
     """
     if start_method not in ("forkserver", "spawn"):
-        raise ValueError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
+        raise ProfileError(f"start_method must be 'forkserver' or 'spawn', got {start_method!r}")
     # torch.cuda.is_available() at import time (accelerate, peft) then asks NVML instead of
     # calling cuInit, which would make every forked child's CUDA unusable.
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
@@ -323,14 +325,14 @@ def run_profile(
     ``forkserver`` (default, fast) or ``spawn`` (see ``_context``).
     """
     if device not in ("auto", "cuda", "cpu"):
-        raise ValueError(f"device must be 'auto', 'cuda' or 'cpu', got {device!r}")
+        raise ProfileError(f"device must be 'auto', 'cuda' or 'cpu', got {device!r}")
     if timeout_s_per_job <= 0:
-        raise ValueError(f"timeout_s_per_job must be positive, got {timeout_s_per_job!r}")
+        raise ProfileError(f"timeout_s_per_job must be positive, got {timeout_s_per_job!r}")
     jobs = load_specs(specs) if isinstance(specs, str | Path) else [parse_spec(s) for s in specs]
     ids = [job_id(s) for s in jobs]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
-        raise ValueError(f"job ids must be unique in a sweep; repeated: {', '.join(dupes)}")
+        raise ProfileError(f"job ids must be unique in a sweep; repeated: {', '.join(dupes)}")
     out = Path(output_path)
     side = skipped_path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -403,7 +405,7 @@ def run_calibration(
     from workers._profile_calibrate import calibrate
 
     if device not in ("auto", "cuda", "cpu"):
-        raise ValueError(f"device must be 'auto', 'cuda' or 'cpu', got {device!r}")
+        raise ProfileError(f"device must be 'auto', 'cuda' or 'cpu', got {device!r}")
     ctx = _context()
     result = _run_isolated(
         ctx, {"duration_s": duration_s}, device, timeout_s or 3 * duration_s + 120, calibrate
