@@ -235,7 +235,7 @@ class JobSpec(BaseModel):
                 "lora_target": "use task `lora` or `qlora`, or drop the field",
             }.get(f, "remove it")
             raise SpecError(
-                f"`{f}` does not apply to a `{task.value}` job (got {getattr(self, f)!r}); {fix}"
+                f"`{f}` does not apply to `{task.value}` jobs (got {getattr(self, f)!r}); {fix}"
             )
 
         applicable = (

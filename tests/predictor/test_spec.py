@@ -59,7 +59,7 @@ def test_dump_round_trips() -> None:
     [
         ({**TRAIN, "lora_rnk": 8}, "unknown field `lora_rnk`"),
         ({**TRAIN, "lora_rnk": 8}, "did you mean `lora_rank`"),
-        ({**INFER, "lora_rank": 8}, "`lora_rank` does not apply to a `inference` job"),
+        ({**INFER, "lora_rank": 8}, "`lora_rank` does not apply to `inference` jobs"),
         ({**TRAIN, "output_len": 8}, "`output_len` does not apply"),
         ({**INFER, "seq_len": 8}, "input_len"),
         (
