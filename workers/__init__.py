@@ -1,1 +1,43 @@
-"""snugfit."""
+"""snugfit workers: the per-node RQ worker, job execution, NVML sampling, the profiling harness.
+
+Names resolve lazily (PEP 562): importing the package must not pull in torch or NVML.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, str] = {
+    "NodeWorker": "workers.worker",
+    "run_job": "workers.execute",
+    "WorkerContext": "workers.execute",
+    "SimulatedRun": "workers.simulated",
+    "Nvml": "workers.nvml",
+    "PynvmlNvml": "workers.nvml",
+    "FakeNvml": "workers.nvml",
+    "FakeGpu": "workers.nvml",
+    "PeakSampler": "workers.nvml",
+    "open_nvml": "workers.nvml",
+    "run_profile": "workers.profile",
+    "run_calibration": "workers.profile",
+    "ProfileSummary": "workers.profile",
+    "WorkerError": "workers.exceptions",
+    "ProfileError": "workers.exceptions",
+    "NvmlError": "workers.exceptions",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'workers' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

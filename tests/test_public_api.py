@@ -1,0 +1,25 @@
+"""Each package names its public API in ``__all__``, and every name there resolves."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("package", ["predictor", "scheduler", "workers"])
+def test_every_public_name_resolves(package: str) -> None:
+    mod = importlib.import_module(package)
+    assert mod.__all__, f"{package}.__all__ is empty"
+    missing = [name for name in mod.__all__ if getattr(mod, name, None) is None]
+    assert not missing
+
+
+def test_importing_the_scheduler_package_stays_light() -> None:
+    # `snugfit predict` imports scheduler.cli; that must not drag in Redis, RQ or torch.
+    code = "import sys, scheduler, scheduler.cli; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(out.stdout.split())
+    assert not {"redis", "rq", "torch", "highspy"} & loaded
