@@ -51,19 +51,12 @@ TableFn = Callable[[Sequence[JobSpec]], PredictionTable]
 
 
 def default_table_fn() -> TableFn:
-    """The tiered predictor when it offers ``default_predictor()``, else the analytical tier."""
-    try:
-        from predictor import tiered
+    """The tiered predictor (shipped learned artifact + calibrated bounds, falling back to the
+    analytical tier by itself): the one predictor the CLI, the service and the simulator share."""
+    from predictor.tiered import default_predictor
 
-        factory = getattr(tiered, "default_predictor", None)
-        if factory is not None:
-            pred = factory()
-            return lambda specs: pred.predict_table(specs, None)  # type: ignore[no-any-return]
-    except ImportError:
-        pass
-    from predictor.analytical import predict_table
-
-    return lambda specs: predict_table(specs, None)
+    pred = default_predictor()
+    return lambda specs: pred.predict_table(specs, None)
 
 
 def _as_specs(spec: SpecLike) -> list[JobSpec]:

@@ -30,6 +30,7 @@ import re
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,33 @@ class WorkerContext:
     # Pool GPU index -> NVML index on this node (and MIG device UUIDs where known).
     local_index: dict[int, int] = field(default_factory=dict)
     gpu_uuids: dict[int, str] = field(default_factory=dict)
+    # (pool GPU index, MIG profile, start slice) -> MIG device UUID, from NVML enumeration.
+    mig_uuids: dict[tuple[int, str, int], str] = field(default_factory=dict)
+    # Concurrent mode (the node worker): ``run_job`` starts the job and hands it to a supervisor
+    # thread, so every job placed on the node runs at once instead of one after another while
+    # the others' GPUs sit reserved. Inline mode (direct callers, tests) runs it to the end.
+    concurrent: bool = False
+    _running: dict[str, threading.Thread] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def running(self) -> list[str]:
+        """``job@attempt`` of every job this worker is supervising now."""
+        with self._lock:
+            return [k for k, t in self._running.items() if t.is_alive()]
+
+    def join_running(self, timeout_s: float | None = None) -> bool:
+        """Wait for every supervised job to end; True when none is left."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            with self._lock:
+                threads = list(self._running.values())
+            if not threads:
+                return True
+            for t in threads:
+                left = None if deadline is None else max(0.0, deadline - time.monotonic())
+                t.join(left)
+                if deadline is not None and time.monotonic() >= deadline:
+                    return not self.running()
 
 
 _CONTEXT: WorkerContext | None = None
@@ -199,7 +227,11 @@ class ProcessRun:
 def _env_for(ctx: WorkerContext, p: PlacementRecord) -> dict[str, str]:
     env = dict(os.environ)
     local = [ctx.local_index.get(g, g) for g in p.gpu_indices]
-    if p.kind == "mig" and p.gpu_indices[0] in ctx.gpu_uuids:
+    mig_key = (p.gpu_indices[0], p.mig_profile or "", p.mig_start or 0)
+    if p.kind == "mig" and mig_key in ctx.mig_uuids:
+        # A MIG slice is addressed by its own UUID: an index would expose the whole parent GPU.
+        env["CUDA_VISIBLE_DEVICES"] = ctx.mig_uuids[mig_key]
+    elif p.kind == "mig" and p.gpu_indices[0] in ctx.gpu_uuids:
         env["CUDA_VISIBLE_DEVICES"] = ctx.gpu_uuids[p.gpu_indices[0]]
     else:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in local)
@@ -210,6 +242,18 @@ def _env_for(ctx: WorkerContext, p: PlacementRecord) -> dict[str, str]:
         env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={mib}M"
     env["SNUGFIT_JOB_ID"] = p.rq_job_id
     return env
+
+
+def _option_of(ctx: WorkerContext, job_id: str) -> dict[str, Any] | None:
+    """The committed option (its allocation's ``option``), for the events: read while held."""
+    try:
+        raw = ctx.store.allocations([job_id]).get(job_id)
+        got = json.loads(raw) if raw else None
+    except (ValueError, TypeError) as exc:
+        log.warning("allocation of %s unreadable: %s", job_id, exc)
+        return None
+    opt = got.get("option") if isinstance(got, dict) else None
+    return opt if isinstance(opt, dict) else None
 
 
 def _limit_gib(p: PlacementRecord) -> float:
@@ -253,6 +297,10 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
             OutcomeRecord(attempt=attempt, state="failed", reason=reason),
         )
         return {"status": "failed", "reason": reason}
+    simulate = ctx.simulate or not argv
+    option = _option_of(ctx, job_id)
+    if simulate:
+        ctx.store.set_fields(job_id, {"simulated": "1"})
     events.emit(
         [
             event(
@@ -261,11 +309,11 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
                 attempt=attempt,
                 node=ctx.node,
                 reason=f"worker {ctx.worker_name}",
-                simulated=ctx.simulate,
+                option=option,
+                simulated=simulate,
             )
         ]
     )
-    simulate = ctx.simulate or not argv
     limit = _limit_gib(p)
     if simulate:
         from .simulated import SimulatedRun
@@ -309,6 +357,59 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
             OutcomeRecord(attempt=attempt, state="failed", reason=reason),
         )
         return {"status": "failed", "reason": reason}
+    if ctx.concurrent:
+        key = f"{job_id}@{attempt}"
+        thread = threading.Thread(
+            target=_supervise_guarded,
+            args=(ctx, events, job_id, attempt, runner, simulate, spec, p, limit, option),
+            name=f"snugfit-job-{key}",
+            daemon=True,
+        )
+        with ctx._lock:
+            ctx._running[key] = thread
+        thread.start()
+        return {"status": "started", "concurrent": True}
+    return _supervise(ctx, events, job_id, attempt, runner, simulate, spec, p, limit, option)
+
+
+def _supervise_guarded(
+    ctx: WorkerContext,
+    events: EventLog,
+    job_id: str,
+    attempt: int,
+    runner: Any,
+    simulate: bool,
+    spec: dict[str, Any],
+    p: PlacementRecord,
+    limit: float,
+    option: dict[str, Any] | None,
+) -> None:
+    try:
+        _supervise(ctx, events, job_id, attempt, runner, simulate, spec, p, limit, option)
+    except Exception:
+        # Redis down mid-job, etc.: the lease then lapses and the scheduler reclaims the job.
+        log.exception("supervising %s attempt %s failed; its lease will lapse", job_id, attempt)
+        if not simulate:
+            with contextlib.suppress(Exception):
+                runner.stop(ctx.kill_grace_s)
+    finally:
+        with ctx._lock:
+            ctx._running.pop(f"{job_id}@{attempt}", None)
+
+
+def _supervise(
+    ctx: WorkerContext,
+    events: EventLog,
+    job_id: str,
+    attempt: int,
+    runner: Any,
+    simulate: bool,
+    spec: dict[str, Any],
+    p: PlacementRecord,
+    limit: float,
+    option: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Heartbeat a started job until it ends, then record its outcome."""
     cancelled = lost = False
     last_logs = 0.0
     while not runner.wait(ctx.heartbeat_s):
@@ -360,6 +461,7 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
                     attempt=attempt,
                     node=ctx.node,
                     reason="lease lost; outcome discarded",
+                    option=option,
                     simulated=simulate,
                 )
             ]
@@ -376,6 +478,7 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
             "cancelled",
             "cancelled by user (process stopped)",
             outcome,
+            option,
         )
         return {"status": "cancelled"}
     if oom:
@@ -398,6 +501,7 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
                     attempt=attempt,
                     node=ctx.node,
                     reason=reason,
+                    option=option,
                     outcome=outcome.model_dump(),
                     simulated=simulate,
                 ),
@@ -407,6 +511,7 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
                     attempt=attempt,
                     node=ctx.node,
                     reason=f"after OOM: {got}",
+                    option=option,
                     simulated=simulate,
                 ),
             ]
@@ -420,7 +525,7 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
     )
     outcome.state = state
     outcome.reason = reason
-    _end(ctx, events, job_id, attempt, state, reason, outcome)
+    _end(ctx, events, job_id, attempt, state, reason, outcome, option)
     return {"status": state}
 
 
@@ -432,6 +537,7 @@ def _end(
     state: str,
     reason: str,
     outcome: OutcomeRecord,
+    option: dict[str, Any] | None = None,
 ) -> None:
     outcome.state = state
     outcome.reason = reason
@@ -445,6 +551,7 @@ def _end(
                 attempt=attempt,
                 node=ctx.node,
                 reason=reason or state if got == "ok" else f"{state} ignored: {got}",
+                option=option,
                 outcome=outcome.model_dump(),
                 simulated=outcome.simulated,
             )

@@ -9,6 +9,7 @@ and CPU machines. :class:`PeakSampler` polls either one from a daemon thread.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,10 +20,12 @@ __all__ = [
     "DEFAULT_SAMPLE_INTERVAL_S",
     "FakeGpu",
     "FakeNvml",
+    "MigDevice",
     "Nvml",
     "PeakSampler",
     "PynvmlNvml",
     "index_for_uuid",
+    "mig_devices",
     "open_nvml",
 ]
 
@@ -50,6 +53,36 @@ class Nvml(Protocol):
     def cuda_driver_version(self) -> str | None: ...
 
     def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    """One MIG instance as NVML sees it. ``start`` is its GPU-instance placement start slot,
+    which is the pool's ``mig_start`` (the MIG guide's placement slots, 0..6)."""
+
+    parent_index: int
+    profile: str
+    start: int
+    uuid: str
+    memory_total_bytes: int
+
+
+_MIG_PROFILE_RE = re.compile(r"(\d+g\.\d+gb)", re.IGNORECASE)
+
+
+def mig_devices(nvml: Nvml) -> list[MigDevice]:
+    """Every MIG instance on the node; empty where MIG is off or the NVML edge cannot tell.
+
+    A separate function, not a :class:`Nvml` method, so edges written before MIG support keep
+    satisfying the protocol.
+    """
+    fn = getattr(nvml, "mig_devices", None)
+    if fn is None:
+        return []
+    try:
+        return list(fn())
+    except Exception:  # MIG queries fail on drivers/GPUs without MIG: no slices to name
+        return []
 
 
 def index_for_uuid(nvml: Nvml, uuid: str) -> int | None:
@@ -100,6 +133,36 @@ class PynvmlNvml:
             return None
         return f"{v // 1000}.{(v % 1000) // 10}"
 
+    def mig_devices(self) -> list[MigDevice]:
+        nv = self._nv
+        out: list[MigDevice] = []
+        for i in range(self.device_count()):
+            h = self._handle(i)
+            try:
+                current, _pending = nv.nvmlDeviceGetMigMode(h)
+            except Exception:  # not MIG-capable
+                continue
+            if current != 1:  # NVML_DEVICE_MIG_ENABLE
+                continue
+            for k in range(int(nv.nvmlDeviceGetMaxMigDeviceCount(h))):
+                try:
+                    mh = nv.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+                except Exception:  # empty MIG slot
+                    continue
+                match = _MIG_PROFILE_RE.search(_text(nv.nvmlDeviceGetName(mh)))
+                gi = nv.nvmlDeviceGetGpuInstanceById(h, int(nv.nvmlDeviceGetGpuInstanceId(mh)))
+                info = nv.nvmlGpuInstanceGetInfo(gi)
+                out.append(
+                    MigDevice(
+                        parent_index=i,
+                        profile=match.group(1).lower() if match else "",
+                        start=int(info.placement.start),
+                        uuid=_text(nv.nvmlDeviceGetUUID(mh)),
+                        memory_total_bytes=int(nv.nvmlDeviceGetMemoryInfo(mh).total),
+                    )
+                )
+        return out
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
@@ -136,6 +199,8 @@ class FakeGpu:
     used_bytes: int = 0
     uuid: str = "GPU-00000000-0000-0000-0000-000000000000"
     used_script: list[int] = field(default_factory=list)
+    #: MIG instances as (profile, start slot, memory bytes); their UUIDs are derived.
+    mig: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 class FakeNvml:
@@ -185,6 +250,19 @@ class FakeNvml:
 
     def driver_version(self) -> str:
         return self._driver
+
+    def mig_devices(self) -> list[MigDevice]:
+        return [
+            MigDevice(
+                parent_index=i,
+                profile=profile,
+                start=start,
+                uuid=f"MIG-{g.uuid.removeprefix('GPU-')[:-4]}{i:02d}{start:02d}",
+                memory_total_bytes=mem,
+            )
+            for i, g in enumerate(self.gpus)
+            for profile, start, mem in g.mig
+        ]
 
     def cuda_driver_version(self) -> str | None:
         return self._cuda

@@ -3,8 +3,10 @@
 A simulated job's true peak VRAM and runtime are the analytical prediction for its GPU type times
 an error factor drawn exactly as in the simulator (:class:`scheduler.truth.ResidualModel`: the
 empirical distribution of log(measured / analytical), or its documented lognormal placeholder
-when no residual file exists). The draw is seeded by (job id, attempt), so a rerun of the same
-attempt behaves the same. The job "runs" by sleeping ``runtime x time_scale`` seconds; it dies
+when no residual file exists). The draw is seeded by the job id alone: the job's truth does not
+change between attempts, so an OOM retry with a larger reservation meets the same true peak (as
+a real job would), and a rerun after a lost lease behaves the same.
+The job "runs" by sleeping ``runtime x time_scale`` seconds; it dies
 of OOM (after 10% of its runtime) when the true peak exceeds the memory it may use: the whole
 GPU, its MIG slice, or its MPS limit (its reservation) on a shared GPU.
 """
@@ -38,10 +40,10 @@ def _model() -> Any:
 
 
 def draw_truth(
-    job_id: str, attempt: int, predicted_peak_gib: float, predicted_runtime_s: float
+    job_id: str, predicted_peak_gib: float, predicted_runtime_s: float
 ) -> tuple[float, float]:
-    """(true peak GiB, true runtime s) for one attempt, seeded by (job id, attempt)."""
-    seed = int.from_bytes(hashlib.sha256(f"{job_id}@{attempt}".encode()).digest()[:8], "little")
+    """(true peak GiB, true runtime s) of a job, seeded by its id (the same for every attempt)."""
+    seed = int.from_bytes(hashlib.sha256(job_id.encode()).digest()[:8], "little")
     vram_f, runtime_f = _model().sample(1, np.random.default_rng(seed))
     return predicted_peak_gib * float(vram_f[0]), predicted_runtime_s * float(runtime_f[0])
 
@@ -70,8 +72,9 @@ class SimulatedRun:
         label: str,
     ) -> None:
         self.true_peak_gib, self.true_runtime_s = draw_truth(
-            job_id, attempt, predicted_peak_gib, predicted_runtime_s
+            job_id, predicted_peak_gib, predicted_runtime_s
         )
+        self.attempt = attempt
         self.limit_gib = limit_gib
         self.oom = self.true_peak_gib > limit_gib
         run_s = self.true_runtime_s * (OOM_AT_FRACTION if self.oom else 1.0)

@@ -1,5 +1,8 @@
 """``snugfit worker --node NAME``: one RQ worker per node, on exactly one queue, its node's.
 
+The RQ loop only starts jobs (``run_job`` hands each to a supervisor thread that heartbeats its
+lease and records its outcome), so all the jobs placed on a node run concurrently.
+
 One queue keeps RQ on its safe dequeue path (BLMOVE into a per-worker intermediate list, Redis
 >= 6.2); a worker that listens on several queues can lose a job silently (rq#580, #1716). The
 worker uses RQ's JSON serializer and an allow-list job class: a job whose payload is not JSON
@@ -31,7 +34,7 @@ from scheduler.pool import Pool
 from scheduler.service import EventLog, event
 
 from .execute import WorkerContext, set_context
-from .nvml import Nvml, open_nvml
+from .nvml import Nvml, mig_devices, open_nvml
 
 __all__ = ["NodeWorker", "UnsafeJobError"]
 
@@ -84,12 +87,14 @@ class NodeWorker:
         log_path: str | Path | None = None,
         nvml: Nvml | None = None,
         name: str | None = None,
+        concurrent: bool = True,
     ) -> None:
         if pool is None:
             config = store.pool_config()
             pool = Pool.from_dict(config) if config is not None else None
         self.store = store
         self.node = node
+        self.concurrent = concurrent
         self.pool = pool
         self.name = name or f"{node}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
         self.nvml = nvml if nvml is not None else (None if simulate else open_nvml())
@@ -110,9 +115,20 @@ class NodeWorker:
             events=EventLog(store, log_path),
             nvml=self.nvml,
             local_index=local,
+            mig_uuids=self._mig_uuids(local),
         )
         self.queue = Queue(queue_name(node), connection=store.raw, serializer=JSONSerializer)
         self._stop = threading.Event()
+
+    def _mig_uuids(self, local: dict[int, int]) -> dict[tuple[int, str, int], str]:
+        """(pool GPU index, MIG profile, start slot) -> MIG device UUID, from NVML."""
+        if self.nvml is None:
+            return {}
+        pool_of = {k: g for g, k in local.items()}
+        return {
+            (pool_of.get(m.parent_index, m.parent_index), m.profile, m.start): m.uuid
+            for m in mig_devices(self.nvml)
+        }
 
     def gpus(self) -> list[dict[str, Any]]:
         """This node's GPUs: NVML's view when present, else the pool file's."""
@@ -163,7 +179,8 @@ class NodeWorker:
 
     def rq_worker(self) -> SimpleWorker:
         # SimpleWorker runs jobs in this process: the job's process group, heartbeat and
-        # cancellation are ours; RQ's work-horse fork would only add a layer.
+        # cancellation are ours (in supervisor threads); RQ's work-horse fork would only add a
+        # layer, and a forked horse could not keep the supervisors alive.
         return SimpleWorker(
             [self.queue],
             connection=self.store.raw,
@@ -173,6 +190,13 @@ class NodeWorker:
         )
 
     def work(self, burst: bool = False, max_jobs: int | None = None) -> bool:
+        """Pull the node's queue; every placed job runs at once, each under its own supervisor.
+
+        ``run_job`` only starts a job and returns, so one RQ loop on the one queue (its safe
+        BLMOVE path) feeds all of the node's GPUs. On a warm stop (SIGTERM) or in burst mode
+        the worker waits for the jobs it runs: their leases stay renewed until they end.
+        """
+        self.ctx.concurrent = self.concurrent
         set_context(self.ctx)
         self.register()
         beat = threading.Thread(target=self._beat, name="snugfit-node-beat", daemon=True)
@@ -182,4 +206,5 @@ class NodeWorker:
                 self.rq_worker().work(burst=burst, max_jobs=max_jobs, logging_level="WARNING")
             )
         finally:
+            self.ctx.join_running()
             self._stop.set()

@@ -76,11 +76,13 @@ def test_commit_refuses_capacity_taken_by_another_scheduler(store: Store, small:
     b = SchedulerService(store, small, leader_election=False)
     a.step()  # both have synced an empty pool
     b.step()
+    # Over half a B200 at its calibrated upper bound (~130 GiB), under a whole one (180 GiB):
+    # exactly one job per B200, so the two B200s admit two of the six.
     big = {
         "id": "",
         "model": "llama-3.1-8b",
         "task": "full_finetune",
-        "batch_size": 4,
+        "batch_size": 2,
         "seq_len": 2048,
         "steps": 10,
         "gpu": "B200-180GB",

@@ -91,6 +91,11 @@ def test_simulated_jobs_run_measure_and_release(store: RedisStore, tmp_path: Pat
         o = h.outcome
         assert o is not None and o.simulated and o.exit_code == 0 and o.peak_vram_gib
         assert "[simulated]" in h.logs()
+        assert h.record().get("simulated") == "1"  # as keys.py documents
+    finished = [e for _, e in store.events() if e["event"] == "finished"]
+    assert len(finished) == 3
+    for e in finished:  # the log line says where the job ran and what it cost
+        assert e["option"]["gpu_type"] == "H100-80GB" and e["simulated"] is True
     assert store.alloc_ids() == []
     rows = [json.loads(x) for x in store.history()]
     assert len(rows) == 3 and all(r["simulated"] and r["origin"] == "history" for r in rows)
@@ -210,3 +215,76 @@ def test_worker_registers_its_gpus_from_the_pool(store: RedisStore, tmp_path: Pa
     gpus = json.loads(info["gpus"])
     assert [g["name"] for g in gpus] == ["H100-80GB", "H100-80GB"]
     assert info["simulated"] == "1"
+
+
+def test_node_worker_runs_its_placed_jobs_concurrently(store: RedisStore, tmp_path: Path) -> None:
+    # Each job waits for the other's marker file: only a worker that runs both at once can
+    # finish them (a one-at-a-time worker would time the first one out with exit code 3).
+    def rendezvous(me: str, other: str) -> list[str]:
+        code = (
+            "import pathlib,sys,time; d=pathlib.Path(sys.argv[1]); (d/sys.argv[2]).touch(); "
+            "t=time.monotonic()\n"
+            "while not (d/sys.argv[3]).exists():\n"
+            "    time.sleep(0.01)\n"
+            "    if time.monotonic()-t > 30: sys.exit(3)\n"
+        )
+        return [sys.executable, "-c", code, str(tmp_path), me, other]
+
+    client = Client(store=store)
+    hs = client.submit_many([spec("a", rendezvous("a", "b")), spec("b", rendezvous("b", "a"))])
+    SchedulerService(store, POOL).step()
+    assert all(h.status() == "placed" for h in hs)
+    w = make_worker(store, tmp_path, simulate=False, nvml=None)
+    w.work(burst=True)  # burst: returns once the queue is empty and every job has ended
+    assert [h.status() for h in hs] == ["succeeded", "succeeded"], [h.reason for h in hs]
+    assert w.ctx.running() == []
+    assert store.alloc_ids() == []
+
+
+def test_mig_slice_is_exposed_by_its_mig_uuid(store: RedisStore, tmp_path: Path) -> None:
+    from scheduler.keys import PlacementRecord
+    from workers.execute import _env_for
+    from workers.nvml import FakeGpu, FakeNvml
+
+    gpus = [FakeGpu(uuid=f"GPU-aaaaaaaa-0000-0000-0000-00000000000{i}") for i in range(2)]
+    gpus[1].mig = [("1g.10gb", 0, 10 << 30), ("3g.40gb", 4, 40 << 30)]
+    w = make_worker(store, tmp_path, simulate=False, nvml=FakeNvml(gpus))
+    p = PlacementRecord(
+        attempt=1,
+        node="n1",
+        queue=queue_name("n1"),
+        rq_job_id="job-0@1",
+        label="H100-80GB 3g.40gb",
+        kind="mig",
+        gpu_type="H100-80GB",
+        gpu_indices=[1],
+        mig_profile="3g.40gb",
+        mig_start=4,
+        reserved_gib=30.0,
+        capacity_gib=40.0,
+        placed_at=0.0,
+        policy="bestfit",
+    )
+    env = _env_for(w.ctx, p)
+    assert env["CUDA_VISIBLE_DEVICES"].startswith("MIG-")
+    assert env["CUDA_VISIBLE_DEVICES"] == w.ctx.mig_uuids[(1, "3g.40gb", 4)]
+    assert env["CUDA_VISIBLE_DEVICES"] != w.ctx.mig_uuids[(1, "1g.10gb", 0)]
+
+
+def test_simulated_truth_is_the_same_for_every_attempt() -> None:
+    from workers.simulated import SimulatedRun
+
+    runs = [
+        SimulatedRun(
+            "job-x",
+            attempt,
+            predicted_peak_gib=40.0,
+            predicted_runtime_s=100.0,
+            limit_gib=80.0,
+            time_scale=0.0,
+            label="t",
+        )
+        for attempt in (1, 2, 3)
+    ]
+    assert len({r.true_peak_gib for r in runs}) == 1
+    assert len({r.true_runtime_s for r in runs}) == 1
