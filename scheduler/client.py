@@ -28,7 +28,8 @@ from predictor.prediction import Prediction, PredictionTable
 from predictor.spec import JobSpec, load_specs, parse_spec
 
 from .connection import RedisStore, Store, open_store
-from .exceptions import JobFailedError, JobNotFoundError, ServiceError
+from .decision import Decision
+from .exceptions import JobFailedError, JobNotFoundError, SchedulerError, ServiceError
 from .keys import (
     TERMINAL_STATES,
     JobState,
@@ -313,7 +314,15 @@ class JobHandle:
 
     @property
     def decision(self) -> dict[str, Any] | None:
-        return self._json("decision")
+        """The latest Decision as a dict with every option spelled out (the record stores it
+        in the compact columnar form)."""
+        raw = self._json("decision")
+        if not isinstance(raw, dict) or "option_columns" not in raw:
+            return raw  # type: ignore[no-any-return]
+        try:
+            return Decision.from_dict(raw).to_dict()
+        except SchedulerError as exc:
+            raise ServiceError(f"job {self.id!r}: unreadable decision record: {exc}") from None
 
     def _json(self, name: str) -> Any:
         raw = self.record().get(name)

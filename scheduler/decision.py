@@ -64,7 +64,7 @@ class Option:
         return f"{self.gpu_type} x{self.n_gpus}"
 
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out = {name: getattr(self, name) for name in _OPTION_NAMES}
         out["gpu_indices"] = list(self.gpu_indices)
         for key in _FLOAT_FIELDS:
             out[key] = _finite_or_none(out[key])
@@ -89,7 +89,9 @@ class Option:
             raise SchedulerError(f"option record is incomplete: {exc}") from None
 
 
-_OPTION_FIELDS: frozenset[str] = frozenset(f.name for f in fields(Option))
+# Field order, computed once: dataclasses.fields() per option was a third of to_dict's cost.
+_OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Option))
+_OPTION_FIELDS: frozenset[str] = frozenset(_OPTION_NAMES)
 _FLOAT_FIELDS: tuple[str, ...] = (
     "vram_gib",
     "vram_upper_gib",
@@ -198,17 +200,35 @@ class Decision:
             f"chosen={self.chosen!r}, reason={self.reason!r}, time_s={self.time_s!r})"
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def to_dict(self, *, compact: bool = False) -> dict[str, Any]:
+        """The record; ``from_dict`` is its exact inverse in either form.
+
+        ``compact`` (what the service stores, thousands per second) keeps every option's numbers
+        as columns under ``option_columns`` (one list per field, no repeated keys), and in
+        ``options`` only the chosen and runner-up options as dicts (``null`` elsewhere), so
+        readers that only want those two index ``options`` as before.
+        """
+        opts = self.options
+        if not compact:
+            options: list[Any] = [o.to_dict() for o in opts]
+        else:
+            options = [None] * len(opts)
+            for i in (self.chosen, self.runner_up):
+                if i is not None and 0 <= i < len(opts):
+                    options[i] = opts[i].to_dict()
+        out: dict[str, Any] = {
             "job_id": self.job_id,
             "policy": self.policy,
             "state": self.state,
-            "options": [o.to_dict() for o in self.options],
+            "options": options,
             "chosen": self.chosen,
             "reason": self.reason,
             "runner_up": self.runner_up,
             "time_s": self.time_s,
         }
+        if compact:
+            out["option_columns"] = _columns(opts)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Decision:
@@ -221,7 +241,11 @@ class Decision:
         state = data.get("state")
         if state not in _STATES:
             raise SchedulerError(f"decision state must be one of {sorted(_STATES)}; got {state!r}")
-        options = [Option.from_dict(o) for o in data.get("options", [])]
+        columns = data.get("option_columns")
+        if columns is not None:
+            options = _from_columns(columns)
+        else:
+            options = [Option.from_dict(o) for o in data.get("options", [])]
         for key in ("chosen", "runner_up"):
             idx = data.get(key)
             if idx is not None and not 0 <= idx < len(options):
@@ -240,4 +264,42 @@ class Decision:
         )
 
 
-_DECISION_KEYS = ("job_id", "policy", "state", "options", "chosen", "reason", "runner_up", "time_s")
+_DECISION_KEYS = (
+    "job_id",
+    "policy",
+    "state",
+    "options",
+    "option_columns",
+    "chosen",
+    "reason",
+    "runner_up",
+    "time_s",
+)
+
+
+def _columns(opts: list[Option]) -> dict[str, list[Any]]:
+    cols: dict[str, list[Any]] = {name: [getattr(o, name) for o in opts] for name in _OPTION_NAMES}
+    cols["gpu_indices"] = [list(g) for g in cols["gpu_indices"]]
+    for key in _FLOAT_FIELDS:
+        cols[key] = [_finite_or_none(v) for v in cols[key]]
+    return cols
+
+
+def _from_columns(columns: Any) -> list[Option]:
+    if not isinstance(columns, Mapping):
+        raise SchedulerError(
+            f"decision option_columns must be an object of lists; got {type(columns).__name__}"
+        )
+    unknown = set(columns) - _OPTION_FIELDS
+    if unknown:
+        raise SchedulerError(
+            f"option_columns has unknown keys {sorted(unknown)}; expected {sorted(_OPTION_FIELDS)}"
+        )
+    lengths = {len(v) if isinstance(v, list) else -1 for v in columns.values()}
+    if len(lengths) > 1 or -1 in lengths:
+        raise SchedulerError(
+            f"option_columns must be lists of one length; got lengths {sorted(lengths)}"
+        )
+    n = lengths.pop() if lengths else 0
+    names = list(columns)
+    return [Option.from_dict({k: columns[k][i] for k in names}) for i in range(n)]

@@ -474,9 +474,12 @@ class SchedulerService:
             return 0, 0
         commits: list[Commit] = []
         records: list[PlacementRecord] = []
+        opts: dict[str, Option] = {}
         for d in placed:
-            opt = d.chosen_option
-            assert opt is not None and opt.node is not None
+            # The committed option, from the pool state: d.chosen_option would build the whole
+            # option list just to pick one (the compact decision record builds it once below).
+            opt = self.core.state.option_of(d.job_id)
+            assert opt.node is not None
             known = self._known[d.job_id]
             attempt = known.attempt + 1
             kind, used, mask = self._slot(opt)
@@ -520,10 +523,11 @@ class SchedulerService:
                     mig_mask=mask,
                     alloc_json=dumps(alloc),
                     placement_json=rec.model_dump_json(),
-                    decision_json=dumps(d.to_dict()),
+                    decision_json=dumps(d.to_dict(compact=True)),
                 )
             )
             records.append(rec)
+            opts[d.job_id] = opt
         token = self.token if self.leader_election else ""
         results: list[str] = []
         for start in range(0, len(commits), _COMMIT_CHUNK):
@@ -546,8 +550,7 @@ class SchedulerService:
                 log.info("commit of %s refused: %s", d.job_id, res)
                 continue
             versions.append(int(res.split(":", 1)[1]))
-            opt = d.chosen_option
-            assert opt is not None
+            opt = opts[d.job_id]
             runner = d.options[d.runner_up] if d.runner_up is not None else None
             cost = None if opt.cost_usd is None else round(opt.cost_usd, 4)
             meta = {
@@ -593,7 +596,7 @@ class SchedulerService:
         events = []
         for d in rejected:
             self._known.pop(d.job_id, None)
-            got = self.store.reject(d.job_id, d.reason, dumps(d.to_dict()))
+            got = self.store.reject(d.job_id, d.reason, dumps(d.to_dict(compact=True)))
             if got == "rejected":
                 events.append(
                     event("rejected", d.job_id, reason=d.reason, policy=self.policy.name.value)

@@ -210,3 +210,25 @@ def test_window_bounds_what_the_scheduler_holds(store: Store) -> None:
     s = svc.step()
     assert s.placed == 1 and s.ingested == 10
     assert len(svc.core.pending) == 9
+
+
+def test_stored_decision_is_compact_and_lossless(store: Store, small: Pool) -> None:
+    from scheduler.decision import Decision
+
+    client = Client(store=store)
+    h = client.submit(spec("c"))
+    svc = SchedulerService(store, small)
+    svc.step()
+    raw = json.loads(store.get_job(h.id)["decision"])  # type: ignore[index]
+    assert "option_columns" in raw  # every option's numbers, as columns
+    n = len(raw["option_columns"]["kind"])
+    assert n > 1 and len(raw["options"]) == n
+    # Only the chosen option (and the runner-up) are spelled out where readers index them.
+    assert raw["options"][raw["chosen"]]["fits_now"] is True
+    assert sum(o is not None for o in raw["options"]) <= 2
+    d = Decision.from_dict(raw)
+    assert d.chosen_option == svc.core.state.option_of(h.id)
+    assert Decision.from_dict(json.loads(json.dumps(d.to_dict(compact=True)))) == d
+    full = h.decision
+    assert full is not None and all(isinstance(o, dict) for o in full["options"])
+    assert len(full["options"]) == n
