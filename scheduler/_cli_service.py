@@ -164,6 +164,12 @@ def logs_command(job_id: str, redis_url: str | None) -> None:
     help="Placement log JSONL (default: $SNUGFIT_HOME/placement-log.jsonl).",
 )
 @click.option("--simulated", is_flag=True, help="Label placements as simulated (demo, tests).")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (/metrics).",
+)
 @click.option("-v", "--verbose", is_flag=True)
 def scheduler_command(
     pool_file: Path,
@@ -173,6 +179,7 @@ def scheduler_command(
     window: int,
     log_file: Path | None,
     simulated: bool,
+    metrics_port: int | None,
     verbose: bool,
 ) -> None:
     """Run the scheduler service (leader election: start several, one leads)."""
@@ -186,14 +193,28 @@ def scheduler_command(
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
     try:
+        store = open_store(redis_url)
+        telemetry: Any = None
+        server: Any = None
+        if metrics_port is not None:
+            from .telemetry import start_metrics_server
+
+            try:
+                telemetry, server = start_metrics_server(metrics_port, store.raw, keys=store.keys)
+            except OSError as exc:
+                raise click.ClickException(
+                    f"cannot serve metrics on port {metrics_port}: {exc.strerror or exc}; "
+                    "pick a free port with --metrics-port"
+                ) from None
         svc = SchedulerService(
-            open_store(redis_url),
+            store,
             load_pool(pool_file),
             policy,
             lease_ttl_s=lease_ttl,
             window=window,
             log_path=log_file or snugfit_home() / "placement-log.jsonl",
             simulated=simulated,
+            telemetry=telemetry,
         )
     except SchedulerError as exc:
         raise _fail(exc) from None
@@ -201,7 +222,12 @@ def scheduler_command(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     click.echo(f"scheduler {svc.token}: pool {svc.pool.name!r}, policy {policy}", err=True)
+    if server is not None:
+        click.echo(f"metrics: http://0.0.0.0:{metrics_port}/metrics", err=True)
     try:
         svc.run(stop)
     except SchedulerError as exc:
         raise _fail(exc) from None
+    finally:
+        if server is not None:
+            server.shutdown()

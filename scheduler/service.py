@@ -136,6 +136,8 @@ class SchedulerService:
         poll_s: float = 0.05,
         log_path: str | Path | None = None,
         simulated: bool = False,
+        telemetry: Any | None = None,
+        placement_lease_s: float = 120.0,
     ) -> None:
         from ._core import SchedulerCore
 
@@ -149,6 +151,15 @@ class SchedulerService:
         self.poll_s = float(poll_s)
         self.events = EventLog(store, log_path)
         self.simulated = simulated
+        # scheduler.telemetry.Telemetry (or anything with observe_placement_latency(seconds)):
+        # fed submit -> commit latency per committed placement.
+        self.telemetry = telemetry
+        # A placed job whose node never starts it (no worker, a wedged one) holds capacity for
+        # nothing; after this long it is requeued (counted as a lost lease).
+        self.placement_lease_s = float(placement_lease_s)
+        # job -> (attempt, placed_at), in placement order, so the check reads only the oldest.
+        self._placed: dict[str, tuple[int, float]] = {}
+        self._placement_checked_at = 0.0
         self.core = SchedulerCore(pool.state(), self.policy)
         self.is_leader = False
         self._capver = -1
@@ -191,6 +202,7 @@ class SchedulerService:
 
         self.core = SchedulerCore(self.pool.state(), self.policy)
         self._known.clear()
+        self._placed.clear()
         self._capver = -1
 
     def _take_over(self) -> None:
@@ -224,6 +236,7 @@ class SchedulerService:
             return
         rows = self.store.get_fields(ids, ["placement", "attempt", "decision"])
         items = []
+        placed: list[tuple[float, str, int]] = []
         for jid, (raw, attempt, _) in zip(ids, rows, strict=True):
             try:
                 p = PlacementRecord.model_validate_json(raw or "")
@@ -231,8 +244,11 @@ class SchedulerService:
                 continue
             if attempt is None or int(attempt) != p.attempt:
                 continue
+            placed.append((p.placed_at, jid, p.attempt))
             if not self.store.enqueued(p.node, jid, p.attempt):
                 items.append((p.node, jid, p.attempt, {"snugfit_job": jid, "recovered": True}))
+        for placed_at, jid, att in sorted(placed):
+            self._placed[jid] = (att, placed_at)
         if items:
             log.info("re-enqueueing %d placed jobs that had no RQ job", len(items))
             self.store.enqueue(items)
@@ -250,7 +266,7 @@ class SchedulerService:
             return stats
         stats.leader = True
         now = time.time()
-        stats.reclaimed = self._reclaim(now)
+        stats.reclaimed = self._reclaim(now) + self._reclaim_unstarted(now)
         self._sync()
         stats.ingested, stats.invalid = self._ingest(now)
         decisions = self.core.tick(now)
@@ -325,6 +341,57 @@ class SchedulerService:
                 )
                 if got == "requeued":
                     events.append(event("requeued", jid, attempt=int(attempt), reason="lease lost"))
+        self.events.emit(events)
+        return n
+
+    def _reclaim_unstarted(self, now: float) -> int:
+        """Requeue placed jobs that no worker started within ``placement_lease_s``."""
+        if now - self._placement_checked_at < min(5.0, self.placement_lease_s / 4):
+            return 0
+        self._placement_checked_at = now
+        cutoff = now - self.placement_lease_s
+        old: list[tuple[str, int]] = []
+        for jid, (attempt, placed_at) in self._placed.items():
+            if placed_at > cutoff:
+                break
+            old.append((jid, attempt))
+        if not old:
+            return 0
+        for jid, _ in old:
+            del self._placed[jid]
+        rows = self.store.get_fields([j for j, _ in old], ["state", "attempt", "placement"])
+        events = []
+        n = 0
+        for (jid, attempt), (st, att, raw) in zip(old, rows, strict=True):
+            if st != "placed" or att is None or int(att) != attempt:
+                continue  # started (its run lease covers it now), finished or re-placed
+            try:
+                node = PlacementRecord.model_validate_json(raw or "").node
+            except ValidationError:
+                node = "?"
+            reason = (
+                f"placed on node {node} {self.placement_lease_s:g} s ago but never started "
+                f"(is `snugfit worker --node {node}` running?)"
+            )
+            got = self.store.requeue(
+                jid, attempt, reason=reason, counter="lost", from_states="placed"
+            )
+            if got in ("requeued", "failed", "cancelled"):
+                n += 1
+                events.append(
+                    event(
+                        "reclaimed",
+                        jid,
+                        attempt=attempt,
+                        node=node,
+                        reason=f"{reason}; capacity released, job {got}",
+                        policy=self.policy.name.value,
+                    )
+                )
+                if got == "requeued":
+                    events.append(
+                        event("requeued", jid, attempt=attempt, reason="placement never started")
+                    )
         self.events.emit(events)
         return n
 
@@ -539,8 +606,9 @@ class SchedulerService:
         events: list[dict[str, Any]] = []
         conflicts = 0
         versions: list[int] = []
+        committed_at = time.time()
         for d, rec, res in zip(placed, records, results, strict=True):
-            self._known.pop(d.job_id, None)
+            seen = self._known.pop(d.job_id, None)
             if not res.startswith("ok"):
                 conflicts += 1
                 # Someone else took the capacity or the job: undo our view, resync next step.
@@ -550,6 +618,10 @@ class SchedulerService:
                 log.info("commit of %s refused: %s", d.job_id, res)
                 continue
             versions.append(int(res.split(":", 1)[1]))
+            self._placed.pop(d.job_id, None)
+            self._placed[d.job_id] = (rec.attempt, rec.placed_at)
+            if self.telemetry is not None and seen is not None:
+                self.telemetry.observe_placement_latency(committed_at - seen.submitted_at)
             opt = opts[d.job_id]
             runner = d.options[d.runner_up] if d.runner_up is not None else None
             cost = None if opt.cost_usd is None else round(opt.cost_usd, 4)

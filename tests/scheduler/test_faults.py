@@ -154,7 +154,11 @@ def test_end_to_end_scheduler_two_workers_client(
 ) -> None:
     pool_file = write_pool(tmp_path, TWO_NODES)
     home = tmp_path / "home"
-    procs.append(snugfit(["scheduler", "--pool", str(pool_file), "--simulated"], private_url, home))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    sched = ["scheduler", "--pool", str(pool_file), "--simulated", "--metrics-port", str(port)]
+    procs.append(snugfit(sched, private_url, home))
     for node in ("n1", "n2"):
         args = ["worker", "--node", node, "--pool", str(pool_file), "--simulate"]
         procs.append(
@@ -187,6 +191,17 @@ def test_end_to_end_scheduler_two_workers_client(
     assert kinds.count("placed") >= 12 and kinds.count("started") >= 12
     wait_for(lambda: store.alloc_ids() == [], 10, "capacity to come back")
     check_capacity(store, Pool.from_dict(TWO_NODES))
+    # The scheduler's Prometheus endpoint saw every committed placement.
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    count = next(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("snugfit_placement_latency_seconds_count")
+    )
+    assert count >= 12
 
 
 def test_sigkill_worker_mid_job_reclaims_and_reruns_once(

@@ -232,3 +232,44 @@ def test_stored_decision_is_compact_and_lossless(store: Store, small: Pool) -> N
     full = h.decision
     assert full is not None and all(isinstance(o, dict) for o in full["options"])
     assert len(full["options"]) == n
+
+
+def test_placed_job_that_no_worker_starts_is_reclaimed(store: Store, small: Pool) -> None:
+    client = Client(store=store)
+    h = client.submit(spec("idle-node"))
+    svc = SchedulerService(store, small, placement_lease_s=0.2)
+    svc.step()
+    assert h.status() == "placed" and store.alloc_ids() == [h.id]
+    time.sleep(0.3)  # past the placement lease; no worker ever started it
+    s = svc.step()
+    assert s.reclaimed == 1
+    assert h.record()["lost"] == "1" and "never started" in h.record()["reason"]
+    # Requeued and placed again (attempt 2) on the capacity it released.
+    svc.step()
+    assert h.status() == "placed" and h.placement is not None and h.placement.attempt == 2
+    assert store.start(h.id, 1, "late-worker", 10**13) != "ok"  # the stale attempt is fenced
+    kinds = [e["event"] for _, e in store.events()]
+    assert "reclaimed" in kinds
+    svc.assert_consistent()
+
+
+def test_started_job_is_not_reclaimed_by_the_placement_lease(store: Store, small: Pool) -> None:
+    h = Client(store=store).submit(spec("started"))
+    svc = SchedulerService(store, small, placement_lease_s=0.2)
+    svc.step()
+    assert store.start(h.id, 1, "w", int(time.time() * 1000) + 60_000) == "ok"
+    time.sleep(0.3)
+    assert svc.step().reclaimed == 0
+    assert h.status() == "running"
+
+
+def test_placement_latency_feeds_telemetry(store: Store, small: Pool) -> None:
+    seen: list[float] = []
+
+    class Probe:
+        def observe_placement_latency(self, seconds: float) -> None:
+            seen.append(seconds)
+
+    Client(store=store).submit_many([spec(i) for i in range(3)])
+    SchedulerService(store, small, telemetry=Probe()).step()
+    assert len(seen) == 3 and all(0 <= x < 60 for x in seen)
