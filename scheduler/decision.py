@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Any, Literal
 
 from .exceptions import SchedulerError
@@ -277,12 +278,25 @@ _DECISION_KEYS = (
 )
 
 
+_ROW = attrgetter(*_OPTION_NAMES)
+_FLOAT_POS = frozenset(_OPTION_NAMES.index(k) for k in _FLOAT_FIELDS)
+_INDICES_POS = _OPTION_NAMES.index("gpu_indices")
+
+
 def _columns(opts: list[Option]) -> dict[str, list[Any]]:
-    cols: dict[str, list[Any]] = {name: [getattr(o, name) for o in opts] for name in _OPTION_NAMES}
-    cols["gpu_indices"] = [list(g) for g in cols["gpu_indices"]]
-    for key in _FLOAT_FIELDS:
-        cols[key] = [_finite_or_none(v) for v in cols[key]]
-    return cols
+    # One C-level attrgetter per option and a transpose: several times cheaper than a dict per
+    # option, and the service writes thousands of these per second.
+    cols = list(zip(*map(_ROW, opts), strict=True)) if opts else [()] * len(_OPTION_NAMES)
+    out: dict[str, list[Any]] = {}
+    for k, name in enumerate(_OPTION_NAMES):
+        col = cols[k]
+        if k in _FLOAT_POS:
+            out[name] = [_finite_or_none(v) for v in col]
+        elif k == _INDICES_POS:
+            out[name] = [list(g) for g in col]
+        else:
+            out[name] = list(col)
+    return out
 
 
 def _from_columns(columns: Any) -> list[Option]:
