@@ -123,7 +123,7 @@ class RightSizePolicy(Policy):
             # Fewest feasible options first, then the biggest gangs: packs scarce types.
             sorted(range(len(window)), key=lambda k: (int(n_options[k]), -int(batch.n_gpus[k]), k)),
         )
-        best_score = _placed(a[: len(window)])
+        best_score = _placed(a[: len(window)], first)
         best: tuple[dict[str, Decision], PoolState] = ({d.job_id: d for d in a}, first)
         repacked = False
         for order in orders:
@@ -134,7 +134,7 @@ class RightSizePolicy(Policy):
             by_id = {d.job_id: d for d in b}
             if not all(by_id[pending[k].job_id].state == "placed" for k in range(n_prefix)):
                 continue
-            count, cost = _placed(b)
+            count, cost = _placed(b, trial)
             if count > best_score[0] or (count == best_score[0] and cost < best_score[1] - 1e-9):
                 best_score, best, repacked = (count, cost), (by_id, trial), True
         chosen, trial = best
@@ -279,12 +279,14 @@ class RightSizePolicy(Policy):
         )
 
 
-def _placed(decisions: Sequence[Decision]) -> tuple[int, float]:
+def _placed(decisions: Sequence[Decision], state: PoolState) -> tuple[int, float]:
+    """Jobs placed and their total cost. The committed option is read from ``state``:
+    ``d.chosen_option`` would build every (lazy) option of every decision."""
     count, cost = 0, 0.0
     for d in decisions:
         if d.state == "placed":
             count += 1
-            o = d.chosen_option
+            o = state.option_of(d.job_id) if d.job_id in state else d.chosen_option
             cost += o.cost_usd if o is not None and o.cost_usd is not None else 0.0
     return count, cost
 
