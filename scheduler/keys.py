@@ -84,7 +84,9 @@ Job record (``P:job:{id}`` fields; JSON values marked ``json``)
 ``ooms``             int, OOM kills so far (``max_oom_retries`` caps the requeues)
 ``max_oom_retries``  int
 ``reserved_gib``     float, reservation floor after an OOM (absent before the first OOM)
-``decision``         json: ``Decision.to_dict()`` of the latest placement or rejection
+``decision``         json: ``Decision.to_dict(compact=True)`` of the latest placement or
+                     rejection (every option as columns in ``option_columns``; ``options``
+                     spells out only the chosen and runner-up, null elsewhere)
 ``placement``        json: :class:`PlacementRecord` (node, queue, option, env ...)
 ``worker``           the worker that runs / ran it
 ``started_at``       epoch seconds, ``finished_at`` epoch seconds

@@ -357,6 +357,9 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
             OutcomeRecord(attempt=attempt, state="failed", reason=reason),
         )
         return {"status": "failed", "reason": reason}
+    # Started here, on RQ's (main) thread, and only then handed over: PR_SET_PDEATHSIG fires
+    # when the *thread* that forked the job exits, so a job forked by a short-lived supervisor
+    # thread would be killed with it; the main thread lives as long as the worker.
     if ctx.concurrent:
         key = f"{job_id}@{attempt}"
         thread = threading.Thread(

@@ -273,3 +273,21 @@ def test_placement_latency_feeds_telemetry(store: Store, small: Pool) -> None:
     Client(store=store).submit_many([spec(i) for i in range(3)])
     SchedulerService(store, small, telemetry=Probe()).step()
     assert len(seen) == 3 and all(0 <= x < 60 for x in seen)
+
+
+def test_step_batch_adapts_to_the_measured_cost_per_job(store: Store, small: Pool) -> None:
+    client = Client(store=store)
+    client.submit_many([spec(f"a{i}") for i in range(10)])
+    svc = SchedulerService(store, small, step_target_s=1e-9, window=500)
+    assert svc.batch_size() == 500  # nothing measured yet: the whole window
+    assert svc.step().ingested == 10
+    assert svc.batch_size() == 64  # a tiny step budget: the smallest batch
+    client.submit_many([spec(f"b{i}") for i in range(100)])
+    assert svc.step().ingested == 64
+    assert svc.step().ingested == 36  # the rest, oldest first, on the next step
+    slow = SchedulerService(store, small, step_target_s=3600.0, window=500)
+    slow._s_per_job = 0.001
+    assert slow.batch_size() == 500  # a generous budget: capped by the window
+    default = SchedulerService(store, small, window=500)
+    default._s_per_job = 1.0
+    assert default.batch_size() == 500  # no budget by default: the whole window
