@@ -287,16 +287,7 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
             raise ValueError(f"placed on node {p.node!r}, but this worker serves {ctx.node!r}")
     except (ValidationError, ValueError, AttributeError) as exc:
         reason = f"corrupt job record: {str(exc).splitlines()[0][:200]}"
-        _end(
-            ctx,
-            events,
-            job_id,
-            attempt,
-            "failed",
-            reason,
-            OutcomeRecord(attempt=attempt, state="failed", reason=reason),
-        )
-        return {"status": "failed", "reason": reason}
+        return _fail_before_start(ctx, events, job_id, attempt, reason)
     simulate = ctx.simulate or not argv
     option = _option_of(ctx, job_id)
     if simulate:
@@ -331,32 +322,14 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
     else:
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) or not argv:
             reason = "`command` must be a non-empty list of strings (argv; no shell)"
-            _end(
-                ctx,
-                events,
-                job_id,
-                attempt,
-                "failed",
-                reason,
-                OutcomeRecord(attempt=attempt, state="failed", reason=reason),
-            )
-            return {"status": "failed", "reason": reason}
+            return _fail_before_start(ctx, events, job_id, attempt, reason)
         local = [ctx.local_index.get(g, g) for g in p.gpu_indices]
         runner = ProcessRun(argv, _env_for(ctx, p), ctx.nvml, local if p.kind != "shared" else [])
     try:
         runner.start()
     except OSError as exc:
         reason = f"could not start {argv[0]!r}: {exc.strerror or exc}"
-        _end(
-            ctx,
-            events,
-            job_id,
-            attempt,
-            "failed",
-            reason,
-            OutcomeRecord(attempt=attempt, state="failed", reason=reason),
-        )
-        return {"status": "failed", "reason": reason}
+        return _fail_before_start(ctx, events, job_id, attempt, reason)
     # Started here, on RQ's (main) thread, and only then handed over: PR_SET_PDEATHSIG fires
     # when the *thread* that forked the job exits, so a job forked by a short-lived supervisor
     # thread would be killed with it; the main thread lives as long as the worker.
@@ -530,6 +503,22 @@ def _supervise(
     outcome.reason = reason
     _end(ctx, events, job_id, attempt, state, reason, outcome, option)
     return {"status": state}
+
+
+def _fail_before_start(
+    ctx: WorkerContext, events: EventLog, job_id: str, attempt: int, reason: str
+) -> dict[str, Any]:
+    """End an attempt that never ran (corrupt record, bad argv, exec failure)."""
+    _end(
+        ctx,
+        events,
+        job_id,
+        attempt,
+        "failed",
+        reason,
+        OutcomeRecord(attempt=attempt, state="failed", reason=reason),
+    )
+    return {"status": "failed", "reason": reason}
 
 
 def _end(
