@@ -473,7 +473,8 @@ def _stop_redis(home: Path) -> None:
 
 
 def _workload_and_baseline(cfg: DemoConfig, pool: Pool) -> tuple[Any, list[Any]]:
-    from predictor.analytical import predict_table
+    # The same predictor the live client uses, so the simulated columns compare like with like.
+    from predictor.tiered import default_predictor
 
     from .simulator import simulate
     from .workload import generate_workload
@@ -481,7 +482,7 @@ def _workload_and_baseline(cfg: DemoConfig, pool: Pool) -> tuple[Any, list[Any]]
     wl = generate_workload(30.0, cfg.seed, max_jobs=cfg.jobs)
     if len(wl) < cfg.jobs:
         raise SchedulerError(f"the workload mix produced {len(wl)} jobs; asked for {cfg.jobs}")
-    table = predict_table(list(wl.specs))
+    table = default_predictor().predict_table(list(wl.specs))
     names = list(dict.fromkeys([cfg.policy, *_REPORT_POLICIES]))
     return wl, simulate(pool, names, wl, seed=cfg.seed, predictions=table)
 
