@@ -25,7 +25,8 @@ __all__ = ["worker_command"]
     "--time-scale",
     type=float,
     default=None,
-    help="Simulated seconds per real second (default $SNUGFIT_TIME_SCALE or 1e-3).",
+    help="Real seconds per simulated second: a simulated 1 h run sleeps 3600 × this "
+    "(default $SNUGFIT_TIME_SCALE or 1e-3).",
 )
 @click.option("--redis", "redis_url", default=None, help="Redis URL (default: env / embedded).")
 @click.option(
