@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
@@ -281,10 +281,6 @@ class JobSpec(BaseModel):
                 f"{self.tensor_parallel} × {self.pipeline_parallel} = {model_parallel} and "
                 f"{self.n_gpus}"
             )
-        if self.zero_stage and self.data_parallel == 1 and self.n_gpus == 1:
-            # ZeRO on one GPU shards nothing; accepted (it is a common config) but harmless.
-            pass
-
         if self.gpu is not None and self.gpu not in GPU_NAMES:
             hint = difflib.get_close_matches(self.gpu, GPU_NAMES, n=1)
             did = f"did you mean {hint[0]!r}? " if hint else ""
@@ -423,7 +419,3 @@ def load_specs(path: str | Path) -> list[JobSpec]:
         except SpecError as exc:
             raise SpecError(f"{where}: {exc}") from None
     return out
-
-
-def specs_from(objs: Iterable[Mapping[str, Any]]) -> list[JobSpec]:
-    return [parse_spec(o) for o in objs]
