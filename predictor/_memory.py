@@ -187,7 +187,7 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
         [np.full_like(a, 4.0), a + 1.5, a + 8.0],
         default=a + 12.0,  # bf16 logits, fp32 upcast, log-softmax and its gradient (HF)
     )
-    logits_train = tokens_mb * j.vocab / tp * logit_bytes * (1.0 - j.encoder_only * 0.0)
+    logits_train = tokens_mb * j.vocab / tp * logit_bytes
 
     # Inference: KV cache for every sequence in the batch at full length, one layer's prefill
     # activations, and logits (HF computes them for the whole prompt, engines for the last token).
