@@ -83,7 +83,8 @@ def runtime_figures(
     weights_bytes_per_gpu: np.ndarray,
     rm: RuntimeModel | None = None,
 ) -> dict[str, np.ndarray]:
-    """``runtime_s``, ``step_time_s``, ``ttft_s``, ``tpot_s`` as ``(n_jobs, n_gpus)`` arrays.
+    """``runtime_s``, ``step_time_s``, ``ttft_s``, ``tpot_s`` and ``busy_frac`` as
+    ``(n_jobs, n_gpus)`` arrays.
 
     ``weights_bytes_per_gpu`` is the weights term of the memory model (what decode reads).
     NaN marks a figure that does not apply to the task.
@@ -206,9 +207,23 @@ def _runtime_figures(
     batches = np.ceil(j.num_requests / (j.batch * replicas))
     infer_runtime = col(batches) * (ttft + col(j.output_len) * tpot)
 
+    # Busy fraction: the share of the runtime during which the GPU's bottleneck resource
+    # (tensor cores or HBM) is saturated. Only that share stretches on a smaller MIG slice;
+    # launch overhead and small-kernel idle time do not. Training: the size and micro-batch
+    # efficiency losses are idle time. Inference: prefill's token-count losses and decode's
+    # per-layer launch cost are idle time.
+    train_busy = col(size_eff * tok_eff) * np.ones_like(step_s)
+    prefill_busy = ttft * col(size_eff * prefill_tokens / (prefill_tokens + rm.prefill_tokens_knee))
+    decode_busy = np.maximum(mem_s, dec_compute_s)
+    infer_busy = col(batches) * (prefill_busy + col(j.output_len) * decode_busy)
+    busy_frac = np.clip(
+        np.where(col(is_infer), infer_busy / np.maximum(infer_runtime, 1e-12), train_busy), 0.0, 1.0
+    )
+
     nan = np.full_like(step_s, np.nan)
     inf_mask = col(is_infer)
     return {
+        "busy_frac": busy_frac,
         "runtime_s": np.where(inf_mask, infer_runtime, step_s * col(j.steps)),
         "step_time_s": np.where(inf_mask, nan, step_s),
         "ttft_s": np.where(inf_mask, ttft, nan),

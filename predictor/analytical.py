@@ -85,6 +85,7 @@ class AnalyticalPredictor:
             tpot_s=rt["tpot_s"],
             fits=upper <= capacity,
             method=(METHOD,) * n,
+            busy_frac=rt["busy_frac"],
         )
 
     def predict(

@@ -650,6 +650,7 @@ class LearnedPredictor:
             tpot_s=tpot,
             fits=upper <= capacity,
             method=tuple(self.job_method(s) for s in specs),
+            busy_frac=t.busy_frac,
         )
 
 

@@ -71,6 +71,9 @@ class PredictionTable:
     tpot_s: np.ndarray
     fits: np.ndarray
     method: tuple[str, ...]
+    # Share of the runtime the GPU's bottleneck resource is saturated (0..1); what stretches on
+    # a smaller MIG slice. None = unknown (treated as 1: fully saturating).
+    busy_frac: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.job_ids)
@@ -139,6 +142,7 @@ class PredictionTable:
             tpot_s=self.tpot_s[i : i + 1, j : j + 1],
             fits=self.fits[i : i + 1, j : j + 1],
             method=(self.method[i],),
+            busy_frac=None if self.busy_frac is None else self.busy_frac[i : i + 1, j : j + 1],
         )
         return Prediction.model_validate(next(sub.iter_dicts()))
 

@@ -103,6 +103,7 @@ def build_records(
     upper = columns(table.peak_vram_upper_gib)
     runtime = columns(table.runtime_s)
     runtime_up = columns(table.runtime_upper_s)
+    busy = columns(table.busy_frac) if table.busy_frac is not None else None
 
     for i, spec in enumerate(specs):
         assert spec.id is not None
@@ -111,6 +112,7 @@ def build_records(
             "vram_upper_gib": upper[i],
             "runtime_s": runtime[i],
             "runtime_upper_s": runtime_up[i],
+            "busy_frac": None if busy is None else busy[i],
             "n_gpus": spec.n_gpus,
             "tensor_parallel": spec.tensor_parallel,
             "pipeline_parallel": spec.pipeline_parallel,

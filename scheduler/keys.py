@@ -317,6 +317,11 @@ class RequestRecord(BaseModel):
     vram_upper_gib: list[float | None] = Field(min_length=_N_TYPES, max_length=_N_TYPES)
     runtime_s: list[float | None] = Field(min_length=_N_TYPES, max_length=_N_TYPES)
     runtime_upper_s: list[float | None] = Field(min_length=_N_TYPES, max_length=_N_TYPES)
+    # Share of the runtime that saturates the GPU, per type (what stretches on a MIG slice);
+    # absent in records written before it existed: treated as 1.
+    busy_frac: list[float | None] | None = Field(
+        default=None, min_length=_N_TYPES, max_length=_N_TYPES
+    )
     n_gpus: int = Field(default=1, ge=1, le=1024)
     tensor_parallel: int = Field(default=1, ge=1, le=1024)
     pipeline_parallel: int = Field(default=1, ge=1, le=1024)
@@ -330,6 +335,14 @@ class RequestRecord(BaseModel):
     def _known_gpu(cls, v: str | None) -> str | None:
         if v is not None and v not in GPU_NAMES:
             raise ValueError(f"gpu {v!r} is not a GPU type; use one of {', '.join(GPU_NAMES)}")
+        return v
+
+    @field_validator("busy_frac")
+    @classmethod
+    def _fraction(cls, v: list[float | None] | None) -> list[float | None] | None:
+        for x in v or ():
+            if x is not None and not (math.isfinite(x) and 0.0 <= x <= 1.0):
+                raise ValueError(f"busy_frac values must be in [0, 1] or null; got {x!r}")
         return v
 
     @field_validator("vram_gib", "vram_upper_gib", "runtime_s", "runtime_upper_s")

@@ -12,8 +12,11 @@ one node keeps one worker queue per job). Jobs larger than the largest node of a
 that type; data-parallel replicas do not span nodes. MIG slices and shared GPUs take 1-GPU jobs.
 
 Prices: ``price_usd_per_hour`` (pool overrides applied) x GPUs x runtime on the option / 3600.
-A MIG slice is billed ``compute_slices / 7`` of its GPU and runs ``7 / compute_slices`` times
-longer, so it costs what its whole GPU would (it wins by leaving the rest of the GPU to others).
+A MIG slice is billed ``compute_slices / 7`` of its GPU. Only the part of the job that
+saturates the GPU stretches on it: runtime = whole-GPU runtime x (1 + busy x (7/compute_slices
+- 1)), with ``busy`` the predictor's busy fraction (1 when unknown). A roofline-bound job so
+costs on a slice what it costs on the whole GPU; a launch-bound one (small-batch decoding)
+barely slows down and pays a seventh.
 A shared GPU is billed the job's memory share (reservation / GPU memory) at the GPU's runtime
 (times the pool's ``shared_slowdown``).
 """
@@ -111,6 +114,7 @@ class PlacementRequest:
     submit_time_s: float = 0.0
     user_runtime_estimate_s: float | None = None
     reserved_gib: float | None = None
+    busy_frac: np.ndarray = field(default_factory=lambda: np.ones(_N_TYPES))
 
     # Hand-written so callers may pass lists or any array-like per-type figures while the
     # attributes stay float64 arrays (dataclasses.replace still works: same parameter names).
@@ -131,12 +135,16 @@ class PlacementRequest:
         submit_time_s: float = 0.0,
         user_runtime_estimate_s: float | None = None,
         reserved_gib: float | None = None,
+        busy_frac: npt.ArrayLike | None = None,
     ) -> None:
         self.job_id = job_id
         self.vram_gib = _type_vector(vram_gib, "vram_gib")
         self.vram_upper_gib = _type_vector(vram_upper_gib, "vram_upper_gib")
         self.runtime_s = _type_vector(runtime_s, "runtime_s")
         self.runtime_upper_s = _type_vector(runtime_upper_s, "runtime_upper_s")
+        # Unknown (or non-finite) busy fractions count as fully saturating: the safe side.
+        busy = np.ones(_N_TYPES) if busy_frac is None else _type_vector(busy_frac, "busy_frac")
+        self.busy_frac = np.clip(np.where(np.isfinite(busy), busy, 1.0), 0.0, 1.0)
         self.n_gpus = n_gpus
         self.tensor_parallel = tensor_parallel
         self.pipeline_parallel = pipeline_parallel
@@ -202,6 +210,11 @@ class PlacementRequest:
                 if g in _TYPE_INDEX:
                     out[_TYPE_INDEX[g]] = float(col[i, j])
             arrays[name] = out
+        busy = np.ones(_N_TYPES)
+        if table.busy_frac is not None:
+            for j, g in enumerate(table.gpu_names):
+                if g in _TYPE_INDEX:
+                    busy[_TYPE_INDEX[g]] = float(table.busy_frac[i, j])
         jid = job_id or spec.id or table.job_ids[i]
         if jid is None:
             raise PlacementError(f"row {i}: the job has no id; pass job_id= or set spec.id")
@@ -224,6 +237,7 @@ class PlacementRequest:
             submit_time_s=submit_time_s,
             user_runtime_estimate_s=user_runtime_estimate_s,
             reserved_gib=reserved_gib,
+            busy_frac=busy,
         )
 
 
@@ -378,7 +392,8 @@ class OptionBatch:
             (-1 if r.gpu is None else _TYPE_INDEX[r.gpu] for r in requests), np.int64, n_jobs
         )
         need_gib = np.maximum(upper, floor[:, None])[:, ct]
-        runtime = rt[:, ct] * pool.class_runtime_scale
+        busy = np.stack([r.busy_frac for r in requests]) if n_jobs else rt
+        runtime = rt[:, ct] * (1.0 + busy[:, ct] * (pool.class_runtime_scale - 1.0))
         finite = np.isfinite(need_gib) & np.isfinite(runtime)
         need = np.ceil(np.where(finite, need_gib, 0.0) * MIB_PER_GIB).astype(np.int64)
         cap_ok = need <= pool.class_capacity_mib

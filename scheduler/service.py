@@ -542,6 +542,7 @@ class SchedulerService:
                 deadline_s=rr.deadline_s,
                 submit_time_s=t,
                 reserved_gib=floor,
+                busy_frac=None if rr.busy_frac is None else _inf(rr.busy_frac),
             )
         except PlacementError as exc:
             raise _Invalid(str(exc)) from None

@@ -455,6 +455,7 @@ class Simulator:
             tensor_parallel=job.request.tensor_parallel,
             pipeline_parallel=job.request.pipeline_parallel,
             gpu=job.request.gpu,
+            busy_frac=job.request.busy_frac,
         )
         table = option_table(probe, self._empty)
         c = table.cheapest(now=False)

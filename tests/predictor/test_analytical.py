@@ -115,3 +115,15 @@ def test_vectorised_equals_one_at_a_time() -> None:
         single = predict_table([s])
         np.testing.assert_allclose(table.peak_vram_gib[i], single.peak_vram_gib[0])
         np.testing.assert_allclose(table.runtime_s[i], single.runtime_s[0])
+
+
+def test_busy_fraction_separates_launch_bound_from_saturating_jobs() -> None:
+    small = parse_spec({"model": "qwen2.5-0.5b", "task": "inference", "batch_size": 1})
+    served = parse_spec(
+        {"model": "llama-3.1-8b", "task": "inference", "framework": "vllm", "batch_size": 64}
+    )
+    t = predict_table([small, served])
+    assert t.busy_frac is not None
+    assert np.all((t.busy_frac >= 0) & (t.busy_frac <= 1))
+    # Eager small-batch decoding is launch-bound; a big vLLM batch saturates HBM.
+    assert np.all(t.busy_frac[0] < 0.3) and np.all(t.busy_frac[1] > 0.8)

@@ -84,6 +84,38 @@ def test_prices_follow_the_documented_rules() -> None:
     assert two["H100-80GB x2"].cost_usd == pytest.approx(6.0)
 
 
+def test_only_the_saturating_share_of_a_job_stretches_on_a_mig_slice() -> None:
+    pool = Pool.from_dict(MIXED)
+    price = get_gpu("A100-80GB").price_usd_per_hour
+    # A launch-bound job (10% busy) barely slows on a 1g slice and pays a seventh.
+    light = _by_label(
+        enumerate_options(_req(8.0, runtime=7200.0, busy_frac=[0.1] * 5), pool.state())
+    )
+    slice_1g = light["A100-80GB MIG 1g.10gb"]
+    assert slice_1g.runtime_s == pytest.approx(7200.0 * (1 + 0.1 * 6))
+    assert slice_1g.cost_usd == pytest.approx(price / 7 * 2.0 * 1.6)
+    assert slice_1g.cost_usd < price * 2.0 / 4  # the whole A100-80GB: price x 2 h
+    # Whole GPUs and shared GPUs are unaffected by the busy fraction.
+    assert light["H100-80GB x1"].runtime_s == pytest.approx(7200.0)
+    # Unknown or non-finite busy fractions count as saturating: the old, safe rule.
+    unknown = _req(8.0, runtime=7200.0, busy_frac=[float("nan")] * 5)
+    assert np.all(unknown.busy_frac == 1.0)
+    full = _by_label(enumerate_options(unknown, pool.state()))
+    assert full["A100-80GB MIG 1g.10gb"].runtime_s == pytest.approx(7200.0 * 7)
+
+
+def test_from_table_carries_the_busy_fraction() -> None:
+    from predictor.analytical import predict_table
+
+    spec = parse_spec({"id": "s", "model": "qwen2.5-0.5b", "task": "inference", "batch_size": 1})
+    table = predict_table([spec])
+    assert table.busy_frac is not None and np.all((table.busy_frac >= 0) & (table.busy_frac <= 1))
+    req = PlacementRequest.from_table(spec, table, 0)
+    assert req.busy_frac[GPU_NAMES.index("H100-80GB")] == pytest.approx(
+        table.busy_frac[0, table.gpu_names.index("H100-80GB")]
+    )
+
+
 def test_kueue_style_reasons() -> None:
     pool = Pool.from_dict(MIXED)
     state = pool.state()
