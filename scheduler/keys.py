@@ -72,7 +72,9 @@ Job record (``P:job:{id}`` fields; JSON values marked ``json``)
 ``request``          json: what the scheduler places (see :class:`RequestRecord`): per-GPU-type
                      arrays aligned with ``predictor.gpus.GPU_NAMES``: ``vram_gib``,
                      ``vram_upper_gib``, ``runtime_s``, ``runtime_upper_s`` (null = no
-                     prediction for that type), and ``n_gpus``, ``tensor_parallel``,
+                     prediction for that type), ``busy_frac`` (share of the runtime that
+                     saturates the GPU: what stretches on a MIG slice; optional, 1 when
+                     absent), and ``n_gpus``, ``tensor_parallel``,
                      ``pipeline_parallel``, ``gpu``, ``priority``, ``deadline_s``
 ``predictions``      json: GPU type -> the contract ``Prediction`` dict
 ``method``           the prediction method (``analytical``, ``learned:...``, ``history:...``)
