@@ -4,40 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from predictor.exceptions import SpecError
 from predictor.gpus import GPU_NAMES
 from scheduler.client import Client
-from scheduler.connection import MemoryStore, RedisStore, Store
+from scheduler.connection import Store
 from scheduler.exceptions import JobFailedError, JobNotFoundError, ServiceError
 from scheduler.keys import RequestRecord
-
-
-def spec(i: int | str = 0, **kw: Any) -> dict[str, Any]:
-    d: dict[str, Any] = {
-        "id": f"job-{i}",
-        "model": "llama-3.1-8b",
-        "task": "inference",
-        "batch_size": 8,
-        "input_len": 512,
-        "output_len": 128,
-        "num_requests": 100,
-    }
-    d.update(kw)
-    return d
-
-
-@pytest.fixture(params=["memory", "redis"])
-def store(request: pytest.FixtureRequest) -> Store:
-    if request.param == "memory":
-        return MemoryStore()
-    import redis
-
-    url = request.getfixturevalue("redis_url")
-    return RedisStore(redis.Redis.from_url(url))
+from tests.jobs import inference_spec as spec
 
 
 def test_submit_writes_a_pending_record_with_predictions_for_every_gpu(store: Store) -> None:

@@ -26,6 +26,7 @@ from scheduler.connection import RedisStore
 from scheduler.keys import TERMINAL_STATES, queue_name
 from scheduler.pool import Pool
 from scheduler.service import SchedulerService
+from tests.jobs import inference_spec as spec
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_NODES = {
@@ -35,20 +36,6 @@ TWO_NODES = {
         {"name": "n2", "gpu": "H200-141GB", "count": 2, "mode": "shared", "max_shared_jobs": 4},
     ],
 }
-
-
-def spec(i: int | str, **kw: Any) -> dict[str, Any]:
-    d: dict[str, Any] = {
-        "id": f"job-{i}",
-        "model": "llama-3.1-8b",
-        "task": "inference",
-        "batch_size": 8,
-        "input_len": 512,
-        "output_len": 128,
-        "num_requests": 100,
-    }
-    d.update(kw)
-    return d
 
 
 def write_pool(tmp_path: Path, data: dict[str, Any]) -> Path:

@@ -9,32 +9,10 @@ from typing import Any
 import pytest
 
 from scheduler.client import Client
-from scheduler.connection import MemoryStore, RedisStore, Store
+from scheduler.connection import Store
 from scheduler.pool import Pool, load_pool
 from scheduler.service import SchedulerService
-
-
-def spec(i: int | str, **kw: Any) -> dict[str, Any]:
-    d: dict[str, Any] = {
-        "id": f"job-{i}",
-        "model": "llama-3.1-8b",
-        "task": "inference",
-        "batch_size": 8,
-        "input_len": 512,
-        "output_len": 128,
-        "num_requests": 100,
-    }
-    d.update(kw)
-    return d
-
-
-@pytest.fixture(params=["memory", "redis"])
-def store(request: pytest.FixtureRequest) -> Store:
-    if request.param == "memory":
-        return MemoryStore()
-    import redis
-
-    return RedisStore(redis.Redis.from_url(request.getfixturevalue("redis_url")))
+from tests.jobs import inference_spec as spec
 
 
 @pytest.fixture

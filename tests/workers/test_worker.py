@@ -20,26 +20,11 @@ from scheduler.connection import RedisStore
 from scheduler.keys import queue_name
 from scheduler.pool import Pool
 from scheduler.service import SchedulerService
+from tests.jobs import inference_spec as spec
 from workers.execute import detect_oom
 from workers.worker import NodeWorker
 
 POOL = Pool.from_dict({"name": "one", "nodes": [{"name": "n1", "gpu": "H100-80GB", "count": 2}]})
-
-
-def spec(i: int | str, command: list[str] | None = None, **kw: Any) -> dict[str, Any]:
-    d: dict[str, Any] = {
-        "id": f"job-{i}",
-        "model": "llama-3.1-8b",
-        "task": "inference",
-        "batch_size": 8,
-        "input_len": 512,
-        "output_len": 128,
-        "num_requests": 100,
-    }
-    if command is not None:
-        d["command"] = command
-    d.update(kw)
-    return d
 
 
 @pytest.fixture
