@@ -75,6 +75,31 @@ _SINK_FAMILIES = frozenset({"gpt_oss"})
 _ROUTER_BIAS_FAMILIES = frozenset({"gpt_oss", "deepseek_v3"})
 
 
+# Integer architecture fields, by the check __post_init__ applies (and that explicit model
+# objects are coerced with).
+_POSITIVE_INT_FIELDS: tuple[str, ...] = (
+    "n_layers",
+    "hidden_size",
+    "n_heads",
+    "n_kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "n_experts",
+    "n_active_experts",
+    "max_position_embeddings",
+)
+_OPTIONAL_POSITIVE_INT_FIELDS: tuple[str, ...] = (
+    "moe_intermediate_size",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "qk_rope_head_dim",
+    "qk_nope_head_dim",
+    "v_head_dim",
+)
+_NON_NEGATIVE_INT_FIELDS: tuple[str, ...] = ("n_shared_experts", "n_dense_layers")
+
+
 @dataclass(frozen=True, slots=True)
 class ModelArch:
     """Architecture numbers of one transformer model.
@@ -114,31 +139,13 @@ class ModelArch:
     source: str = ""
 
     def __post_init__(self) -> None:
-        for field in (
-            "n_layers",
-            "hidden_size",
-            "n_heads",
-            "n_kv_heads",
-            "head_dim",
-            "intermediate_size",
-            "vocab_size",
-            "n_experts",
-            "n_active_experts",
-            "max_position_embeddings",
-        ):
+        for field in _POSITIVE_INT_FIELDS:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise SpecError(
                     f"model {self.name!r}: {field} must be a positive integer, got {value!r}"
                 )
-        for field in (
-            "moe_intermediate_size",
-            "kv_lora_rank",
-            "q_lora_rank",
-            "qk_rope_head_dim",
-            "qk_nope_head_dim",
-            "v_head_dim",
-        ):
+        for field in _OPTIONAL_POSITIVE_INT_FIELDS:
             value = getattr(self, field)
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or value <= 0
@@ -147,7 +154,7 @@ class ModelArch:
                     f"model {self.name!r}: {field} must be a positive integer or null, "
                     f"got {value!r}"
                 )
-        for field in ("n_shared_experts", "n_dense_layers"):
+        for field in _NON_NEGATIVE_INT_FIELDS:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise SpecError(
@@ -444,26 +451,7 @@ class ModelArch:
 _FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ModelArch))
 _EXTRA_KEYS: tuple[str, ...] = tuple(k for k in _FIELDS if k not in EXPLICIT_KEYS)
 _INT_FIELDS = frozenset(
-    {
-        "n_layers",
-        "hidden_size",
-        "n_heads",
-        "n_kv_heads",
-        "head_dim",
-        "intermediate_size",
-        "vocab_size",
-        "n_experts",
-        "n_active_experts",
-        "moe_intermediate_size",
-        "n_shared_experts",
-        "n_dense_layers",
-        "max_position_embeddings",
-        "kv_lora_rank",
-        "q_lora_rank",
-        "qk_rope_head_dim",
-        "qk_nope_head_dim",
-        "v_head_dim",
-    }
+    _POSITIVE_INT_FIELDS + _OPTIONAL_POSITIVE_INT_FIELDS + _NON_NEGATIVE_INT_FIELDS
 )
 _CATALOGUE_META_KEYS = frozenset({"aliases", "params_source"})
 
