@@ -23,9 +23,9 @@ from typing import Any
 
 from predictor.analytical import predict_table
 from scheduler.policies.registry import get_policy
-from scheduler.pool import synthetic_pool
-from scheduler.simulator import Simulator
-from scheduler.workload import generate_workload, load_mix
+from scheduler.core.pool import synthetic_pool
+from scheduler.sim.simulator import Simulator
+from scheduler.sim.workload import generate_workload, load_mix
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "results" / "million.json"

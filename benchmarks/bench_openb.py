@@ -13,7 +13,7 @@ import json
 import time
 from pathlib import Path
 
-from scheduler.openb import DEFAULT_NODES_CSV, DEFAULT_PODS_CSV, load_nodes, load_pods, replay_seeds
+from scheduler.sim.openb.replay import DEFAULT_NODES_CSV, DEFAULT_PODS_CSV, load_nodes, load_pods, replay_seeds
 
 PAPER_UNALLOCATED_PCT = {
     "fgd": 4.61,

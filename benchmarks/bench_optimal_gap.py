@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from scheduler.decision import Decision
-from scheduler.placement import PlacementRequest
+from scheduler.core.decision import Decision
+from scheduler.core.placement import PlacementRequest
 from scheduler.policies.registry import get_policy
-from scheduler.pool import load_pool
+from scheduler.core.pool import load_pool
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks" / "results" / "optimal_gap.json"

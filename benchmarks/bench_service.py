@@ -36,10 +36,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from scheduler.client import Client  # noqa: E402
-from scheduler.connection import RedisStore  # noqa: E402
-from scheduler.pool import Pool, synthetic_pool  # noqa: E402
-from scheduler.service import SchedulerService  # noqa: E402
+from scheduler.service.client import Client  # noqa: E402
+from scheduler.service.store.redis_store import RedisStore  # noqa: E402
+from scheduler.core.pool import Pool, synthetic_pool  # noqa: E402
+from scheduler.service.leader import SchedulerService  # noqa: E402
 
 
 def spec(i: int) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def _same_shape_table_fn() -> Any:
     import dataclasses
 
     from predictor.spec import parse_spec
-    from scheduler.client import default_table_fn
+    from scheduler.service.client import default_table_fn
 
     one = default_table_fn()([parse_spec(spec(0))])
 

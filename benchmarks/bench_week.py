@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from predictor.analytical import predict_table
-from scheduler.pool import load_pool
-from scheduler.simulator import simulate
-from scheduler.workload import generate_workload
+from scheduler.core.pool import load_pool
+from scheduler.sim.simulator import simulate
+from scheduler.sim.workload import generate_workload
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "results" / "week.json"

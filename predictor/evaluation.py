@@ -13,7 +13,7 @@ Runtime metrics compare ``step_time_s`` / ``ttft_s`` / ``tpot_s`` / ``runtime_s`
 bounds for the time metrics scale with the table's ``runtime_upper_s / runtime_s``.
 
 Everything here is pure: it takes measurements and predictions and returns dataclasses; the
-tables and JSON live in ``scheduler/_cli_eval.py``. Only measured data is ever scored.
+tables and JSON live in ``scheduler/cli/eval.py``. Only measured data is ever scored.
 """
 
 from __future__ import annotations

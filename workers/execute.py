@@ -39,11 +39,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from predictor.gpus import get_gpu
-from scheduler.connection import Store
-from scheduler.keys import LOG_CAP_BYTES, OutcomeRecord, PlacementRecord, dumps
-from scheduler.service import EventLog, event
+from scheduler.service.store.redis_store import Store
+from scheduler.service.store.keys import LOG_CAP_BYTES, OutcomeRecord, PlacementRecord, dumps
+from scheduler.service.leader import EventLog, event
 
-from .nvml import Nvml, PeakSampler
+from workers.nvml import Nvml, PeakSampler
 
 __all__ = [
     "OOM_PATTERN",
@@ -307,7 +307,7 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
     )
     limit = _limit_gib(p)
     if simulate:
-        from .simulated import SimulatedRun
+        from workers.simulated import SimulatedRun
 
         pred = predictions.get(p.gpu_type, {})
         runner: Any = SimulatedRun(

@@ -1,7 +1,7 @@
 """Simulated execution for machines without a GPU (tests, the demo). Labelled as such everywhere.
 
 A simulated job's true peak VRAM and runtime are the analytical prediction for its GPU type times
-an error factor drawn exactly as in the simulator (:class:`scheduler.truth.ResidualModel`: the
+an error factor drawn exactly as in the simulator (:class:`scheduler.sim.truth.ResidualModel`: the
 empirical distribution of log(measured / analytical), or its documented lognormal placeholder
 when no residual file exists). The draw is seeded by the job id alone: the job's truth does not
 change between attempts, so an OOM retry with a larger reservation meets the same true peak (as
@@ -33,7 +33,7 @@ _residuals: Any = None
 def _model() -> Any:
     global _residuals
     if _residuals is None:
-        from scheduler.truth import load_residuals
+        from scheduler.sim.truth import load_residuals
 
         _residuals = load_residuals()
     return _residuals

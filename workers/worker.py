@@ -28,13 +28,13 @@ from rq.exceptions import DeserializationError
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from scheduler.connection import RedisStore
-from scheduler.keys import JOB_FUNCTION, queue_name
-from scheduler.pool import Pool
-from scheduler.service import EventLog, event
+from scheduler.service.store.redis_store import RedisStore
+from scheduler.service.store.keys import JOB_FUNCTION, queue_name
+from scheduler.core.pool import Pool
+from scheduler.service.leader import EventLog, event
 
-from .execute import WorkerContext, set_context
-from .nvml import Nvml, mig_devices, open_nvml
+from workers.execute import WorkerContext, set_context
+from workers.nvml import Nvml, mig_devices, open_nvml
 
 __all__ = ["NodeWorker", "UnsafeJobError"]
 
@@ -61,7 +61,7 @@ class _AllowListJob(Job):
 
 
 def _refuse(rq_id: str, reason: str) -> None:
-    from .execute import _CONTEXT
+    from workers.execute import _CONTEXT
 
     log.warning("refused RQ job %s: %s", rq_id, reason)
     if _CONTEXT is not None and _CONTEXT.events is not None:

@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..decision import Decision
-    from ..placement import PlacementRequest, RunningJob
-    from ..pool import PoolState
-    from .registry import PolicyName
+    from scheduler.core.decision import Decision
+    from scheduler.core.placement import PlacementRequest, RunningJob
+    from scheduler.core.pool import PoolState
+    from scheduler.policies.registry import PolicyName
 
 __all__ = ["Policy"]
 

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .base import Policy
-from .registry import PolicyName
+from scheduler.policies.base import Policy
+from scheduler.policies.registry import PolicyName
 
 if TYPE_CHECKING:
-    from ..decision import Decision
-    from ..placement import Binding, OptionTable, PlacementRequest, RunningJob
-    from ..pool import PoolState
+    from scheduler.core.decision import Decision
+    from scheduler.core.placement import Binding, OptionTable, PlacementRequest, RunningJob
+    from scheduler.core.pool import PoolState
 
 __all__ = [
     "FgdPolicy",
@@ -303,7 +303,7 @@ class FgdPolicy(Policy):
 
     def __init__(self, *, bin_gib: float = 2.0, threshold: float = POPULARITY_THRESHOLD) -> None:
         if bin_gib <= 0 or not 0 < threshold <= 1:
-            from ..exceptions import PolicyError
+            from scheduler.exceptions import PolicyError
 
             raise PolicyError(
                 f"fgd: bin_gib must be > 0 and threshold in (0, 1]; got bin_gib={bin_gib}, "
@@ -328,7 +328,7 @@ class FgdPolicy(Policy):
         now_s: float,
         running: Sequence[RunningJob] = (),
     ) -> list[Decision]:
-        from ..placement import OptionBatch, pending_decision, place, rejected_decision
+        from scheduler.core.placement import OptionBatch, pending_decision, place, rejected_decision
 
         classes = self.task_classes(pending, running)
         policy = self.name.value
@@ -376,8 +376,8 @@ def _candidates(table: OptionTable, state: PoolState) -> list[tuple[int, Binding
     Whole GPUs: one binding per node with enough idle GPUs; shared: one per open GPU with
     room; MIG: the core's own binding (slices are placed by the profile rules).
     """
-    from ..placement import Binding
-    from ..pool import KIND_SHARED, KIND_WHOLE, MODE_SHARED, MODE_WHOLE
+    from scheduler.core.placement import Binding
+    from scheduler.core.pool import KIND_SHARED, KIND_WHOLE, MODE_SHARED, MODE_WHOLE
 
     pool = state.pool
     summary = state.summary()
@@ -420,7 +420,7 @@ def _increase(
     cands: Sequence[tuple[int, Binding]],
 ) -> np.ndarray:
     """Per candidate: the bound node's fragmentation after minus before (GiB)."""
-    from ..pool import KIND_MIG, KIND_WHOLE, MIB_PER_GIB
+    from scheduler.core.pool import KIND_MIG, KIND_WHOLE, MIB_PER_GIB
 
     pool = state.pool
     width = int(pool.node_count.max())

@@ -10,11 +10,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..decision import Decision
-from ..placement import OptionBatch, OptionTable, PlacementRequest, RunningJob, greedy_schedule
-from ..pool import PoolState
-from .base import Policy
-from .registry import PolicyName
+from scheduler.core.decision import Decision
+from scheduler.core.placement import OptionBatch, OptionTable, PlacementRequest, RunningJob, greedy_schedule
+from scheduler.core.pool import PoolState
+from scheduler.policies.base import Policy
+from scheduler.policies.registry import PolicyName
 
 __all__ = ["FirstFitPolicy"]
 

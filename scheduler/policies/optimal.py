@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ..decision import Decision
-from ..exceptions import PolicyError
-from ..placement import (
+from scheduler.core.decision import Decision
+from scheduler.exceptions import PolicyError
+from scheduler.core.placement import (
     Binding,
     OptionBatch,
     OptionTable,
@@ -28,7 +28,7 @@ from ..placement import (
     place,
     rejected_decision,
 )
-from ..pool import (
+from scheduler.core.pool import (
     KIND_MIG,
     KIND_SHARED,
     KIND_WHOLE,
@@ -36,8 +36,8 @@ from ..pool import (
     MODE_WHOLE,
     PoolState,
 )
-from .base import Policy
-from .registry import PolicyName
+from scheduler.policies.base import Policy
+from scheduler.policies.registry import PolicyName
 
 __all__ = ["OptimalPolicy"]
 

@@ -7,7 +7,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .base import Policy
+    from scheduler.policies.base import Policy
 
 __all__ = ["PolicyName", "get_policy"]
 
@@ -36,7 +36,7 @@ _REGISTRY: dict[PolicyName, str] = {
 
 def get_policy(name: str | PolicyName, **options: Any) -> Policy:
     """Instantiate a policy by name; ``options`` go to its constructor."""
-    from ..exceptions import PolicyError
+    from scheduler.exceptions import PolicyError
 
     try:
         key = PolicyName(name)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..decision import Decision
-from ..placement import OptionBatch, PlacementRequest, RunningJob, greedy_schedule
-from ..pool import PoolState
-from .base import Policy
-from .registry import PolicyName
+from scheduler.core.decision import Decision
+from scheduler.core.placement import OptionBatch, PlacementRequest, RunningJob, greedy_schedule
+from scheduler.core.pool import PoolState
+from scheduler.policies.base import Policy
+from scheduler.policies.registry import PolicyName
 
 __all__ = ["RequestedPolicy"]
 

@@ -25,9 +25,9 @@ import numpy as np
 
 from predictor.gpus import GPU_NAMES
 
-from ..decision import Decision, Option
-from ..exceptions import PolicyError
-from ..placement import (
+from scheduler.core.decision import Decision, Option
+from scheduler.exceptions import PolicyError
+from scheduler.core.placement import (
     OptionBatch,
     OptionTable,
     PlacementRequest,
@@ -36,9 +36,9 @@ from ..placement import (
     greedy_schedule,
     place,
 )
-from ..pool import Pool, PoolState
-from .base import Policy
-from .registry import PolicyName
+from scheduler.core.pool import Pool, PoolState
+from scheduler.policies.base import Policy
+from scheduler.policies.registry import PolicyName
 
 __all__ = ["RightSizePolicy"]
 

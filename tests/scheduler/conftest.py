@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.connection import MemoryStore, RedisStore, Store
+from scheduler.service.store.redis_store import MemoryStore, RedisStore, Store
 
 
 @pytest.fixture(params=["memory", "redis"])

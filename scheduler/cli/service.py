@@ -1,0 +1,233 @@
+"""``snugfit submit | status | cancel | logs | scheduler``: thin wrappers over the client and
+the scheduler service. Redis comes from ``--redis`` / ``SNUGFIT_REDIS_URL`` / the embedded one."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = [
+    "cancel_command",
+    "logs_command",
+    "scheduler_command",
+    "status_command",
+    "submit_command",
+]
+
+_redis_opt = click.option(
+    "--redis",
+    "redis_url",
+    default=None,
+    help="Redis URL (default: $SNUGFIT_REDIS_URL, else embedded).",
+)
+
+
+def _client(url: str | None) -> Any:
+    from scheduler.service.client import Client
+
+    return Client(url)
+
+
+def _fail(exc: Exception) -> click.ClickException:
+    return click.ClickException(str(exc))
+
+
+@click.command("submit")
+@click.argument("job_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@_redis_opt
+@click.option("--json", "as_json", is_flag=True, help="Print the job ids as JSON.")
+def submit_command(job_file: Path, redis_url: str | None, as_json: bool) -> None:
+    """Submit every job in JOB_FILE (YAML / JSON / JSONL); prints one id per line."""
+    from predictor.exceptions import PredictorError
+
+    from scheduler.exceptions import SchedulerError
+
+    try:
+        handles = _client(redis_url).submit_many([job_file])
+    except (PredictorError, SchedulerError) as exc:
+        raise _fail(exc) from None
+    ids = [h.id for h in handles]
+    click.echo(json.dumps(ids) if as_json else "\n".join(ids))
+
+
+@click.command("status")
+@click.argument("job_id", required=False)
+@click.option("--state", default=None, help="Only jobs in this state.")
+@_redis_opt
+@click.option("--json", "as_json", is_flag=True, help="Print the record(s) as JSON.")
+def status_command(
+    job_id: str | None, state: str | None, redis_url: str | None, as_json: bool
+) -> None:
+    """Show one job's status, or a count per state and the jobs in --state."""
+    from scheduler.exceptions import SchedulerError
+
+    client = _client(redis_url)
+    try:
+        if job_id is not None:
+            h = client.get(job_id)
+            rec = h.record()
+            if as_json:
+                click.echo(json.dumps(rec))
+                return
+            p = h.placement
+            o = h.outcome
+            click.echo(f"{h.id}: {rec.get('state')}")
+            if p is not None:
+                click.echo(
+                    f"  placement: {p.label} on {p.node} (attempt {p.attempt}, "
+                    f"reserved {p.reserved_gib:.1f} GiB{', simulated' if p.simulated else ''})"
+                )
+            if o is not None:
+                click.echo(
+                    f"  outcome: exit {o.exit_code}, peak {o.peak_vram_gib} GiB, "
+                    f"runtime {o.runtime_s} s, oom {o.oom}{', SIMULATED' if o.simulated else ''}"
+                )
+            if rec.get("reason"):
+                click.echo(f"  reason: {rec['reason']}")
+            return
+        counts = client.counts()
+        if as_json:
+            out: dict[str, Any] = {"counts": counts}
+            if state:
+                out["jobs"] = [h.id for h in client.jobs(state)]
+            click.echo(json.dumps(out))
+            return
+        click.echo("  ".join(f"{k}: {v}" for k, v in counts.items()))
+        if state:
+            for h in client.jobs(state):
+                click.echo(h.id)
+    except SchedulerError as exc:
+        raise _fail(exc) from None
+
+
+@click.command("cancel")
+@click.argument("job_id")
+@_redis_opt
+def cancel_command(job_id: str, redis_url: str | None) -> None:
+    """Cancel a job (a running one is stopped by its worker)."""
+    from scheduler.exceptions import SchedulerError
+
+    try:
+        got = _client(redis_url).cancel(job_id)
+    except SchedulerError as exc:
+        raise _fail(exc) from None
+    click.echo(f"{job_id}: {got}")
+
+
+@click.command("logs")
+@click.argument("job_id")
+@_redis_opt
+def logs_command(job_id: str, redis_url: str | None) -> None:
+    """Print a job's captured stdout/stderr (the last 1 MiB)."""
+    from scheduler.exceptions import SchedulerError
+
+    try:
+        click.echo(_client(redis_url).get(job_id).logs(), nl=False)
+    except SchedulerError as exc:
+        raise _fail(exc) from None
+
+
+@click.command("scheduler")
+@click.option(
+    "--pool",
+    "pool_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=Path("datasets/pools/mixed.toml"),
+    show_default=True,
+)
+@click.option("--policy", default="rightsize", show_default=True)
+@_redis_opt
+@click.option(
+    "--lease-ttl",
+    type=float,
+    default=5.0,
+    show_default=True,
+    help="Leader lease, seconds; a standby takes over within it.",
+)
+@click.option(
+    "--window",
+    type=int,
+    default=5000,
+    show_default=True,
+    help="Pending jobs considered per step (memory stays flat beyond it).",
+)
+@click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Placement log JSONL (default: $SNUGFIT_HOME/placement-log.jsonl).",
+)
+@click.option("--simulated", is_flag=True, help="Label placements as simulated (demo, tests).")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics on this port (/metrics).",
+)
+@click.option("-v", "--verbose", is_flag=True)
+def scheduler_command(
+    pool_file: Path,
+    policy: str,
+    redis_url: str | None,
+    lease_ttl: float,
+    window: int,
+    log_file: Path | None,
+    simulated: bool,
+    metrics_port: int | None,
+    verbose: bool,
+) -> None:
+    """Run the scheduler service (leader election: start several, one leads)."""
+    from scheduler.service.store.redis_store import open_store, snugfit_home
+    from scheduler.exceptions import SchedulerError
+    from scheduler.core.pool import load_pool
+    from scheduler.service.leader import SchedulerService
+
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    try:
+        store = open_store(redis_url)
+        telemetry: Any = None
+        server: Any = None
+        if metrics_port is not None:
+            from scheduler.service.telemetry import start_metrics_server
+
+            try:
+                telemetry, server = start_metrics_server(metrics_port, store.raw, keys=store.keys)
+            except OSError as exc:
+                raise click.ClickException(
+                    f"cannot serve metrics on port {metrics_port}: {exc.strerror or exc}; "
+                    "pick a free port with --metrics-port"
+                ) from None
+        svc = SchedulerService(
+            store,
+            load_pool(pool_file),
+            policy,
+            lease_ttl_s=lease_ttl,
+            window=window,
+            log_path=log_file or snugfit_home() / "placement-log.jsonl",
+            simulated=simulated,
+            telemetry=telemetry,
+        )
+    except SchedulerError as exc:
+        raise _fail(exc) from None
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    click.echo(f"scheduler {svc.token}: pool {svc.pool.name!r}, policy {policy}", err=True)
+    if server is not None:
+        click.echo(f"metrics: http://0.0.0.0:{metrics_port}/metrics", err=True)
+    try:
+        svc.run(stop)
+    except SchedulerError as exc:
+        raise _fail(exc) from None
+    finally:
+        if server is not None:
+            server.shutdown()

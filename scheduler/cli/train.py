@@ -1,0 +1,132 @@
+"""``snugfit train``: fit the learned tier on measured data and write a versioned artifact.
+
+Training data: ``datasets/measured/*.jsonl`` (or ``--data``), plus the cluster's own history
+from JSONL files (``--history``) and/or the Redis list the workers append to (``--redis`` or
+``SNUGFIT_REDIS_URL``; key ``scheduler.service.store.keys.Keys(prefix).history``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from predictor.measurements import Measurement
+
+__all__ = ["read_redis_history", "train_command"]
+
+
+def read_redis_history(url: str, prefix: str | None = None) -> list[Measurement]:
+    """Every measurement row in the service's history list (simulated rows are dropped).
+
+    A malformed row is skipped with a warning rather than failing the whole training run: the
+    list is written by many workers, and one bad writer must not block retraining.
+    """
+    import redis
+
+    from predictor.measurements import measurements_from_lines
+    from scheduler.service.store.keys import DEFAULT_PREFIX, Keys
+
+    key = Keys(prefix or DEFAULT_PREFIX).history
+    client = redis.Redis.from_url(url)
+    try:
+        raw = client.lrange(key, 0, -1)
+    except redis.RedisError as exc:
+        raise click.ClickException(
+            f"cannot read history list {key!r} from {url!r} ({exc}); check --redis / "
+            "SNUGFIT_REDIS_URL, or train without it"
+        ) from None
+    finally:
+        client.close()
+    return measurements_from_lines(raw, f"{url} {key}", strict=False)
+
+
+@click.command(name="train")
+@click.option(
+    "--data",
+    "paths",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Measurement JSONL file(s); default: datasets/measured/*.jsonl.",
+)
+@click.option(
+    "--history",
+    "history",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Worker history JSONL file(s) to train on as well (simulated rows are ignored).",
+)
+@click.option(
+    "--redis",
+    "redis_url",
+    default=None,
+    envvar="SNUGFIT_REDIS_URL",
+    help="Also train on the service's history list in this Redis (default: SNUGFIT_REDIS_URL).",
+)
+@click.option("--prefix", default=None, help="Redis key prefix of the service (default snugfit).")
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Artifact path; default: the shipped datasets/artifacts/learned.json.",
+)
+@click.option(
+    "--coverage", default=0.95, show_default=True, help="Peak-VRAM upper-bound target coverage."
+)
+@click.option(
+    "--runtime-coverage",
+    default=0.90,
+    show_default=True,
+    help="Runtime upper-bound target coverage.",
+)
+@click.option("--folds", default=5, show_default=True, help="Grouped CV folds (by source).")
+def train_command(
+    paths: tuple[str, ...],
+    history: tuple[str, ...],
+    redis_url: str | None,
+    prefix: str | None,
+    output: str | None,
+    coverage: float,
+    runtime_coverage: float,
+    folds: int,
+) -> None:
+    """Train the learned tier; a metric that grouped CV finds worse falls back to analytical."""
+    from predictor.artifact import save_artifact
+    from predictor.exceptions import PredictorError
+    from predictor.learned import LearnedPredictor
+    from predictor.measurements import default_measurement_paths, load_measurements
+
+    try:
+        files = [Path(p) for p in paths] or default_measurement_paths()
+        ms = load_measurements([*files, *(Path(h) for h in history)])
+        n_redis = 0
+        if redis_url:
+            seen = {m.id for m in ms}
+            extra = [m for m in read_redis_history(redis_url, prefix) if m.id not in seen]
+            n_redis = len(extra)
+            ms = [*ms, *extra]
+        model = LearnedPredictor(
+            coverage=coverage, n_splits=folds, runtime_coverage=runtime_coverage
+        ).fit(ms)
+        out = save_artifact(model, output)
+    except PredictorError as exc:
+        raise click.ClickException(str(exc)) from None
+    where = f" ({n_redis} from Redis history)" if redis_url else ""
+    click.echo(f"trained {model.method} on {len(ms)} measured runs{where} → {out}")
+    for metric, cv in model.cv_.items():
+        state = (
+            "fallback: " + model.fallback_[metric]
+            if metric in model.fallback_
+            else f"enabled, shrink {model.shrink_[metric]:.1f}"
+        )
+        click.echo(
+            f"  {metric:14s} nested grouped-CV MAPE analytical {cv['analytical_mape']:.1%} "
+            f"learned {cv['learned_mape']:.1%}  [{state}]"
+        )
+    for metric, why in model.fallback_.items():
+        if metric not in model.cv_:
+            click.echo(f"  {metric:14s} [fallback: {why}]")
+    click.echo(json.dumps({"version": model.version_, "data_hash": model.data_hash_}))

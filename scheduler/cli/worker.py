@@ -1,0 +1,97 @@
+"""``snugfit worker --node NAME``: run the node's worker (one queue, JSON serializer)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import click
+
+__all__ = ["worker_command"]
+
+
+@click.command("worker")
+@click.option("--node", required=True, help="Node name as in the pool file.")
+@click.option(
+    "--pool",
+    "pool_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Pool file (default: the pool the scheduler stored in Redis).",
+)
+@click.option("--simulate", is_flag=True, help="Simulated execution (no GPU): scaled time.")
+@click.option(
+    "--time-scale",
+    type=float,
+    default=None,
+    help="Real seconds per simulated second: a simulated 1 h run sleeps 3600 × this "
+    "(default $SNUGFIT_TIME_SCALE or 1e-3).",
+)
+@click.option("--redis", "redis_url", default=None, help="Redis URL (default: env / embedded).")
+@click.option(
+    "--lease",
+    type=float,
+    default=10.0,
+    show_default=True,
+    help="Job lease, seconds (renewed every --heartbeat).",
+)
+@click.option("--heartbeat", type=float, default=1.0, show_default=True)
+@click.option(
+    "--history",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="History JSONL (default: $SNUGFIT_HOME/history.jsonl).",
+)
+@click.option("--burst", is_flag=True, help="Exit when the queue is empty.")
+@click.option("-v", "--verbose", is_flag=True)
+def worker_command(
+    node: str,
+    pool_file: Path | None,
+    simulate: bool,
+    time_scale: float | None,
+    redis_url: str | None,
+    lease: float,
+    heartbeat: float,
+    history: Path | None,
+    burst: bool,
+    verbose: bool,
+) -> None:
+    """Run the worker of one node: it listens on that node's queue only."""
+    from scheduler.service.store.redis_store import open_store, snugfit_home
+    from scheduler.exceptions import SchedulerError
+    from scheduler.core.pool import load_pool
+
+    from workers.worker import NodeWorker
+
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    scale = (
+        time_scale
+        if time_scale is not None
+        else float(os.environ.get("SNUGFIT_TIME_SCALE", "1e-3"))
+    )
+    try:
+        pool = load_pool(pool_file) if pool_file is not None else None
+        home = snugfit_home()
+        w = NodeWorker(
+            open_store(redis_url),
+            node,
+            pool=pool,
+            simulate=simulate,
+            time_scale=scale,
+            lease_s=lease,
+            heartbeat_s=heartbeat,
+            history_path=history or home / "history.jsonl",
+            log_path=home / "placement-log.jsonl",
+        )
+    except SchedulerError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(
+        f"worker {w.name}: queue snugfit:node:{node}"
+        f"{' (SIMULATED, time scale ' + str(scale) + ')' if simulate else ''}",
+        err=True,
+    )
+    w.work(burst=burst)

@@ -1,0 +1,380 @@
+"""The Python client: submit jobs, watch them, cancel them, read their logs.
+
+``Client.submit`` validates the spec (pydantic, :func:`predictor.spec.parse_spec`), predicts
+peak VRAM and runtime on every GPU type, and writes the job record in one Lua call that is a
+no-op when the id already exists (submitting the same ``id`` twice is one job). The scheduler
+service does the rest; a :class:`JobHandle` reads the record back.
+
+Records read from Redis are validated too: a handle on a record someone corrupted raises
+:class:`~scheduler.exceptions.ServiceError` naming the field, never a bare ``KeyError``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from predictor.gpus import GPU_NAMES
+from predictor.prediction import Prediction, PredictionTable
+from predictor.spec import JobSpec, load_specs, parse_spec
+
+from scheduler.service.store.redis_store import RedisStore, Store, open_store
+from scheduler.core.decision import Decision
+from scheduler.exceptions import JobFailedError, JobNotFoundError, SchedulerError, ServiceError
+from scheduler.service.store.keys import (
+    TERMINAL_STATES,
+    JobState,
+    OutcomeRecord,
+    PlacementRecord,
+    dumps,
+)
+
+__all__ = ["DEFAULT_MAX_OOM_RETRIES", "DEFAULT_MAX_RETRIES", "Client", "JobHandle"]
+
+log = logging.getLogger("snugfit.client")
+
+DEFAULT_MAX_RETRIES = 2
+DEFAULT_MAX_OOM_RETRIES = 3
+_WAIT_POLL_S = 0.05
+_SUBMIT_CHUNK = 2000
+
+SpecLike = JobSpec | Mapping[str, Any] | str | Path
+TableFn = Callable[[Sequence[JobSpec]], PredictionTable]
+
+
+def default_table_fn() -> TableFn:
+    """The tiered predictor (shipped learned artifact + calibrated bounds, falling back to the
+    analytical tier by itself): the one predictor the CLI, the service and the simulator share."""
+    from predictor.tiered import default_predictor
+
+    pred = default_predictor()
+    return lambda specs: pred.predict_table(specs, None)
+
+
+def _as_specs(spec: SpecLike) -> list[JobSpec]:
+    if isinstance(spec, JobSpec):
+        return [spec]
+    if isinstance(spec, str | Path):
+        return load_specs(spec)
+    if isinstance(spec, Mapping):
+        return [parse_spec(spec)]
+    raise ServiceError(
+        f"submit() takes a JobSpec, a dict or a path to a job file; got {type(spec).__name__}"
+    )
+
+
+def build_records(
+    specs: Sequence[JobSpec],
+    table: PredictionTable,
+    *,
+    now: float | None = None,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    max_oom_retries: int = DEFAULT_MAX_OOM_RETRIES,
+) -> list[dict[str, str]]:
+    """Job records (``scheduler.service.store.keys`` layout) for specs that all carry an id."""
+    t = time.time() if now is None else now
+    cols = [table.gpu_names.index(g) if g in table.gpu_names else -1 for g in GPU_NAMES]
+    per_job: list[dict[str, Any]] = [{} for _ in specs]
+    for k, row in enumerate(table.iter_dicts()):
+        per_job[k // len(table.gpu_names)][row["gpu"]] = row
+    out: list[dict[str, str]] = []
+
+    def columns(a: np.ndarray) -> list[list[float | None]]:
+        # One vectorised pass per array; missing types and inf/NaN become null.
+        full = np.full((a.shape[0], len(cols)), np.nan)
+        for k, c in enumerate(cols):
+            if c >= 0:
+                full[:, k] = a[:, c]
+        rows: list[list[float | None]] = full.tolist()
+        if not np.isfinite(full).all():
+            rows = [[x if math.isfinite(x) else None for x in r] for r in rows]  # type: ignore[arg-type]
+        return rows
+
+    vram = columns(table.peak_vram_gib)
+    upper = columns(table.peak_vram_upper_gib)
+    runtime = columns(table.runtime_s)
+    runtime_up = columns(table.runtime_upper_s)
+    busy = columns(table.busy_frac) if table.busy_frac is not None else None
+
+    for i, spec in enumerate(specs):
+        assert spec.id is not None
+        request = {
+            "vram_gib": vram[i],
+            "vram_upper_gib": upper[i],
+            "runtime_s": runtime[i],
+            "runtime_upper_s": runtime_up[i],
+            "busy_frac": None if busy is None else busy[i],
+            "n_gpus": spec.n_gpus,
+            "tensor_parallel": spec.tensor_parallel,
+            "pipeline_parallel": spec.pipeline_parallel,
+            "gpu": spec.gpu,
+            "priority": spec.priority,
+            "deadline_s": spec.deadline_s,
+        }
+        ts = repr(t + i * 1e-6)  # keeps submit order inside one batch
+        out.append(
+            {
+                "id": spec.id,
+                "submitted_at": ts,
+                "updated_at": ts,
+                "spec": dumps(spec.to_dict()),
+                "request": dumps(request),
+                "predictions": dumps(per_job[i]),
+                "method": table.method[i],
+                "attempt": "0",
+                "max_retries": str(max_retries),
+                "max_oom_retries": str(max_oom_retries),
+            }
+        )
+    return out
+
+
+class Client:
+    """Submit and inspect jobs. ``url`` / ``SNUGFIT_REDIS_URL`` / embedded Redis, or a store."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        store: Store | None = None,
+        table_fn: TableFn | None = None,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        max_oom_retries: int = DEFAULT_MAX_OOM_RETRIES,
+    ) -> None:
+        self.store: Store = store if store is not None else open_store(url)
+        self._table_fn = table_fn
+        self.max_retries = max_retries
+        self.max_oom_retries = max_oom_retries
+
+    @property
+    def table_fn(self) -> TableFn:
+        if self._table_fn is None:
+            self._table_fn = default_table_fn()
+        return self._table_fn
+
+    # -- submission ---------------------------------------------------------------------------
+
+    def submit(self, spec: SpecLike) -> JobHandle:
+        """Validate, predict and store one job; returns its handle (the existing job's handle
+        when the id was already submitted)."""
+        specs = _as_specs(spec)
+        if len(specs) != 1:
+            raise ServiceError(
+                f"{spec!s:.80} holds {len(specs)} jobs; submit() takes one, use submit_many()"
+            )
+        return self.submit_many(specs)[0]
+
+    def submit_many(self, specs: Iterable[SpecLike]) -> list[JobHandle]:
+        """Submit many jobs with one vectorised prediction and pipelined writes."""
+        parsed: list[JobSpec] = []
+        for s in specs:
+            parsed.extend(_as_specs(s))
+        for k, s in enumerate(parsed):
+            if s.id is None:
+                parsed[k] = s.model_copy(update={"id": uuid.uuid4().hex[:16]})
+        handles: list[JobHandle] = []
+        for start in range(0, len(parsed), _SUBMIT_CHUNK):
+            chunk = parsed[start : start + _SUBMIT_CHUNK]
+            table = self.table_fn(chunk)
+            records = build_records(
+                chunk,
+                table,
+                max_retries=self.max_retries,
+                max_oom_retries=self.max_oom_retries,
+            )
+            added = self.store.add_jobs(records)
+            for spec, new in zip(chunk, added, strict=True):
+                assert spec.id is not None
+                if not new:
+                    log.info("job %s was already submitted; returning the existing job", spec.id)
+                handles.append(JobHandle(self, spec.id))
+        return handles
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> JobHandle:
+        if self.store.get_fields([job_id], ["state"])[0][0] is None:
+            raise JobNotFoundError(f"no job with id {job_id!r}; list jobs with `snugfit status`")
+        return JobHandle(self, job_id)
+
+    def jobs(self, state: str | None = None) -> list[JobHandle]:
+        """Handles of every job, oldest first, or of those in one state."""
+        if state is not None and state not in JobState.__members__.values():
+            raise ServiceError(
+                f"unknown job state {state!r}; use one of {', '.join(s.value for s in JobState)}"
+            )
+        return [JobHandle(self, j) for j in self.store.job_ids(state)]
+
+    def counts(self) -> dict[str, int]:
+        return {s.value: self.store.count(s.value) for s in JobState}
+
+    def cancel(self, job_id: str) -> str:
+        return self.get(job_id).cancel()
+
+    def pool(self) -> dict[str, Any]:
+        """Pool occupancy: per GPU (node, type, mode, capacity and used MiB, MIG mask, shared
+        jobs) and per job (what it holds). Empty ``gpus`` before a scheduler has started."""
+        config = self.store.pool_config()
+        if config is None:
+            return {"name": None, "nodes": [], "gpus": [], "jobs": {}}
+        from scheduler.core.pool import Pool
+
+        pool = Pool.from_dict(config)
+        g = self.store.gpu_state()
+        gpus = []
+        for i in range(pool.n_gpus):
+            node = pool.nodes[int(pool.gpu_node[i])]
+            gpus.append(
+                {
+                    "index": i,
+                    "node": node.name,
+                    "gpu_type": node.gpu_type,
+                    "mode": node.mode,
+                    "capacity_mib": g.get(f"{i}:cap", int(pool.capacity_mib[i])),
+                    "used_mib": g.get(f"{i}:used", 0),
+                    "mig_mask": g.get(f"{i}:mig", 0),
+                    "shared_jobs": g.get(f"{i}:shared", 0),
+                }
+            )
+        jobs = {}
+        for jid, raw in self.store.allocations().items():
+            try:
+                a = json.loads(raw)
+                jobs[jid] = {"gpus": a["gpus"], "label": _label(a["option"])}
+            except (ValueError, KeyError, TypeError):
+                jobs[jid] = {"gpus": [], "label": "unreadable allocation"}
+        return {"name": pool.name, "nodes": config["nodes"], "gpus": gpus, "jobs": jobs}
+
+    def close(self) -> None:
+        if isinstance(self.store, RedisStore):
+            self.store.close()
+
+
+def _label(option: Mapping[str, Any]) -> str:
+    if option.get("kind") == "mig":
+        return f"{option.get('gpu_type')} MIG {option.get('mig_profile')}"
+    if option.get("kind") == "shared":
+        return f"{option.get('gpu_type')} shared"
+    return f"{option.get('gpu_type')} x{option.get('n_gpus')}"
+
+
+class JobHandle:
+    """A submitted job. Every property reads the record fresh from the store."""
+
+    __slots__ = ("_client", "id")
+
+    def __init__(self, client: Client, job_id: str) -> None:
+        self._client = client
+        self.id = job_id
+
+    def __repr__(self) -> str:
+        return f"JobHandle({self.id!r})"
+
+    def record(self) -> dict[str, str]:
+        rec = self._client.store.get_job(self.id)
+        if rec is None:
+            raise JobNotFoundError(f"no job with id {self.id!r}")
+        return rec
+
+    def status(self) -> str:
+        st = self._client.store.get_fields([self.id], ["state"])[0][0]
+        if st is None:
+            raise JobNotFoundError(f"no job with id {self.id!r}")
+        return st
+
+    @property
+    def reason(self) -> str:
+        return self.record().get("reason", "")
+
+    @property
+    def spec(self) -> JobSpec:
+        return parse_spec(self._json("spec") or {})
+
+    @property
+    def placement(self) -> PlacementRecord | None:
+        raw = self._json("placement")
+        return None if raw is None else _validate(PlacementRecord, raw, self.id, "placement")
+
+    @property
+    def prediction(self) -> dict[str, Prediction]:
+        raw = self._json("predictions") or {}
+        return {g: _validate(Prediction, p, self.id, "predictions") for g, p in raw.items()}
+
+    @property
+    def outcome(self) -> OutcomeRecord | None:
+        raw = self._json("outcome")
+        return None if raw is None else _validate(OutcomeRecord, raw, self.id, "outcome")
+
+    @property
+    def decision(self) -> dict[str, Any] | None:
+        """The latest Decision as a dict with every option spelled out (the record stores it
+        in the compact columnar form)."""
+        raw = self._json("decision")
+        if not isinstance(raw, dict) or "option_columns" not in raw:
+            return raw  # type: ignore[no-any-return]
+        try:
+            return Decision.from_dict(raw).to_dict()
+        except SchedulerError as exc:
+            raise ServiceError(f"job {self.id!r}: unreadable decision record: {exc}") from None
+
+    def _json(self, name: str) -> Any:
+        raw = self.record().get(name)
+        if raw is None:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise ServiceError(
+                f"job {self.id!r}: field {name!r} is not valid JSON ({raw[:60]!r}); the record "
+                "was written by something other than snugfit"
+            ) from None
+
+    def wait(self, timeout: float | None = None, poll_s: float = _WAIT_POLL_S) -> str:
+        """Block until the job ends; returns ``succeeded``. Raises :class:`JobFailedError`
+        (failed, rejected, cancelled) with the reason, or ``TimeoutError``."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            st = self.status()
+            if st in TERMINAL_STATES:
+                if st == JobState.SUCCEEDED:
+                    return st
+                raise JobFailedError(f"job {self.id!r} {st}: {self.reason or 'no reason given'}")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {self.id!r} still {st} after {timeout} s")
+            time.sleep(poll_s)
+
+    def cancel(self) -> str:
+        """Cancel: a pending/placed job at once, a running one is stopped by its worker.
+        Returns ``cancelled``, ``requested`` (running; the worker stops it) or the final state
+        it already had."""
+        got = self._client.store.cancel(self.id, "cancelled by user")
+        if got == "missing":
+            raise JobNotFoundError(f"no job with id {self.id!r}")
+        if got == "cancelled":
+            self._client.store.emit(
+                [{"ts": time.time(), "event": "cancelled", "job_id": self.id, "reason": "user"}]
+            )
+        return got
+
+    def logs(self) -> str:
+        """The captured stdout+stderr tail (simulated runs log a synthetic line per phase)."""
+        return self._client.store.logs(self.id)
+
+
+def _validate(model: Any, data: Any, job_id: str, name: str) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ServiceError(
+            f"job {job_id!r}: field {name!r} does not match its schema ({exc.error_count()} "
+            f"errors, first: {exc.errors()[0]['msg']})"
+        ) from None

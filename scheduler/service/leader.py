@@ -1,0 +1,725 @@
+"""The scheduler service: one leader places pending jobs and enqueues them on their node's queue.
+
+Each :meth:`SchedulerService.step`:
+
+1. **Lease.** The leader holds ``P:leader`` (SET NX PX, renewed by a Lua compare-and-extend).
+   A standby retries every step and takes over when the lease lapses (``lease_ttl_s``, 5 s by
+   default). On takeover it writes the pool into Redis (unless the same pool is there), rebuilds
+   its pool state from ``P:allocs`` and re-enqueues placed jobs whose RQ job is missing (a
+   leader that died between commit and enqueue loses nothing).
+2. **Reclaim.** Running jobs whose lease expired (their worker stopped heart-beating) release
+   their capacity and go back to pending, or fail once ``max_retries`` are used (Lua, fenced by
+   the attempt number, so a worker that was only slow cannot finish over a newer attempt).
+   Placed jobs that no worker started within ``placement_lease_s`` (a node with no live
+   worker) are requeued the same way.
+3. **Sync.** When ``P:capver`` moved (workers finished jobs, another scheduler placed some),
+   the in-memory :class:`~scheduler.core.pool.PoolState` is brought in line with ``P:allocs``.
+4. **Ingest** a window of ``P:pending`` (oldest first, ``window`` jobs, so memory stays flat
+   with 100,000 queued), validating each record (:class:`~scheduler.service.store.keys.RequestRecord`);
+   malformed or hostile records are rejected and logged, never raised. Steps are as small as
+   the arrivals since the last one (a low rate gets a step per job) and batch up to ``window``
+   under a burst; ``step_target_s`` optionally caps a step to that much measured work.
+5. **Decide** with :class:`~scheduler.core.loop.SchedulerCore` and the configured policy.
+6. **Commit** every placement with one Lua script per job (pipelined) that re-checks the
+   capacity in ``P:gpu`` and the job's state and attempt; a refused commit (capacity taken by
+   someone else) rolls the placement back in memory and resyncs. So no GPU is double-booked,
+   even by two schedulers running by mistake.
+7. **Enqueue** committed jobs on ``snugfit:node:{node}`` (RQ, JSON serializer, function
+   ``workers.execute.run_job``, args ``[job id, attempt]``) with the decision in ``job.meta``.
+8. **Log** placed/rejected/reclaimed/requeued events to ``P:events`` and a JSON-lines file.
+   The job's ``decision`` is stored compactly (``Decision.to_dict(compact=True)``: every
+   option's numbers as columns), which ``snugfit explain`` reads back losslessly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from predictor.gpus import GPU_NAMES
+
+from scheduler.service.store.redis_store import Commit, Store
+from scheduler.core.decision import Decision, Option
+from scheduler.exceptions import PlacementError, ServiceError
+from scheduler.service.store.keys import PlacementRecord, RequestRecord, dumps, queue_name, rq_job_id
+from scheduler.core.placement import PlacementRequest, RunningJob
+from scheduler.policies.base import Policy
+from scheduler.policies.registry import get_policy
+from scheduler.core.pool import MIB_PER_GIB, Pool, PoolState, gib_to_mib_ceil
+
+__all__ = ["EventLog", "SchedulerService", "StepStats"]
+
+log = logging.getLogger("snugfit.scheduler")
+
+_KIND_CODE = {"whole": 0, "mig": 1, "shared": 2}
+#: Larger request fields than this are hostile or broken; they are rejected unread.
+MAX_REQUEST_BYTES = 64 * 1024
+#: Commits per pipeline; the lease is renewed between chunks so a long batch keeps it.
+_COMMIT_CHUNK = 500
+
+
+@dataclass(slots=True)
+class StepStats:
+    leader: bool = False
+    ingested: int = 0
+    placed: int = 0
+    rejected: int = 0
+    invalid: int = 0
+    conflicts: int = 0
+    reclaimed: int = 0
+    pending_in_window: int = 0
+
+
+class EventLog:
+    """Placement-log events: to the store's stream and, when ``path`` is set, a JSONL file."""
+
+    def __init__(self, store: Store, path: str | Path | None = None) -> None:
+        self.store = store
+        self.path = Path(path) if path is not None else None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    def emit(self, events: Sequence[Mapping[str, Any]]) -> None:
+        if not events:
+            return
+        try:
+            self.store.emit(events)
+        except Exception as exc:
+            log.warning("could not write %d events to the stream: %s", len(events), exc)
+        if self.path is not None:
+            text = "".join(dumps(dict(e)) + "\n" for e in events)
+            with self._lock, self.path.open("a", encoding="utf-8") as fh:
+                fh.write(text)
+
+
+def event(kind: str, job_id: str | None, **fields: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"ts": time.time(), "event": kind, "job_id": job_id}
+    out.update(fields)
+    return out
+
+
+def _new_token() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _inf(xs: Sequence[float | None]) -> np.ndarray:
+    return np.array([math.inf if x is None else float(x) for x in xs], dtype=np.float64)
+
+
+@dataclass
+class _Known:
+    attempt: int
+    submitted_at: float
+
+
+class SchedulerService:
+    """The leader loop around :class:`~scheduler.core.loop.SchedulerCore` (see the module doc)."""
+
+    def __init__(
+        self,
+        store: Store,
+        pool: Pool,
+        policy: str | Policy = "rightsize",
+        *,
+        token: str | None = None,
+        leader_election: bool = True,
+        lease_ttl_s: float = 5.0,
+        window: int = 5000,
+        poll_s: float = 0.05,
+        log_path: str | Path | None = None,
+        simulated: bool = False,
+        telemetry: Any | None = None,
+        placement_lease_s: float = 120.0,
+        step_target_s: float | None = None,
+    ) -> None:
+        from scheduler.core.loop import SchedulerCore
+
+        self.store = store
+        self.pool = pool
+        self.policy: Policy = get_policy(policy) if isinstance(policy, str) else policy
+        self.token = token or _new_token()
+        self.leader_election = leader_election
+        self.lease_ttl_ms = int(lease_ttl_s * 1000)
+        self.window = int(window)
+        self.poll_s = float(poll_s)
+        self.events = EventLog(store, log_path)
+        self.simulated = simulated
+        # scheduler.service.telemetry.Telemetry (or anything with observe_placement_latency(seconds)):
+        # fed submit -> commit latency per committed placement.
+        self.telemetry = telemetry
+        # A placed job whose node never starts it (no worker, a wedged one) holds capacity for
+        # nothing; after this long it is requeued (counted as a lost lease).
+        self.placement_lease_s = float(placement_lease_s)
+        # job -> (attempt, placed_at), in placement order, so the check reads only the oldest.
+        self._placed: dict[str, tuple[int, float]] = {}
+        self._placement_checked_at = 0.0
+        # Optional adaptive batch: a step ingests about step_target_s worth of new jobs (from the
+        # measured seconds per job), bounding a step's latency under a burst. Off by default:
+        # on the 8,192-GPU benchmark pool a 0.25 s budget halved throughput (317 vs 611 jobs/s)
+        # because each step has fixed costs; a low arrival rate gets small steps anyway.
+        self.step_target_s = None if step_target_s is None else float(step_target_s)
+        self._s_per_job: float | None = None
+        self.core = SchedulerCore(pool.state(), self.policy)
+        self.is_leader = False
+        self._capver = -1
+        self._known: dict[str, _Known] = {}
+        self._renewed_at = 0.0
+        self.totals = StepStats()
+
+    # -- leadership ---------------------------------------------------------------------------
+
+    def _lead(self) -> bool:
+        if not self.leader_election:
+            if not self.is_leader:
+                self._take_over()
+            return True
+        now = time.monotonic()
+        # Renew at a quarter of the TTL: a standby sees a lapse within one TTL of the death.
+        if self.is_leader and now - self._renewed_at < self.lease_ttl_ms / 4000:
+            return True
+        got = self.store.acquire_leader(self.token, self.lease_ttl_ms)
+        self._renewed_at = now
+        if got and not self.is_leader:
+            log.info("scheduler %s is the leader", self.token)
+            self._take_over()
+        elif not got and self.is_leader:
+            log.warning("scheduler %s lost the lease; standing by", self.token)
+            self.is_leader = False
+            self._reset()
+        return got
+
+    def _still_leader(self) -> bool:
+        if not self.leader_election:
+            return True
+        ok = self.store.acquire_leader(self.token, self.lease_ttl_ms)
+        if ok:
+            self._renewed_at = time.monotonic()
+        return ok
+
+    def _reset(self) -> None:
+        from scheduler.core.loop import SchedulerCore
+
+        self.core = SchedulerCore(self.pool.state(), self.policy)
+        self._known.clear()
+        self._placed.clear()
+        self._capver = -1
+
+    def _take_over(self) -> None:
+        config = self.pool.to_dict()
+        gpus = [
+            (
+                g,
+                int(self.pool.capacity_mib[g]),
+                int(self.pool.gpu_mode[g]),
+                int(self.pool.max_shared[g]),
+            )
+            for g in range(self.pool.n_gpus)
+        ]
+        got = self.store.init_pool(dumps(config), self.pool.name, gpus)
+        if got == "busy":
+            stored = self.store.pool_config()
+            raise ServiceError(
+                f"Redis holds capacity for another pool ({(stored or {}).get('name')!r}) with jobs "
+                f"still on it; run the scheduler with that pool file, or let those jobs finish "
+                f"before switching to {self.pool.name!r}"
+            )
+        self._reset()
+        self.is_leader = True
+        self._sync(force=True)
+        self._recover_placed()
+
+    def _recover_placed(self) -> None:
+        """Enqueue placed jobs whose RQ job is missing (the old leader died before enqueueing)."""
+        ids = self.store.job_ids("placed")
+        if not ids:
+            return
+        rows = self.store.get_fields(ids, ["placement", "attempt", "decision"])
+        items = []
+        placed: list[tuple[float, str, int]] = []
+        for jid, (raw, attempt, _) in zip(ids, rows, strict=True):
+            try:
+                p = PlacementRecord.model_validate_json(raw or "")
+            except ValidationError:
+                continue
+            if attempt is None or int(attempt) != p.attempt:
+                continue
+            placed.append((p.placed_at, jid, p.attempt))
+            if not self.store.enqueued(p.node, jid, p.attempt):
+                items.append((p.node, jid, p.attempt, {"snugfit_job": jid, "recovered": True}))
+        for placed_at, jid, att in sorted(placed):
+            self._placed[jid] = (att, placed_at)
+        if items:
+            log.info("re-enqueueing %d placed jobs that had no RQ job", len(items))
+            self.store.enqueue(items)
+
+    def resign(self) -> None:
+        if self.leader_election and self.is_leader:
+            self.store.release_leader(self.token)
+        self.is_leader = False
+
+    # -- one iteration ------------------------------------------------------------------------
+
+    def step(self) -> StepStats:
+        stats = StepStats()
+        if not self._lead():
+            return stats
+        stats.leader = True
+        t0 = time.perf_counter()
+        now = time.time()
+        stats.reclaimed = self._reclaim(now) + self._reclaim_unstarted(now)
+        self._sync()
+        stats.ingested, stats.invalid = self._ingest(now)
+        decisions = self.core.tick(now)
+        if not self._still_leader():
+            # The lease lapsed while we decided (a long tick): another scheduler may lead now,
+            # so nothing decided here is committed; the fenced commit would refuse it anyway.
+            self.is_leader = False
+            self._reset()
+            stats.leader = False
+            return stats
+        placed = [d for d in decisions if d.state == "placed"]
+        rejected = [d for d in decisions if d.state == "rejected"]
+        stats.placed, stats.conflicts = self._commit(placed, now)
+        stats.rejected = self._reject(rejected)
+        stats.pending_in_window = len(self.core.pending)
+        if stats.ingested >= 8:
+            per = (time.perf_counter() - t0) / stats.ingested
+            self._s_per_job = per if self._s_per_job is None else 0.7 * self._s_per_job + 0.3 * per
+        for name in ("placed", "rejected", "invalid", "conflicts", "reclaimed", "ingested"):
+            setattr(self.totals, name, getattr(self.totals, name) + getattr(stats, name))
+        return stats
+
+    def run(self, stop: threading.Event | None = None, max_steps: int | None = None) -> None:
+        """Step until ``stop`` is set (or ``max_steps``); sleeps on the wake-up list when idle."""
+        stop = stop or threading.Event()
+        steps = 0
+        try:
+            while not stop.is_set() and (max_steps is None or steps < max_steps):
+                steps += 1
+                try:
+                    s = self.step()
+                except ServiceError:
+                    raise
+                except Exception:
+                    log.exception("scheduler step failed; retrying")
+                    time.sleep(self.poll_s)
+                    continue
+                if not s.leader:
+                    stop.wait(min(1.0, self.lease_ttl_ms / 4000))
+                elif s.placed == 0 and s.ingested == 0 and s.reclaimed == 0:
+                    self.store.wait_wakeup(self.poll_s)
+        finally:
+            self.resign()
+
+    # -- reclaim ------------------------------------------------------------------------------
+
+    def _reclaim(self, now: float) -> int:
+        now_ms = int(now * 1000)
+        expired = self.store.expired_leases(now_ms)
+        if not expired:
+            return 0
+        rows = self.store.get_fields(expired, ["attempt", "worker", "placement"])
+        events = []
+        n = 0
+        for jid, (attempt, worker, _) in zip(expired, rows, strict=True):
+            if attempt is None:
+                continue
+            got = self.store.requeue(
+                jid,
+                int(attempt),
+                reason=f"worker {worker} stopped renewing the job's lease",
+                counter="lost",
+                expired_before_ms=now_ms,
+            )
+            if got in ("requeued", "failed", "cancelled"):
+                n += 1
+                events.append(
+                    event(
+                        "reclaimed",
+                        jid,
+                        attempt=int(attempt),
+                        reason=f"lease expired (worker {worker}); capacity released, job {got}",
+                        policy=self.policy.name.value,
+                    )
+                )
+                if got == "requeued":
+                    events.append(event("requeued", jid, attempt=int(attempt), reason="lease lost"))
+        self.events.emit(events)
+        return n
+
+    def _reclaim_unstarted(self, now: float) -> int:
+        """Requeue placed jobs that no worker started within ``placement_lease_s``."""
+        if now - self._placement_checked_at < min(5.0, self.placement_lease_s / 4):
+            return 0
+        self._placement_checked_at = now
+        cutoff = now - self.placement_lease_s
+        old: list[tuple[str, int]] = []
+        for jid, (attempt, placed_at) in self._placed.items():
+            if placed_at > cutoff:
+                break
+            old.append((jid, attempt))
+        if not old:
+            return 0
+        for jid, _ in old:
+            del self._placed[jid]
+        rows = self.store.get_fields([j for j, _ in old], ["state", "attempt", "placement"])
+        events = []
+        n = 0
+        for (jid, attempt), (st, att, raw) in zip(old, rows, strict=True):
+            if st != "placed" or att is None or int(att) != attempt:
+                continue  # started (its run lease covers it now), finished or re-placed
+            try:
+                node = PlacementRecord.model_validate_json(raw or "").node
+            except ValidationError:
+                node = "?"
+            reason = (
+                f"placed on node {node} {self.placement_lease_s:g} s ago but never started "
+                f"(is `snugfit worker --node {node}` running?)"
+            )
+            got = self.store.requeue(
+                jid, attempt, reason=reason, counter="lost", from_states="placed"
+            )
+            if got in ("requeued", "failed", "cancelled"):
+                n += 1
+                events.append(
+                    event(
+                        "reclaimed",
+                        jid,
+                        attempt=attempt,
+                        node=node,
+                        reason=f"{reason}; capacity released, job {got}",
+                        policy=self.policy.name.value,
+                    )
+                )
+                if got == "requeued":
+                    events.append(
+                        event("requeued", jid, attempt=attempt, reason="placement never started")
+                    )
+        self.events.emit(events)
+        return n
+
+    # -- capacity sync ------------------------------------------------------------------------
+
+    def _sync(self, force: bool = False) -> None:
+        version = self.store.capacity_version()
+        if version == self._capver and not force:
+            return
+        ids = set(self.store.alloc_ids())
+        state = self.core.state
+        mine = set(state.jobs)
+        for jid in mine - ids:
+            if jid in self.core.running:
+                self.core.finish(jid)
+            else:
+                state.release(jid)
+        new = sorted(ids - mine)
+        if new:
+            now = time.time()
+            for jid, raw in self.store.allocations(new).items():
+                try:
+                    opt = Option.from_dict(json.loads(raw)["option"])
+                    state.allocate(opt, jid)
+                except (PlacementError, ValueError, KeyError, TypeError) as exc:
+                    log.warning("allocation of %s does not fit our view (%s); rebuilding", jid, exc)
+                    self._rebuild()
+                    break
+                runtime = opt.runtime_s if opt.runtime_s is not None else math.inf
+                self.core.running[jid] = RunningJob(jid, opt, now, now + runtime)
+        self._capver = version
+
+    def _rebuild(self) -> None:
+        from scheduler.core.loop import SchedulerCore
+
+        state = self.pool.state()
+        running: dict[str, RunningJob] = {}
+        now = time.time()
+        for jid, raw in self.store.allocations().items():
+            try:
+                opt = Option.from_dict(json.loads(raw)["option"])
+                state.allocate(opt, jid)
+            except Exception as exc:
+                log.error("ignoring unreadable allocation of %s: %s", jid, exc)
+                continue
+            runtime = opt.runtime_s if opt.runtime_s is not None else math.inf
+            running[jid] = RunningJob(jid, opt, now, now + runtime)
+        self.core = SchedulerCore(state, self.policy)
+        self.core.running.update(running)
+        self._known.clear()
+
+    # -- ingest -------------------------------------------------------------------------------
+
+    def _ingest(self, now: float) -> tuple[int, int]:
+        window = self.store.pending_window(self.window)
+        wset = set(window)
+        for jid in list(self._known):
+            if jid not in wset:
+                self._known.pop(jid)
+                self.core.cancel(jid)
+        new = [j for j in window if j not in self._known and j not in self.core.running]
+        if not new:
+            return 0, 0
+        new = new[: self.batch_size()]
+        fields = ["state", "attempt", "submitted_at", "reserved_gib", "request"]
+        rows = self.store.get_fields(new, fields)
+        events: list[dict[str, Any]] = []
+        n_ok = n_bad = 0
+        for jid, row in zip(new, rows, strict=True):
+            st, attempt, submitted, reserved, raw = row
+            try:
+                req = self._request(jid, st, attempt, submitted, reserved, raw)
+            except _Invalid as exc:
+                n_bad += 1
+                got = self.store.reject(jid, str(exc), "null")
+                kind = "rejected" if got == "rejected" else "invalid"
+                events.append(event(kind, jid, reason=str(exc), policy=self.policy.name.value))
+                log.warning("rejected job %r: %s", jid[:80], exc)
+                continue
+            self._known[jid] = _Known(int(attempt or 0), req.submit_time_s)
+            self.core.submit(req)
+            n_ok += 1
+        self.events.emit(events)
+        return n_ok, n_bad
+
+    def batch_size(self) -> int:
+        """New jobs the next step ingests: ``window``, or ``step_target_s`` worth (64 ..)."""
+        if self.step_target_s is None or self._s_per_job is None:
+            return self.window
+        return max(64, min(self.window, int(self.step_target_s / max(self._s_per_job, 1e-6))))
+
+    def _request(
+        self,
+        jid: str,
+        st: str | None,
+        attempt: str | None,
+        submitted: str | None,
+        reserved: str | None,
+        raw: str | None,
+    ) -> PlacementRequest:
+        if st is None:
+            raise _Invalid("no job record behind this pending id")
+        if st != "pending":
+            raise _Invalid(f"listed as pending but its record says {st[:40]!r}")
+        if raw is None:
+            raise _Invalid("the record has no `request` field; submit jobs through snugfit")
+        if len(raw) > MAX_REQUEST_BYTES:
+            raise _Invalid(f"`request` is {len(raw)} bytes (> {MAX_REQUEST_BYTES}); refused")
+        try:
+            rr = RequestRecord.model_validate_json(raw)
+            att = int(attempt or "0")
+            t = float(submitted or "nan")
+            floor = None if reserved is None else float(reserved)
+        except (ValidationError, ValueError) as exc:
+            raise _Invalid(f"malformed record: {str(exc).splitlines()[0][:200]}") from None
+        if not math.isfinite(t) or att < 0 or (floor is not None and not floor >= 0):
+            raise _Invalid("malformed record: bad submitted_at, attempt or reserved_gib")
+        try:
+            return PlacementRequest(
+                job_id=jid,
+                vram_gib=_inf(rr.vram_gib),
+                vram_upper_gib=_inf(rr.vram_upper_gib),
+                runtime_s=_inf(rr.runtime_s),
+                runtime_upper_s=_inf(rr.runtime_upper_s),
+                n_gpus=rr.n_gpus,
+                tensor_parallel=rr.tensor_parallel,
+                pipeline_parallel=rr.pipeline_parallel,
+                gpu=rr.gpu,
+                requested_gpu=rr.requested_gpu or "H100-80GB",
+                priority=rr.priority,
+                deadline_s=rr.deadline_s,
+                submit_time_s=t,
+                reserved_gib=floor,
+                busy_frac=None if rr.busy_frac is None else _inf(rr.busy_frac),
+            )
+        except PlacementError as exc:
+            raise _Invalid(str(exc)) from None
+
+    # -- commit + enqueue ---------------------------------------------------------------------
+
+    def _slot(self, opt: Option) -> tuple[int, int, int]:
+        """(kind code, MiB taken per GPU, MIG mask) exactly as PoolState.allocate counts it."""
+        kind = _KIND_CODE[opt.kind]
+        g = opt.gpu_indices[0]
+        if kind == 0:
+            return kind, int(self.pool.capacity_mib[g]), 0
+        if kind == 1:
+            assert opt.mig_profile is not None and opt.mig_start is not None
+            k, used = self.pool.mig_instance(g, opt.mig_profile, opt.mig_start)
+            return kind, used, int(self.pool.cand_mask[k])
+        return kind, gib_to_mib_ceil(opt.reserved_gib), 0
+
+    def _commit(self, placed: list[Decision], now: float) -> tuple[int, int]:
+        if not placed:
+            return 0, 0
+        commits: list[Commit] = []
+        records: list[PlacementRecord] = []
+        opts: dict[str, Option] = {}
+        for d in placed:
+            # The committed option, from the pool state: d.chosen_option would build the whole
+            # option list just to pick one (the compact decision record builds it once below).
+            opt = self.core.state.option_of(d.job_id)
+            assert opt.node is not None
+            known = self._known[d.job_id]
+            attempt = known.attempt + 1
+            kind, used, mask = self._slot(opt)
+            rec = PlacementRecord(
+                attempt=attempt,
+                node=opt.node,
+                queue=queue_name(opt.node),
+                rq_job_id=rq_job_id(d.job_id, attempt),
+                label=opt.label,
+                kind=opt.kind,
+                gpu_type=opt.gpu_type,
+                gpu_indices=list(opt.gpu_indices),
+                mig_profile=opt.mig_profile,
+                mig_start=opt.mig_start,
+                reserved_gib=opt.reserved_gib,
+                capacity_gib=opt.capacity_gib,
+                cost_usd=opt.cost_usd,
+                runtime_s=opt.runtime_s,
+                placed_at=now,
+                policy=self.policy.name.value,
+                simulated=self.simulated,
+            )
+            reserved_mib = gib_to_mib_ceil(opt.reserved_gib)
+            alloc = {
+                "attempt": attempt,
+                "kind": kind,
+                "gpus": list(opt.gpu_indices),
+                "used_mib": used,
+                "reserved_mib": reserved_mib,
+                "mig_mask": mask,
+                "option": opt.to_dict(),
+            }
+            commits.append(
+                Commit(
+                    job_id=d.job_id,
+                    expected_attempt=known.attempt,
+                    kind=kind,
+                    gpus=tuple(opt.gpu_indices),
+                    used_mib=used,
+                    reserved_mib=reserved_mib,
+                    mig_mask=mask,
+                    alloc_json=dumps(alloc),
+                    placement_json=rec.model_dump_json(),
+                    decision_json=dumps(d.to_dict(compact=True)),
+                )
+            )
+            records.append(rec)
+            opts[d.job_id] = opt
+        token = self.token if self.leader_election else ""
+        results: list[str] = []
+        for start in range(0, len(commits), _COMMIT_CHUNK):
+            if start and not self._still_leader():
+                results += ["err:lease lost during commit"] * (len(commits) - start)
+                break
+            results += self.store.commit(commits[start : start + _COMMIT_CHUNK], token)
+        items: list[tuple[str, str, int, dict[str, Any]]] = []
+        events: list[dict[str, Any]] = []
+        conflicts = 0
+        versions: list[int] = []
+        committed_at = time.time()
+        for d, rec, res in zip(placed, records, results, strict=True):
+            seen = self._known.pop(d.job_id, None)
+            if not res.startswith("ok"):
+                conflicts += 1
+                # Someone else took the capacity or the job: undo our view, resync next step.
+                if d.job_id in self.core.running:
+                    self.core.finish(d.job_id)
+                self._capver = -1
+                log.info("commit of %s refused: %s", d.job_id, res)
+                continue
+            versions.append(int(res.split(":", 1)[1]))
+            self._placed.pop(d.job_id, None)
+            self._placed[d.job_id] = (rec.attempt, rec.placed_at)
+            if self.telemetry is not None and seen is not None:
+                self.telemetry.observe_placement_latency(committed_at - seen.submitted_at)
+            opt = opts[d.job_id]
+            runner = d.options[d.runner_up] if d.runner_up is not None else None
+            cost = None if opt.cost_usd is None else round(opt.cost_usd, 4)
+            meta = {
+                "snugfit_job": d.job_id,
+                "attempt": rec.attempt,
+                "placement": opt.label,
+                "node": rec.node,
+                "gpus": rec.gpu_indices,
+                "reserved_gib": round(opt.reserved_gib, 3),
+                "cost_usd": cost,
+                "reason": d.reason,
+                "runner_up": None if runner is None else f"{runner.label}: {runner.reason}",
+                "policy": rec.policy,
+                "simulated": self.simulated,
+            }
+            items.append((rec.node, d.job_id, rec.attempt, meta))
+            events.append(
+                event(
+                    "placed",
+                    d.job_id,
+                    attempt=rec.attempt,
+                    node=rec.node,
+                    option=opt.to_dict(),
+                    cost_usd=opt.cost_usd,
+                    runner_up=None if runner is None else runner.to_dict(),
+                    reason=d.reason,
+                    policy=rec.policy,
+                    simulated=self.simulated,
+                )
+            )
+        if self._capver >= 0 and versions == list(
+            range(self._capver + 1, self._capver + 1 + len(versions))
+        ):
+            self._capver += len(versions)
+        else:
+            self._capver = -1
+        if items:
+            self.store.enqueue(items)
+        self.events.emit(events)
+        return len(items), conflicts
+
+    def _reject(self, rejected: list[Decision]) -> int:
+        events = []
+        for d in rejected:
+            self._known.pop(d.job_id, None)
+            got = self.store.reject(d.job_id, d.reason, dumps(d.to_dict(compact=True)))
+            if got == "rejected":
+                events.append(
+                    event("rejected", d.job_id, reason=d.reason, policy=self.policy.name.value)
+                )
+        self.events.emit(events)
+        return len(events)
+
+    # -- views --------------------------------------------------------------------------------
+
+    def free_gib_by_type(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        free = self.core.state.free_mib
+        for t, name in enumerate(GPU_NAMES):
+            m = self.pool.gpu_type == t
+            if m.any():
+                out[name] = float(free[m].sum()) / MIB_PER_GIB
+        return out
+
+    def assert_consistent(self) -> PoolState:
+        """Rebuild the pool state from Redis alone; PoolError if anything is over-committed."""
+        state = self.pool.state()
+        for jid, raw in self.store.allocations().items():
+            state.allocate(Option.from_dict(json.loads(raw)["option"]), jid)
+        state.assert_consistent()
+        return state
+
+
+class _Invalid(Exception):
+    """A pending entry that is not a valid snugfit job (internal; becomes a rejection)."""

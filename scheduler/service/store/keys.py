@@ -1,0 +1,398 @@
+"""The Redis key layout of the snugfit service and the JSON records stored under it.
+
+Everything the client, the scheduler service, the workers and the operator commands
+(``snugfit log / explain / pool``) share lives under one prefix (default ``snugfit``; written
+``P`` below). Values are UTF-8 JSON or plain decimal strings, never pickle. Times are Unix epoch
+seconds (floats) unless the name ends in ``_ms``.
+
+Keys
+====
+
+=================================  ===========================================================
+``P:job:{id}``                     HASH, one job record (fields below)
+``P:jobs``                         ZSET of every job id ever accepted, score = submitted_at
+``P:state:{state}``                SET of job ids per state (one set per state below); moved
+                                   only by the Lua scripts, atomically with ``state``
+``P:pending``                      ZSET of jobs waiting for placement, score = submitted_at
+                                   (the scheduler reads it in that order, a window at a time)
+``P:wakeup``                       LIST; the client pushes a token after each submit so the
+                                   scheduler's BLPOP returns at once (trimmed to 1 entry)
+``P:leader``                       STRING, the leader's token ``host:pid:uuid``; SET NX PX and
+                                   renewed by compare-and-extend (Lua)
+``P:leases``                       ZSET of running job ids, score = lease expiry (epoch ms);
+                                   renewed by the worker's heartbeat, reaped by the leader
+``P:pool``                         HASH ``config`` (pool-file mapping as JSON, see
+                                   ``scheduler.core.pool.Pool.to_dict``), ``fingerprint`` (sha256 of
+                                   the config), ``name``
+``P:gpu``                          HASH of per-GPU capacity, GPU index ``g`` as in the pool:
+                                   ``{g}:cap`` capacity MiB, ``{g}:mode`` 0 whole / 1 MIG /
+                                   2 shared, ``{g}:max_shared`` (shared GPUs), and the live
+                                   ``{g}:used`` MiB taken, ``{g}:mig`` 15-bit MIG slice mask,
+                                   ``{g}:shared`` jobs on a shared GPU. Changed only by Lua.
+``P:allocs``                       HASH job id -> allocation JSON (below): what each job holds
+``P:capver``                       STRING counter, bumped by every capacity change, so the
+                                   scheduler re-reads ``P:allocs`` only when it moved
+``P:events``                       STREAM, the placement log; each entry has one field
+                                   ``e`` = event JSON (below). Capped (approximate MAXLEN).
+``P:history``                      LIST of measurement rows (JSON, ``datasets/measured``
+                                   schema, ``origin = "history"``), appended by workers
+``P:logs:{id}``                    STRING, the tail of a job's stdout+stderr (<= 1 MiB)
+``P:node:{name}``                  HASH, a registered worker: ``worker``, ``host``, ``pid``,
+                                   ``gpus`` (JSON list), ``simulated``, ``heartbeat_at``
+``P:nodes``                        SET of node names that ever registered a worker
+RQ ``rq:queue:snugfit:node:{name}``  one RQ queue per node (queue name ``snugfit:node:{name}``),
+                                   JSON serializer; RQ job id ``{job id}-a{attempt}`` (see
+                                   :func:`rq_job_id`), function
+                                   ``workers.execute.run_job``, args ``[job id, attempt]``
+=================================  ===========================================================
+
+Job states
+==========
+
+``pending``    accepted, waiting for capacity (in ``P:pending``)
+``placed``     capacity committed in ``P:gpu`` and enqueued on its node's RQ queue
+``running``    a worker started it; holds a lease in ``P:leases``
+``succeeded``  exit code 0; capacity released; ``outcome`` set
+``failed``     non-zero exit, OOM beyond the retry limit, or lease lost beyond the retry limit
+``cancelled``  cancelled by a user (a running job is stopped: SIGTERM, then SIGKILL)
+``rejected``   the record was invalid or the job fits nowhere in the pool (``reason`` says which)
+
+Transitions: pending -> placed -> running -> succeeded | failed | cancelled; running -> pending
+(OOM requeue with a larger reservation, or a dead worker's lease expired with retries left);
+placed -> pending (the node's worker vanished before starting it); pending | placed ->
+cancelled; pending -> rejected. Every transition is one Lua script that checks the current
+state (and the ``attempt`` fencing token), so two actors never both win.
+
+Job record (``P:job:{id}`` fields; JSON values marked ``json``)
+=================================================================
+
+``id``               the job id (the spec's ``id``, or one the client generated)
+``state``            one of the states above
+``spec``             json: ``JobSpec.to_dict()``
+``request``          json: what the scheduler places (see :class:`RequestRecord`): per-GPU-type
+                     arrays aligned with ``predictor.gpus.GPU_NAMES``: ``vram_gib``,
+                     ``vram_upper_gib``, ``runtime_s``, ``runtime_upper_s`` (null = no
+                     prediction for that type), ``busy_frac`` (share of the runtime that
+                     saturates the GPU: what stretches on a MIG slice; optional, 1 when
+                     absent), and ``n_gpus``, ``tensor_parallel``,
+                     ``pipeline_parallel``, ``gpu``, ``priority``, ``deadline_s``
+``predictions``      json: GPU type -> the contract ``Prediction`` dict
+``method``           the prediction method (``analytical``, ``learned:...``, ``history:...``)
+``submitted_at``     epoch seconds
+``updated_at``       epoch seconds of the last transition
+``attempt``          int, bumped at each placement; fences stale workers and RQ job ids
+``max_retries``      int, how many lost leases (dead workers) are retried before ``failed``
+``lost``             int, leases lost so far
+``ooms``             int, OOM kills so far (``max_oom_retries`` caps the requeues)
+``max_oom_retries``  int
+``reserved_gib``     float, reservation floor after an OOM (absent before the first OOM)
+``decision``         json: ``Decision.to_dict(compact=True)`` of the latest placement or
+                     rejection (every option as columns in ``option_columns``; ``options``
+                     spells out only the chosen and runner-up, null elsewhere)
+``placement``        json: :class:`PlacementRecord` (node, queue, option, env ...)
+``worker``           the worker that runs / ran it
+``started_at``       epoch seconds, ``finished_at`` epoch seconds
+``outcome``          json: :class:`OutcomeRecord` (peak VRAM, runtime, exit code, OOM,
+                     ``simulated``)
+``reason``           why it failed / was rejected / cancelled / requeued (human text)
+``cancel``           "1" when a cancel was requested for a running job
+``simulated``        "1" when the run was simulated (no GPU), else absent
+
+Allocation (``P:allocs`` values, json)
+======================================
+
+``{"attempt": int, "kind": 0|1|2, "gpus": [int], "used_mib": int, "reserved_mib": int,
+"mig_mask": int, "option": Option.to_dict()}``: ``used_mib`` is taken from each GPU (a whole
+GPU's capacity, a MIG slice's memory, or a shared reservation).
+
+Event (``P:events`` field ``e`` and the JSON-lines placement log, one object per line)
+======================================================================================
+
+``{"ts": float, "event": "placed"|"started"|"finished"|"oom"|"requeued"|"reclaimed"|"rejected"|
+"cancelled"|"invalid", "job_id": str|null, "attempt": int|null, "node": str|null,
+"option": Option dict|null, "cost_usd": float|null, "runner_up": Option dict|null,
+"reason": str, "policy": str|null, "outcome": OutcomeRecord dict|null, "simulated": bool}``.
+``invalid`` is a hostile or malformed payload found in Redis (no valid job behind it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from predictor.gpus import GPU_NAMES
+
+__all__ = [
+    "ACTIVE_STATES",
+    "DEFAULT_PREFIX",
+    "EVENT_KINDS",
+    "JOB_FUNCTION",
+    "LOG_CAP_BYTES",
+    "TERMINAL_STATES",
+    "JobState",
+    "Keys",
+    "OutcomeRecord",
+    "PlacementRecord",
+    "RequestRecord",
+    "dumps",
+    "queue_name",
+    "rq_job_id",
+]
+
+DEFAULT_PREFIX = "snugfit"
+#: The only function a snugfit worker runs; anything else found in a queue is refused.
+JOB_FUNCTION = "workers.execute.run_job"
+#: Captured stdout+stderr kept per job (the tail), bytes.
+LOG_CAP_BYTES = 1 << 20
+#: Events kept in the stream (approximate trimming).
+EVENTS_MAXLEN = 1_000_000
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    PLACED = "placed"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    REJECTED = "rejected"
+
+
+TERMINAL_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "rejected"})
+ACTIVE_STATES: frozenset[str] = frozenset({"pending", "placed", "running"})
+EVENT_KINDS: tuple[str, ...] = (
+    "placed",
+    "started",
+    "finished",
+    "oom",
+    "requeued",
+    "reclaimed",
+    "rejected",
+    "cancelled",
+    "invalid",
+)
+
+
+def queue_name(node: str) -> str:
+    """The RQ queue name of a node (RQ stores it under ``rq:queue:<name>``)."""
+    return f"snugfit:node:{node}"
+
+
+def rq_job_id(job_id: str, attempt: int) -> str:
+    """RQ job id of one attempt (re-enqueueing the same attempt is idempotent).
+
+    RQ only accepts ``[A-Za-z0-9_-]``: other characters become ``_`` and a short hash of the
+    real id keeps sanitised ids distinct.
+    """
+    if _RQ_ID_OK.fullmatch(job_id) and len(job_id) <= 180:
+        return f"{job_id}-a{attempt}"
+    digest = hashlib.sha1(job_id.encode()).hexdigest()[:10]
+    return f"{_RQ_ID_BAD.sub('_', job_id)[:160]}-{digest}-a{attempt}"
+
+
+_RQ_ID_OK = re.compile(r"[A-Za-z0-9_-]+")
+_RQ_ID_BAD = re.compile(r"[^A-Za-z0-9_-]")
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Key names under one prefix (tests and several clusters can share a server)."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}"
+
+    def state(self, state: str) -> str:
+        return f"{self.prefix}:state:{state}"
+
+    def logs(self, job_id: str) -> str:
+        return f"{self.prefix}:logs:{job_id}"
+
+    def node(self, name: str) -> str:
+        return f"{self.prefix}:node:{name}"
+
+    @property
+    def job_prefix(self) -> str:
+        return f"{self.prefix}:job:"
+
+    @property
+    def jobs(self) -> str:
+        return f"{self.prefix}:jobs"
+
+    @property
+    def pending(self) -> str:
+        return f"{self.prefix}:pending"
+
+    @property
+    def wakeup(self) -> str:
+        return f"{self.prefix}:wakeup"
+
+    @property
+    def leader(self) -> str:
+        return f"{self.prefix}:leader"
+
+    @property
+    def leases(self) -> str:
+        return f"{self.prefix}:leases"
+
+    @property
+    def pool(self) -> str:
+        return f"{self.prefix}:pool"
+
+    @property
+    def gpu(self) -> str:
+        return f"{self.prefix}:gpu"
+
+    @property
+    def allocs(self) -> str:
+        return f"{self.prefix}:allocs"
+
+    @property
+    def capver(self) -> str:
+        return f"{self.prefix}:capver"
+
+    @property
+    def events(self) -> str:
+        return f"{self.prefix}:events"
+
+    @property
+    def history(self) -> str:
+        return f"{self.prefix}:history"
+
+    @property
+    def nodes(self) -> str:
+        return f"{self.prefix}:nodes"
+
+    def all_states(self) -> list[str]:
+        return [self.state(s.value) for s in JobState]
+
+
+def _finite_or_none(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def dumps(obj: Any) -> str:
+    """Compact JSON with inf/NaN turned into null (JSON has neither)."""
+    try:
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    except (ValueError, TypeError):
+        # The slow path only runs for payloads that really hold inf/NaN or numpy scalars.
+        return json.dumps(_clean(obj), separators=(",", ":"), allow_nan=False)
+
+
+def _clean(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, float):
+        return _finite_or_none(obj)
+    if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
+        return _clean(obj.item())
+    return obj
+
+
+# ---------------------------------------------------------------------------------------------
+# Records read back from Redis: validated, because anyone with write access can put anything
+# there (the service must reject it, never crash or execute it).
+
+_N_TYPES = len(GPU_NAMES)
+_MAX_ID_CHARS = 200
+
+
+class RequestRecord(BaseModel):
+    """The ``request`` field of a job record: all the scheduler needs to place the job."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    vram_gib: list[float | None] = Field(min_length=_N_TYPES, max_length=_N_TYPES)
+    vram_upper_gib: list[float | None] = Field(min_length=_N_TYPES, max_length=_N_TYPES)
+    runtime_s: list[float | None] = Field(min_length=_N_TYPES, max_length=_N_TYPES)
+    runtime_upper_s: list[float | None] = Field(min_length=_N_TYPES, max_length=_N_TYPES)
+    # Share of the runtime that saturates the GPU, per type (what stretches on a MIG slice);
+    # absent in records written before it existed: treated as 1.
+    busy_frac: list[float | None] | None = Field(
+        default=None, min_length=_N_TYPES, max_length=_N_TYPES
+    )
+    n_gpus: int = Field(default=1, ge=1, le=1024)
+    tensor_parallel: int = Field(default=1, ge=1, le=1024)
+    pipeline_parallel: int = Field(default=1, ge=1, le=1024)
+    gpu: str | None = None
+    requested_gpu: str | None = None
+    priority: int = Field(default=0, ge=-(10**6), le=10**6)
+    deadline_s: float | None = Field(default=None, ge=0)
+
+    @field_validator("gpu", "requested_gpu")
+    @classmethod
+    def _known_gpu(cls, v: str | None) -> str | None:
+        if v is not None and v not in GPU_NAMES:
+            raise ValueError(f"gpu {v!r} is not a GPU type; use one of {', '.join(GPU_NAMES)}")
+        return v
+
+    @field_validator("busy_frac")
+    @classmethod
+    def _fraction(cls, v: list[float | None] | None) -> list[float | None] | None:
+        for x in v or ():
+            if x is not None and not (math.isfinite(x) and 0.0 <= x <= 1.0):
+                raise ValueError(f"busy_frac values must be in [0, 1] or null; got {x!r}")
+        return v
+
+    @field_validator("vram_gib", "vram_upper_gib", "runtime_s", "runtime_upper_s")
+    @classmethod
+    def _non_negative(cls, v: list[float | None]) -> list[float | None]:
+        for x in v:
+            if x is not None and not (math.isfinite(x) and x >= 0):
+                raise ValueError(f"values must be finite and >= 0 or null; got {x!r}")
+        return v
+
+
+class PlacementRecord(BaseModel):
+    """The ``placement`` field of a job record: where one attempt runs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int = Field(ge=1)
+    node: str = Field(min_length=1, max_length=_MAX_ID_CHARS)
+    queue: str
+    rq_job_id: str
+    label: str
+    kind: str
+    gpu_type: str
+    gpu_indices: list[int]
+    mig_profile: str | None = None
+    mig_start: int | None = None
+    reserved_gib: float
+    capacity_gib: float
+    cost_usd: float | None = None
+    runtime_s: float | None = None
+    placed_at: float
+    policy: str
+    simulated: bool = False
+
+
+class OutcomeRecord(BaseModel):
+    """The ``outcome`` field: what one attempt really did (``simulated`` runs say so)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int
+    state: str
+    exit_code: int | None = None
+    signal: int | None = None
+    peak_vram_gib: float | None = None
+    runtime_s: float | None = None
+    oom: bool = False
+    simulated: bool = False
+    reason: str = ""
+    worker: str | None = None
+    node: str | None = None

@@ -1,0 +1,540 @@
+"""Discrete-event simulator: the shared :class:`~scheduler.core.loop.SchedulerCore` on virtual time.
+
+Events are arrivals, finishes and OOM kills, kept in a heap. At each event time the simulator
+applies every event due, then ticks the core once; the core and the policy are exactly what the
+live service runs (no simulation branches anywhere).
+
+Ground truth is not the predictor: each job's true per-GPU peak VRAM and runtime are the
+analytical figures times factors drawn from :mod:`scheduler.sim.truth` (measured residuals). A job
+whose true peak exceeds what it can allocate (its whole GPU or MIG slice; on a shared GPU, the
+MPS memory limit the worker sets to its reservation) is OOM-killed at a uniformly random point
+of its run and requeued with ``max(observed peak, 1.25 x old reservation)``, where the observed
+peak is the true one: a killed CUDA allocation reports the size it failed at.
+
+Truth is drawn per *fingerprint* (a recurring job, see :mod:`scheduler.sim.workload`): each fingerprint
+gets one systematic error from the residual model, and each run adds a small independent run-to-run
+noise (``RUN_NOISE_VRAM_SIGMA``, ``RUN_NOISE_RUNTIME_SIGMA``: same data, same code, but allocator
+and input-order jitter). With ``feedback`` the simulator does what the live service does with its
+history tier: every measured outcome (a finished run's peak and runtime, an OOM's failed
+allocation) is recorded per fingerprint, and a later submission of that fingerprint is predicted
+from it, Autopilot-style (:class:`FeedbackHistory`).
+
+By default the core ticks at every event time (exact). ``tick_interval_s`` > 0 runs it at most
+once per interval instead, at interval boundaries, as Slurm's main scheduler does
+(``sched_interval``, 60 s by default): jobs wait up to one interval more, and a huge simulation
+makes far fewer passes over its queue.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from predictor.gpus import GPU_NAMES, get_gpu
+from predictor.prediction import PredictionTable
+
+from scheduler.core.loop import SchedulerCore
+from scheduler.core.clock import VirtualClock
+from scheduler.core.decision import Decision, Option
+from scheduler.exceptions import SimulationError
+from scheduler.sim.outcomes import AttemptRecords, JobRecords, SimulationMetrics, compute_metrics
+from scheduler.core.placement import PlacementRequest, option_table
+from scheduler.policies.base import Policy
+from scheduler.core.pool import KIND_NAMES, MODE_WHOLE, Pool
+from scheduler.sim.truth import ResidualModel, load_residuals
+from scheduler.sim.workload import Workload
+
+__all__ = [
+    "OOM_GROWTH",
+    "RUN_NOISE_RUNTIME_SIGMA",
+    "RUN_NOISE_VRAM_SIGMA",
+    "FeedbackHistory",
+    "Observer",
+    "SimulationResult",
+    "Simulator",
+    "simulate",
+]
+
+OOM_GROWTH = 1.25  # a requeued job reserves at least this times its old reservation
+# Run-to-run spread of one recurring job (log scale): the peak moves by allocator timing and
+# fragmentation (a few %), the runtime by input order, contention and stragglers.
+RUN_NOISE_VRAM_SIGMA = 0.02
+RUN_NOISE_RUNTIME_SIGMA = 0.05
+_ARRIVAL, _FINISH, _OOM, _TICK = 0, 1, 2, 3
+_TYPE_INDEX = {n: i for i, n in enumerate(GPU_NAMES)}
+
+
+@dataclass
+class _Job:
+    request: PlacementRequest
+    fingerprint: str
+    arrival_s: float
+    vram_factor: float
+    runtime_factor: float
+    first_start_s: float = math.nan
+    end_s: float = math.nan
+    oom_kills: int = 0
+    rejected: bool = False
+    attempt_start_s: float = math.nan
+    option: Option | None = None
+    event_seq: int = -1  # the live finish/OOM event; stale ones are skipped
+    from_history: bool = False
+    base: PlacementRequest | None = None  # the predictor's request, before any history
+
+    def true_peak_gib(self, gpu_type: str) -> float:
+        # Truth scales the predictor's own figure, never a history-adjusted one.
+        assert self.base is not None
+        return float(self.base.vram_gib[_TYPE_INDEX[gpu_type]]) * self.vram_factor
+
+    def true_runtime_s(self, option: Option) -> float:
+        """The attempt's true full runtime on ``option`` (MIG/shared slow-downs included)."""
+        assert self.base is not None
+        if option.runtime_s is None:
+            return math.inf
+        t = _TYPE_INDEX[option.gpu_type]
+        own, base = float(self.request.runtime_s[t]), float(self.base.runtime_s[t])
+        # option.runtime_s = own x the option's slow-down; the truth is base x slow-down x error.
+        scale = base / own if own > 0 and math.isfinite(own) else 1.0
+        return option.runtime_s * scale * self.runtime_factor
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    """numpy's default (linear) percentile, without numpy's per-call overhead on short lists:
+    it runs once per submission of a recurring job."""
+    xs = sorted(values)
+    pos = q / 100.0 * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@dataclass
+class FeedbackHistory:
+    """What the cluster measured per fingerprint, turned into the next run's prediction.
+
+    Values are ratios to the analytical point prediction (measured peak / predicted peak,
+    measured runtime / predicted runtime). In the simulator's truth a job's error is the same on
+    every GPU type, so a ratio measured on one type predicts all of them, and the runtime ratio
+    carries over when a re-run has a different length. Over the last ``window`` runs, the point is
+    the ``percentile`` of the ratios and the VRAM upper bound the largest one times
+    ``1 + margin + margin_per_run / n`` (a wider margin while few runs are known), as Autopilot's
+    recommender does with a high percentile of recent peaks plus a safety margin.
+    """
+
+    window: int = 20
+    percentile: float = 95.0
+    margin: float = 0.05
+    margin_per_run: float = 0.10
+    runtime_margin: float = 0.10
+    _vram: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list), repr=False)
+    _runtime: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list), repr=False)
+
+    def record(self, fingerprint: str, vram_ratio: float, runtime_ratio: float | None) -> None:
+        self._vram[fingerprint].append(float(vram_ratio))
+        if runtime_ratio is not None:
+            self._runtime[fingerprint].append(float(runtime_ratio))
+
+    def n_runs(self, fingerprint: str) -> int:
+        return len(self._vram.get(fingerprint, ()))
+
+    def vram(self, fingerprint: str) -> tuple[float, float] | None:
+        """(point ratio, upper ratio), or None before the first measurement."""
+        runs = self._vram.get(fingerprint)
+        if not runs:
+            return None
+        recent = runs[-self.window :]
+        point = _percentile(recent, self.percentile)
+        upper = max(recent) * (1.0 + self.margin + self.margin_per_run / len(recent))
+        return point, upper
+
+    def runtime(self, fingerprint: str) -> tuple[float, float] | None:
+        runs = self._runtime.get(fingerprint)
+        if not runs:
+            return None
+        recent = runs[-self.window :]
+        return _percentile(recent, 50.0), max(recent) * (1.0 + self.runtime_margin)
+
+    def apply(self, fingerprint: str, request: PlacementRequest) -> PlacementRequest | None:
+        """``request`` predicted from this fingerprint's history; None if there is none."""
+        v = self.vram(fingerprint)
+        if v is None:
+            return None
+        r = self.runtime(fingerprint)
+        return replace(
+            request,
+            vram_gib=request.vram_gib * v[0],
+            vram_upper_gib=request.vram_gib * v[1],
+            runtime_s=request.runtime_s if r is None else request.runtime_s * r[0],
+            runtime_upper_s=request.runtime_upper_s if r is None else request.runtime_s * r[1],
+        )
+
+
+# Called after every tick with (core, decisions of the tick, now): tests check invariants here.
+Observer = Callable[[SchedulerCore, list[Decision], float], None]
+
+
+@dataclass
+class SimulationResult:
+    policy: str
+    metrics: SimulationMetrics
+    wall_s: float
+    decisions: int
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "policy": self.policy,
+            **self.metrics.to_dict(),
+            **self.extras,
+            "wall_s": round(self.wall_s, 3),
+            "decisions": self.decisions,
+        }
+
+
+def _limit_gib(option: Option) -> float:
+    """Memory a job can really allocate: a whole GPU or a MIG slice is all its own (nothing caps
+    a process below the device's memory), a shared GPU caps it at its MPS limit, which the
+    worker sets to the reservation."""
+    return option.reserved_gib if option.kind == "shared" else option.capacity_gib
+
+
+def _type_max_gang(pool: Pool) -> np.ndarray:
+    """Per GPU type (``GPU_NAMES`` order): the most whole GPUs one node of the pool has."""
+    out = np.zeros(len(GPU_NAMES), np.int64)
+    whole = pool.node_mode == MODE_WHOLE
+    np.maximum.at(out, pool.node_type[whole].astype(np.int64), pool.node_count[whole])
+    return out
+
+
+def _requested_type(upper: np.ndarray, n_gpus: int, wanted: str, max_gang: np.ndarray) -> str:
+    """The user's pick if the job fits it in this pool, else the smallest type that does.
+
+    Users upsize when their habitual GPU is too small, and ask for a type that has a node big
+    enough for their gang; without that the baseline would reject jobs nobody would submit.
+    """
+
+    def ok(name: str) -> bool:
+        t = _TYPE_INDEX[name]
+        return bool(upper[t] <= get_gpu(name).memory_gib and max_gang[t] >= n_gpus)
+
+    if ok(wanted):
+        return wanted
+    by_size = sorted(GPU_NAMES, key=lambda n: get_gpu(n).memory_gib)
+    for name in by_size:
+        if ok(name):
+            return name
+    return wanted
+
+
+class Simulator:
+    """One policy on one pool for one workload; :meth:`run` returns the metrics."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        policy: Policy,
+        workload: Workload,
+        predictions: PredictionTable,
+        *,
+        seed: int = 0,
+        residuals: ResidualModel | None = None,
+        smallest_fit: bool = True,
+        feedback: bool = False,
+        history: FeedbackHistory | None = None,
+        observer: Observer | None = None,
+        tick_interval_s: float = 0.0,
+    ) -> None:
+        if tick_interval_s < 0:
+            raise SimulationError(
+                f"tick_interval_s must be >= 0 (0: schedule at every event); got {tick_interval_s}"
+            )
+        self.tick_interval_s = float(tick_interval_s)
+        if len(predictions) != len(workload):
+            raise SimulationError(
+                f"predictions have {len(predictions)} rows but the workload has "
+                f"{len(workload)} jobs; predict the same specs in the same order"
+            )
+        self.pool = pool
+        self.policy = policy
+        self.clock = VirtualClock(0.0)
+        self.core = SchedulerCore(pool.state(), policy, self.clock)
+        self.smallest_fit = smallest_fit
+        self.feedback = feedback
+        self.history = history if history is not None else FeedbackHistory()
+        self.observer = observer
+        rng = np.random.default_rng(seed)
+        # Independent stream for OOM points, so the truth draws match across policies.
+        self._rng_oom = np.random.default_rng([seed, 1])
+        model = residuals if residuals is not None else load_residuals()
+        n = len(workload)
+        fps = (
+            workload.fingerprint
+            if len(workload.fingerprint) == n
+            else tuple(f"once-{i}" for i in range(n))
+        )
+        # One systematic error per fingerprint (first-appearance order, so it is seeded), then
+        # a small run-to-run noise per submission.
+        fp_index: dict[str, int] = {}
+        codes = np.fromiter((fp_index.setdefault(f, len(fp_index)) for f in fps), np.int64, n)
+        vf_fp, rf_fp = model.sample(len(fp_index), rng)
+        vf = vf_fp[codes] * np.exp(RUN_NOISE_VRAM_SIGMA * rng.standard_normal(n))
+        rf = rf_fp[codes] * np.exp(RUN_NOISE_RUNTIME_SIGMA * rng.standard_normal(n))
+        max_gang = _type_max_gang(pool)
+        self.jobs: dict[str, _Job] = {}
+        self._order: list[str] = []
+        for i, spec in enumerate(workload.specs):
+            req = PlacementRequest.from_table(
+                spec, predictions, i, submit_time_s=float(workload.arrival_s[i])
+            )
+            req.requested_gpu = _requested_type(
+                req.vram_upper_gib, req.n_gpus, workload.requested_gpu[i], max_gang
+            )
+            jid = req.job_id
+            if jid in self.jobs:
+                raise SimulationError(f"duplicate job id {jid!r} in the workload")
+            self.jobs[jid] = _Job(
+                req, fps[i], float(workload.arrival_s[i]), float(vf[i]), float(rf[i]), base=req
+            )
+            self._order.append(jid)
+        self._heap: list[tuple[float, int, int, str]] = []
+        self._seq = 0
+        self._attempts: list[tuple[float, float, float, float, float]] = []
+        self._placed = 0
+        self._decisions = 0
+        self._placement_log: list[tuple[str, float, float]] = []
+
+    def _push(self, t: float, kind: int, jid: str) -> int:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, jid))
+        return self._seq
+
+    def _record_attempt(self, job: _Job, end_s: float) -> None:
+        opt = job.option
+        assert opt is not None
+        dur = max(end_s - job.attempt_start_s, 0.0)
+        full = opt.runtime_s if opt.runtime_s else math.inf
+        # The option's price per second of holding it, for as long as it was really held.
+        cost = (opt.cost_usd or 0.0) * (dur / full)
+        price = self.pool.price_for(opt.gpu_type)
+        slot = opt.capacity_gib * opt.n_gpus
+        used = min(job.true_peak_gib(opt.gpu_type), opt.capacity_gib) * opt.n_gpus
+        self._attempts.append((dur, cost, cost / price, slot, used))
+
+    def _start(self, d: Decision, now: float) -> None:
+        job = self.jobs[d.job_id]
+        # The committed option, read from the pool state: d.chosen_option would build the
+        # decision's whole option list (every class of the pool) just to pick one.
+        opt = self.core.state.option_of(d.job_id)
+        job.option = opt
+        job.attempt_start_s = now
+        upper = float(job.request.vram_upper_gib[_TYPE_INDEX[opt.gpu_type]])
+        self._placement_log.append((d.job_id, opt.reserved_gib, upper))
+        if math.isnan(job.first_start_s):
+            job.first_start_s = now
+        runtime = job.true_runtime_s(opt)
+        if job.true_peak_gib(opt.gpu_type) > _limit_gib(opt) + 1e-9:
+            kill_at = now + float(self._rng_oom.random()) * runtime
+            job.event_seq = self._push(kill_at, _OOM, d.job_id)
+        else:
+            job.event_seq = self._push(now + runtime, _FINISH, d.job_id)
+
+    def run(self) -> SimulationResult:
+        t0 = time.perf_counter()
+        for jid in self._order:
+            self._push(self.jobs[jid].arrival_s, _ARRIVAL, jid)
+        core = self.core
+        interval = self.tick_interval_s
+        tick_due = False  # a _TICK event is in the heap (interval mode)
+        while self._heap:
+            now = self._heap[0][0]
+            self.clock.advance_to(now)
+            tick_now = interval == 0.0
+            while self._heap and self._heap[0][0] <= now:
+                _, seq, kind, jid = heapq.heappop(self._heap)
+                if kind == _TICK:
+                    tick_now, tick_due = True, False
+                    continue
+                if interval and not tick_due:
+                    # Slurm-style scheduling interval: events land as they come, the
+                    # scheduler runs at the next interval boundary.
+                    self._push(math.ceil(now / interval) * interval, _TICK, "")
+                    tick_due = True
+                job = self.jobs[jid]
+                if kind == _ARRIVAL:
+                    if self.feedback:
+                        assert job.base is not None
+                        hist = self.history.apply(job.fingerprint, job.base)
+                        if hist is not None:
+                            job.request, job.from_history = hist, True
+                    core.submit(job.request)
+                elif seq != job.event_seq:
+                    continue
+                elif kind == _FINISH:
+                    self._record_attempt(job, now)
+                    core.finish(jid)
+                    job.end_s = now
+                    # Ratios to the predictor's own figures, whatever the history said.
+                    self.history.record(job.fingerprint, job.vram_factor, self._runtime_ratio(job))
+                else:
+                    self._record_attempt(job, now)
+                    assert job.option is not None
+                    # A killed allocation reports the size it failed at: a peak, not a runtime.
+                    self.history.record(job.fingerprint, job.vram_factor, None)
+                    observed = job.true_peak_gib(job.option.gpu_type)
+                    new = max(observed, OOM_GROWTH * job.option.reserved_gib)
+                    job.request = core.oom(jid, new)
+                    job.oom_kills += 1
+                    job.option = None
+            if not tick_now:
+                continue
+            decisions = core.tick(now)
+            for d in decisions:
+                self._decisions += 1
+                if d.state == "placed":
+                    self._placed += 1
+                    self._start(d, now)
+                elif d.state == "rejected":
+                    self.jobs[d.job_id].rejected = True
+            if self.observer is not None:
+                self.observer(core, decisions, now)
+        rows = [self.jobs[j] for j in self._order]
+        return SimulationResult(
+            policy=str(self.policy.name),
+            metrics=self._metrics(),
+            wall_s=time.perf_counter() - t0,
+            decisions=self._decisions,
+            extras={
+                "feedback": self.feedback,
+                "jobs_predicted_from_history": sum(j.from_history for j in rows),
+                "oom_kills_history": sum(j.oom_kills for j in rows if j.from_history),
+                "oom_kills_no_history": sum(j.oom_kills for j in rows if not j.from_history),
+            },
+        )
+
+    @property
+    def placement_log(self) -> list[tuple[str, float, float]]:
+        """(job id, reserved GiB per GPU, predicted upper GiB on that type) per placement."""
+        return list(self._placement_log)
+
+    def _runtime_ratio(self, job: _Job) -> float | None:
+        """True / predicted runtime of the finished attempt (the predictor's figure)."""
+        opt = job.option
+        if opt is None or not opt.runtime_s:
+            return None
+        assert job.base is not None
+        t = _TYPE_INDEX[opt.gpu_type]
+        own = float(job.request.runtime_s[t])
+        base = float(job.base.runtime_s[t])
+        if not (own > 0 and math.isfinite(own) and base > 0 and math.isfinite(base)):
+            return None
+        # opt.runtime_s is the option's predicted runtime (MIG/shared scaled); the truth is it
+        # times runtime_factor, so the ratio to the predictor's own figure on this type is
+        # runtime_factor x (own / base).
+        return job.runtime_factor * own / base
+
+    def _smallest_fit(self, job: _Job) -> bool:
+        """Whether the job's final option is the cheapest one that holds its TRUE peak."""
+        if job.option is None and not np.isfinite(job.end_s):
+            return False
+        assert job.base is not None
+        truth = job.base.vram_gib * job.vram_factor
+        probe = PlacementRequest(
+            job_id=job.request.job_id,
+            vram_gib=truth,
+            vram_upper_gib=truth,
+            runtime_s=job.base.runtime_s * job.runtime_factor,
+            runtime_upper_s=job.base.runtime_s * job.runtime_factor,
+            n_gpus=job.request.n_gpus,
+            tensor_parallel=job.request.tensor_parallel,
+            pipeline_parallel=job.request.pipeline_parallel,
+            gpu=job.request.gpu,
+            busy_frac=job.request.busy_frac,
+        )
+        table = option_table(probe, self._empty)
+        c = table.cheapest(now=False)
+        if c is None or job.option is None:
+            return False
+        pool, got = self.pool, job.option
+        return bool(
+            GPU_NAMES[int(pool.class_type[c])] == got.gpu_type
+            and KIND_NAMES[int(pool.class_kind[c])] == got.kind
+            and pool.class_profile[c] == got.mig_profile
+        )
+
+    def _metrics(self) -> SimulationMetrics:
+        self._empty = self.pool.state()
+        rows = [self.jobs[j] for j in self._order]
+        n = len(rows)
+        reserved = np.full(n, np.nan)
+        peak = np.full(n, np.nan)
+        smallest = np.zeros(n, bool)
+        for i, job in enumerate(rows):
+            if job.option is not None and np.isfinite(job.end_s):
+                reserved[i] = job.option.reserved_gib
+                peak[i] = job.true_peak_gib(job.option.gpu_type)
+                if self.smallest_fit:
+                    smallest[i] = self._smallest_fit(job)
+        jobs = JobRecords(
+            arrival_s=np.array([j.arrival_s for j in rows]),
+            first_start_s=np.array([j.first_start_s for j in rows]),
+            end_s=np.array([j.end_s for j in rows]),
+            oom_kills=np.array([j.oom_kills for j in rows], np.int64),
+            rejected=np.array([j.rejected for j in rows], bool),
+            smallest_fit=smallest,
+            reserved_gib=reserved,
+            true_peak_gib=peak,
+        )
+        a = np.asarray(self._attempts, float).reshape(-1, 5)
+        attempts = AttemptRecords(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4])
+        return compute_metrics(
+            jobs,
+            attempts,
+            pool_gpus=self.pool.n_gpus,
+            placement_seconds=self.core.counters.placement_seconds,
+            n_placements=self._placed,
+        )
+
+
+def simulate(
+    pool: Pool,
+    policies: Sequence[str],
+    workload: Workload,
+    *,
+    seed: int = 0,
+    predictions: PredictionTable | None = None,
+    residuals: ResidualModel | None = None,
+    smallest_fit: bool = True,
+    feedback: bool = False,
+    tick_interval_s: float = 0.0,
+) -> list[SimulationResult]:
+    """Run several policies on the same workload and the same truth draws.
+
+    With ``feedback`` each policy's run starts from an empty history and learns as it goes.
+    """
+    from predictor.analytical import predict_table
+
+    from scheduler.policies.registry import get_policy
+
+    table = predictions if predictions is not None else predict_table(list(workload.specs))
+    out = []
+    for name in policies:
+        sim = Simulator(
+            pool,
+            get_policy(name),
+            workload,
+            table,
+            seed=seed,
+            residuals=residuals,
+            smallest_fit=smallest_fit,
+            feedback=feedback,
+            tick_interval_s=tick_interval_s,
+        )
+        out.append(sim.run())
+    return out

@@ -1,0 +1,272 @@
+"""Option enumeration: sizing by the upper bound, prices, gangs, MIG/shared rules, reasons."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from predictor.gpus import GPU_NAMES, get_gpu
+from predictor.prediction import PredictionTable
+from predictor.spec import parse_spec
+from scheduler.core.decision import Option
+from scheduler.exceptions import PlacementError
+from scheduler.core.placement import (
+    OptionBatch,
+    OptionTable,
+    PlacementRequest,
+    cheapest_index,
+    enumerate_options,
+    fits_anywhere,
+)
+from scheduler.core.pool import Pool
+
+MIXED = {
+    "prices": {"H100-80GB": 3.0},
+    "nodes": [
+        {"name": "a40", "gpu": "A100-40GB", "count": 4},
+        {"name": "a80", "gpu": "A100-80GB", "count": 2, "mode": "mig", "mig": "dynamic"},
+        {"name": "h100", "gpu": "H100-80GB", "count": 4},
+        {"name": "h100s", "gpu": "H100-80GB", "count": 1, "mode": "shared"},
+        {"name": "b200", "gpu": "B200-180GB", "count": 2},
+    ],
+}
+
+
+def _req(
+    upper: float | list[float], n: int = 1, runtime: float = 3600.0, **kw: object
+) -> PlacementRequest:
+    ups = [upper] * 5 if isinstance(upper, float | int) else upper
+    return PlacementRequest(
+        str(kw.pop("job_id", "j")),
+        [u * 0.9 for u in ups],
+        ups,
+        [runtime] * 5,
+        [runtime * 1.2] * 5,
+        n_gpus=n,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _by_label(opts: list[Option]) -> dict[str, Option]:
+    return {o.label: o for o in opts}
+
+
+def test_every_option_reserves_at_least_the_upper_bound() -> None:
+    state = Pool.from_dict(MIXED).state()
+    for o in enumerate_options(_req(12.34), state):
+        assert o.reserved_gib >= 12.34
+        assert o.reserved_gib - 12.34 < 1 / 1024 + 1e-9
+    # An OOM override raises the reservation, never lowers it.
+    opts = enumerate_options(_req(12.34, reserved_gib=20.0), state)
+    assert all(o.reserved_gib == 20.0 for o in opts)
+    opts = enumerate_options(_req(12.34, reserved_gib=5.0), state)
+    assert all(o.reserved_gib >= 12.34 for o in opts)
+
+
+def test_prices_follow_the_documented_rules() -> None:
+    pool = Pool.from_dict(MIXED)
+    opts = _by_label(enumerate_options(_req(8.0, runtime=7200.0), pool.state()))
+    h100 = opts["H100-80GB x1"]
+    assert h100.cost_usd == pytest.approx(3.0 * 2.0)  # pool override, 2 hours
+    # A MIG slice is billed compute_slices/7 and runs 7/compute_slices longer.
+    mig = opts["A100-80GB MIG 1g.10gb"]
+    assert mig.runtime_s == pytest.approx(7200.0 * 7)
+    assert mig.cost_usd == pytest.approx(get_gpu("A100-80GB").price_usd_per_hour * 1 / 7 * 14)
+    # A shared GPU is billed the reservation's share of its memory.
+    shared = opts["H100-80GB shared"]
+    share = shared.reserved_gib / shared.capacity_gib
+    assert shared.cost_usd == pytest.approx(3.0 * share * 2.0, rel=1e-3)
+    # Multi-GPU whole options pay per GPU.
+    two = _by_label(enumerate_options(_req(8.0, n=2, runtime=3600.0), pool.state()))
+    assert two["H100-80GB x2"].cost_usd == pytest.approx(6.0)
+
+
+def test_only_the_saturating_share_of_a_job_stretches_on_a_mig_slice() -> None:
+    pool = Pool.from_dict(MIXED)
+    price = get_gpu("A100-80GB").price_usd_per_hour
+    # A launch-bound job (10% busy) barely slows on a 1g slice and pays a seventh.
+    light = _by_label(
+        enumerate_options(_req(8.0, runtime=7200.0, busy_frac=[0.1] * 5), pool.state())
+    )
+    slice_1g = light["A100-80GB MIG 1g.10gb"]
+    assert slice_1g.runtime_s == pytest.approx(7200.0 * (1 + 0.1 * 6))
+    assert slice_1g.cost_usd == pytest.approx(price / 7 * 2.0 * 1.6)
+    assert slice_1g.cost_usd < price * 2.0 / 4  # the whole A100-80GB: price x 2 h
+    # Whole GPUs and shared GPUs are unaffected by the busy fraction.
+    assert light["H100-80GB x1"].runtime_s == pytest.approx(7200.0)
+    # Unknown or non-finite busy fractions count as saturating: the old, safe rule.
+    unknown = _req(8.0, runtime=7200.0, busy_frac=[float("nan")] * 5)
+    assert np.all(unknown.busy_frac == 1.0)
+    full = _by_label(enumerate_options(unknown, pool.state()))
+    assert full["A100-80GB MIG 1g.10gb"].runtime_s == pytest.approx(7200.0 * 7)
+
+
+def test_from_table_carries_the_busy_fraction() -> None:
+    from predictor.analytical import predict_table
+
+    spec = parse_spec({"id": "s", "model": "qwen2.5-0.5b", "task": "inference", "batch_size": 1})
+    table = predict_table([spec])
+    assert table.busy_frac is not None and np.all((table.busy_frac >= 0) & (table.busy_frac <= 1))
+    req = PlacementRequest.from_table(spec, table, 0)
+    assert req.busy_frac[GPU_NAMES.index("H100-80GB")] == pytest.approx(
+        table.busy_frac[0, table.gpu_names.index("H100-80GB")]
+    )
+
+
+def test_kueue_style_reasons() -> None:
+    pool = Pool.from_dict(MIXED)
+    state = pool.state()
+    opts = _by_label(enumerate_options(_req(47.1), state))
+    assert opts["A100-40GB x1"].reason == "A100-40GB: needs 47.1 GiB > 40.0 GiB"
+    assert opts["A100-80GB MIG 1g.10gb"].reason == (
+        "A100-80GB MIG 1g.10gb: needs 47.1 GiB > 10.0 GiB"
+    )
+    # Fill three of four H100s, then ask for two.
+    o = _by_label(enumerate_options(_req(10.0, n=3), state))["H100-80GB x3"]
+    state.allocate(o, "filler")
+    opts = _by_label(enumerate_options(_req(10.0, n=2), state))
+    assert opts["H100-80GB x2"].reason == "insufficient free H100-80GB: 1 more needed"
+    assert opts["A100-80GB MIG 1g.10gb"].reason.endswith("takes 1-GPU jobs only (job needs 2)")
+    pinned = _by_label(enumerate_options(_req(10.0, gpu="B200-180GB"), state))
+    assert pinned["A100-40GB x1"].reason == "pinned to B200-180GB"
+    assert pinned["B200-180GB x1"].fits_now
+
+
+def test_gang_stays_in_one_node() -> None:
+    pool = Pool.from_dict(
+        {
+            "nodes": [
+                {"name": "h1", "gpu": "H100-80GB", "count": 4},
+                {"name": "h2", "gpu": "H100-80GB", "count": 4},
+            ]
+        }
+    )
+    state = pool.state()
+    o = _by_label(enumerate_options(_req(10.0, n=4), state))["H100-80GB x4"]
+    assert len(set(o.gpu_indices)) == 4
+    assert {pool.nodes[int(pool.gpu_node[g])].name for g in o.gpu_indices} == {o.node}
+    big = _by_label(enumerate_options(_req(10.0, n=8), state))["H100-80GB x8"]
+    assert not big.fits_empty
+    assert big.reason == "H100-80GB: needs 8 GPUs in one node; the largest H100-80GB node has 4"
+    # Two GPUs busy on each node: a 3-GPU gang must wait even though 4 are free overall.
+    two = _by_label(enumerate_options(_req(10.0, n=2), state))["H100-80GB x2"]
+    state.allocate(replace(two, gpu_indices=(0, 1), node="h1"), "a")
+    state.allocate(replace(two, gpu_indices=(4, 5), node="h2"), "b")
+    three = _by_label(enumerate_options(_req(10.0, n=3), state))["H100-80GB x3"]
+    assert three.fits_empty and not three.fits_now
+
+
+def test_pack_prefers_the_fullest_node() -> None:
+    pool = Pool.from_dict(
+        {
+            "nodes": [
+                {"name": "h1", "gpu": "H100-80GB", "count": 4},
+                {"name": "h2", "gpu": "H100-80GB", "count": 4},
+            ]
+        }
+    )
+    state = pool.state()
+    first = _by_label(enumerate_options(_req(10.0, n=1), state))["H100-80GB x1"]
+    state.allocate(first, "a")
+    again = _by_label(enumerate_options(_req(10.0, n=1), state))["H100-80GB x1"]
+    assert again.node == first.node
+    first_fit = _by_label(enumerate_options(_req(10.0, n=4), state, select="first"))
+    assert first_fit["H100-80GB x4"].node == "h2"
+
+
+def test_cheapest_is_the_smallest_slot_on_ties() -> None:
+    pool = Pool.from_dict(MIXED)
+    opts = enumerate_options(_req(8.0), pool.state())
+    i = cheapest_index(opts)
+    assert i is not None
+    # The shared H100 is billed by memory share, so it beats every whole GPU here.
+    assert opts[i].label == "H100-80GB shared"
+    # Every MIG slice of an A100-80GB costs what the whole GPU would; the smallest that fits
+    # wins the tie.
+    a80 = [o for o in opts if o.gpu_type == "A100-80GB"]
+    j = cheapest_index(a80)
+    assert j is not None and a80[j].label == "A100-80GB MIG 1g.10gb"
+
+
+def test_restrictions_and_reserve_whole() -> None:
+    pool = Pool.from_dict(MIXED)
+    opts = enumerate_options(
+        _req(8.0),
+        pool.state(),
+        types=("H100-80GB",),
+        kinds=("whole",),
+        reserve_whole=True,
+        why_excluded="not requested",
+    )
+    fits = [o for o in opts if o.fits_now]
+    assert [o.label for o in fits] == ["H100-80GB x1"]
+    assert fits[0].reserved_gib == fits[0].capacity_gib
+    assert {o.reason for o in opts if not o.fits_empty} == {"not requested"}
+
+
+def test_unpredicted_types_are_infeasible_not_crashes() -> None:
+    ups = [math.inf, 10.0, 10.0, math.nan, 10.0]
+    opts = _by_label(enumerate_options(_req(ups), Pool.from_dict(MIXED).state()))
+    assert not opts["A100-40GB x1"].fits_empty
+    assert opts["A100-40GB x1"].reason == "A100-40GB: no prediction for this GPU type"
+    assert opts["A100-40GB x1"].cost_usd is None
+    assert opts["H100-80GB x1"].fits_now
+
+
+def test_fits_anywhere_and_rejection_inputs() -> None:
+    pool = Pool.from_dict(MIXED)
+    assert fits_anywhere(_req(170.0), pool)
+    assert not fits_anywhere(_req(500.0), pool)
+    assert not fits_anywhere(_req(10.0, n=16), pool)
+
+
+def test_batch_rows_match_single_tables() -> None:
+    pool = Pool.from_dict(MIXED)
+    state = pool.state()
+    reqs = [_req(u, n=n, job_id=f"j{k}") for k, (u, n) in enumerate([(5, 1), (60, 2), (150, 1)])]
+    batch = OptionBatch(reqs, pool)
+    for i, r in enumerate(reqs):
+        a = batch.table(i, state)
+        b = OptionTable(r, state)
+        for name in ("fits_now", "fits_empty", "cost", "need_mib", "runtime"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+        assert a.cheapest_empty == b.cheapest_empty
+
+
+def test_request_validation() -> None:
+    with pytest.raises(PlacementError, match="one value per GPU type"):
+        PlacementRequest("j", [1.0], [1.0], [1.0], [1.0])
+    with pytest.raises(PlacementError, match="multiple of"):
+        _req(10.0, n=3, tensor_parallel=2)
+    with pytest.raises(PlacementError, match="not a GPU type"):
+        _req(10.0, gpu="H100")
+
+
+def test_from_table_aligns_columns_and_defaults() -> None:
+    spec = parse_spec({"id": "x", "model": "llama-3.1-8b", "task": "inference"})
+    names = ("H100-80GB", "A100-40GB")
+    arr = np.array([[20.0, 21.0]])
+    table = PredictionTable(
+        job_ids=("x",),
+        gpu_names=names,
+        peak_vram_gib=arr,
+        peak_vram_upper_gib=arr + 2,
+        runtime_s=np.array([[100.0, 300.0]]),
+        runtime_upper_s=np.array([[120.0, 360.0]]),
+        breakdown_gib={"overhead": np.zeros((1, 2))},
+        step_time_s=np.full((1, 2), np.nan),
+        ttft_s=np.full((1, 2), np.nan),
+        tpot_s=np.full((1, 2), np.nan),
+        fits=np.ones((1, 2), bool),
+        method=("analytical",),
+    )
+    r = PlacementRequest.from_table(spec, table, 0, submit_time_s=5.0)
+    assert r.job_id == "x"
+    assert r.vram_upper_gib[GPU_NAMES.index("H100-80GB")] == 22.0
+    assert r.vram_upper_gib[GPU_NAMES.index("A100-40GB")] == 23.0
+    assert math.isinf(r.vram_upper_gib[GPU_NAMES.index("B200-180GB")])
+    assert r.requested_gpu == "H100-80GB"
+    assert r.submit_time_s == 5.0

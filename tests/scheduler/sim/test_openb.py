@@ -1,0 +1,90 @@
+"""openb replay on a small synthetic trace, plus one slow run on the real trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scheduler.exceptions import TraceError
+from scheduler.sim.openb.replay import (
+    DEFAULT_NODES_CSV,
+    DEFAULT_PODS_CSV,
+    OpenbPolicy,
+    load_nodes,
+    load_pods,
+    replay,
+    replay_seeds,
+)
+
+NODES = """sn,cpu_milli,memory_mib,gpu,model
+n0,64000,262144,8,G2
+n1,64000,262144,8,G2
+n2,32000,131072,2,T4
+n3,32000,131072,0,
+"""
+PODS_HEAD = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+    "creation_time,deletion_time,scheduled_time\n"
+)
+
+
+def _pods(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(1)
+    rows = []
+    for i in range(60):
+        kind = rng.integers(4)
+        num, milli = [(0, 0), (1, 500), (1, 1000), (2, 1000)][kind]
+        rows.append(f"p{i},{int(rng.choice([2000, 4000]))},4096,{num},{milli},,LS,Running,0,1,0")
+    p = tmp_path / "pods.csv"
+    p.write_text(PODS_HEAD + "\n".join(rows) + "\n")
+    return p
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> tuple[Path, Path]:
+    n = tmp_path / "nodes.csv"
+    n.write_text(NODES)
+    return n, _pods(tmp_path)
+
+
+@pytest.mark.parametrize("policy", [p.value for p in OpenbPolicy])
+def test_every_policy_replays_and_never_overcommits(trace, policy: str) -> None:
+    nodes, pods = trace
+    cluster, workload = load_nodes(nodes), load_pods(pods)
+    r = replay(cluster, workload, policy, seed=3)
+    assert r.arrived_pct[-1] == pytest.approx(130, abs=100 * 2000 / cluster.gpu_capacity_milli)
+    assert np.all(np.diff(r.allocated_pct) >= 0)
+    assert np.all(r.allocated_pct <= 100 + 1e-9)
+    assert 0 <= r.unallocated_gpu_pct_at_end <= 100
+
+
+def test_same_seed_same_curve(trace) -> None:
+    nodes, pods = trace
+    c, w = load_nodes(nodes), load_pods(pods)
+    a = replay_seeds(c, w, "fgd", [1, 2])
+    b = replay_seeds(c, w, "fgd", [1, 2])
+    assert a["allocation_ratio_by_demand"] == b["allocation_ratio_by_demand"]
+    assert set(a["allocation_ratio_by_demand"]) == {str(i) for i in range(131)}
+
+
+def test_bad_inputs_say_what_is_wrong(tmp_path: Path, trace) -> None:
+    with pytest.raises(TraceError, match="does not exist"):
+        load_nodes(tmp_path / "missing.csv")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("sn,gpu\nx,1\n")
+    with pytest.raises(TraceError, match="missing column"):
+        load_nodes(bad)
+    with pytest.raises(TraceError, match="unknown openb policy"):
+        replay(load_nodes(trace[0]), load_pods(trace[1]), "nope", 0)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not DEFAULT_PODS_CSV.exists(), reason="openb trace not available")
+def test_real_trace_fgd_beats_bestfit() -> None:
+    c, w = load_nodes(DEFAULT_NODES_CSV), load_pods(DEFAULT_PODS_CSV)
+    fgd = replay(c, w, "fgd", 42).unallocated_gpu_pct_at_end
+    bf = replay(c, w, "bestfit", 42).unallocated_gpu_pct_at_end
+    assert fgd < bf
+    assert fgd == pytest.approx(4.61, abs=1.0)

@@ -1,0 +1,227 @@
+"""The discrete-event simulator: golden runs, determinism, invariants, OOM requeue, feedback.
+
+Golden runs: key metrics of fixed-seed simulations are stored in ``tests/scheduler/sim/golden/``.
+When a deliberate change moves them (the predictor, a policy, the workload mix, the truth
+model), regenerate and review the diff::
+
+    SNUGFIT_REGEN_GOLDEN=1 .venv/bin/pytest tests/scheduler/sim/test_simulator.py -k golden
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from predictor.analytical import predict_table
+from scheduler.core.loop import SchedulerCore
+from scheduler.core.decision import Decision
+from scheduler.policies.registry import get_policy
+from scheduler.core.pool import Pool, load_pool
+from scheduler.sim.simulator import OOM_GROWTH, FeedbackHistory, Simulator, simulate
+from scheduler.sim.truth import ResidualModel
+from scheduler.sim.workload import Workload, generate_workload
+
+REPO = Path(__file__).resolve().parents[3]
+GOLDEN = Path(__file__).resolve().parent / "golden"
+REGEN = os.environ.get("SNUGFIT_REGEN_GOLDEN") == "1"
+MIXED = REPO / "datasets" / "pools" / "mixed.toml"
+# Wall-clock figures differ run to run; everything else must match exactly.
+_TIMED = {"wall_s", "placements_per_s"}
+SHARED_ONLY = {
+    "nodes": [{"name": "s", "gpu": "H100-80GB", "count": 4, "mode": "shared", "max_shared_jobs": 4}]
+}
+
+
+def _constant_residuals(vram_factor: float, runtime_factor: float = 1.0) -> ResidualModel:
+    levels = np.array([0.0, 1.0])
+    return ResidualModel(
+        levels,
+        np.full(2, math.log(vram_factor)),
+        np.full(2, math.log(runtime_factor)),
+        {"source": "test constant"},
+    )
+
+
+def _small_workload(seed: int, days: float = 0.5, **kw: Any) -> Workload:
+    return generate_workload(days, seed, jobs_per_day=240, **kw)
+
+
+def _key_metrics(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if k not in _TIMED}
+
+
+# -- golden runs --------------------------------------------------------------------------------
+
+GOLDEN_CASES = [
+    ("rightsize", 0, True),
+    ("requested", 0, True),
+    ("fgd", 1, True),
+    ("rightsize", 1, False),
+]
+
+
+@pytest.mark.parametrize(("policy", "seed", "feedback"), GOLDEN_CASES)
+def test_golden_run(policy: str, seed: int, feedback: bool) -> None:
+    pool = load_pool(MIXED)
+    wl = _small_workload(seed)
+    got = _key_metrics(simulate(pool, [policy], wl, seed=seed, feedback=feedback)[0].to_dict())
+    path = GOLDEN / f"sim_{policy}_seed{seed}_{'fb' if feedback else 'nofb'}.json"
+    if REGEN or not path.exists():
+        if not REGEN:
+            pytest.fail(f"{path.name} is missing; run with SNUGFIT_REGEN_GOLDEN=1 to create it")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    want = json.loads(path.read_text())
+    assert set(got) == set(want)
+    for k, v in want.items():
+        if isinstance(v, float):
+            assert got[k] == pytest.approx(v, rel=1e-9, abs=1e-9), k
+        else:
+            assert got[k] == v, k
+
+
+def test_same_seed_same_result_and_other_seed_differs() -> None:
+    pool = load_pool(MIXED)
+    wl = _small_workload(3)
+    a = simulate(pool, ["rightsize"], wl, seed=3, feedback=True)[0].to_dict()
+    b = simulate(pool, ["rightsize"], wl, seed=3, feedback=True)[0].to_dict()
+    c = simulate(pool, ["rightsize"], wl, seed=4, feedback=True)[0].to_dict()
+    assert _key_metrics(a) == _key_metrics(b)
+    assert _key_metrics(a) != _key_metrics(c)
+
+
+# -- invariants ---------------------------------------------------------------------------------
+
+
+def _checked_run(
+    pool: Pool, policy: str, wl: Workload, seed: int, **kw: Any
+) -> tuple[Simulator, dict[str, Any]]:
+    ticks = [0]
+
+    def observe(core: SchedulerCore, decisions: list[Decision], now: float) -> None:
+        ticks[0] += 1
+        core.state.assert_consistent()  # recomputes every GPU from the allocations
+        assert (core.state.used_mib <= pool.capacity_mib).all(), "over-committed GPU"
+        assert set(core.running) == set(core.state.jobs)
+
+    sim = Simulator(
+        pool,
+        get_policy(policy),
+        wl,
+        predict_table(list(wl.specs)),
+        seed=seed,
+        observer=observe,
+        **kw,
+    )
+    out = sim.run().to_dict()
+    assert ticks[0] > 0
+    # Every reservation is at least the upper bound the job was predicted with at placement.
+    for job_id, reserved, upper in sim.placement_log:
+        assert reserved >= upper - 1e-3, (job_id, reserved, upper)
+    return sim, out
+
+
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize=True,
+)
+@given(
+    seed=st.integers(0, 10_000),
+    policy=st.sampled_from(["rightsize", "requested", "firstfit", "bestfit", "fgd"]),
+    feedback=st.booleans(),
+)
+def test_invariants_hold_through_a_run(seed: int, policy: str, feedback: bool) -> None:
+    pool = load_pool(MIXED)
+    wl = generate_workload(0.1, seed, jobs_per_day=300)
+    _, out = _checked_run(pool, policy, wl, seed, feedback=feedback, smallest_fit=False)
+    assert out["n_finished"] + out["n_rejected"] == out["n_jobs"]
+
+
+def test_oom_killed_jobs_are_requeued_larger_and_counted() -> None:
+    # Every job really uses 1.5x its predicted peak; on shared GPUs the MPS limit is the
+    # reservation (predicted x 1.1 + 0.5 GiB), so most first attempts are OOM-killed.
+    pool = Pool.from_dict(SHARED_ONLY)
+    wl = _small_workload(5, days=0.1, recurrence_share=0.0)
+    sim, out = _checked_run(pool, "rightsize", wl, 5, residuals=_constant_residuals(1.5))
+    assert out["oom_kills"] > 0
+    by_job: dict[str, list[float]] = {}
+    for job_id, reserved, _ in sim.placement_log:
+        by_job.setdefault(job_id, []).append(reserved)
+    kills = {j: sim.jobs[j].oom_kills for j in sim.jobs}
+    assert sum(kills.values()) == out["oom_kills"]
+    for job_id, res in by_job.items():
+        assert len(res) == kills[job_id] + 1  # each kill is followed by exactly one retry
+        for before, after in itertools.pairwise(res):
+            assert after >= OOM_GROWTH * before - 1e-3
+        assert math.isfinite(sim.jobs[job_id].end_s)  # every placed job finished in the end
+    # The final reservation holds the true peak.
+    for job_id in by_job:
+        job = sim.jobs[job_id]
+        assert job.option is not None
+        assert job.true_peak_gib(job.option.gpu_type) <= job.option.reserved_gib + 1e-6
+
+
+def test_feedback_predicts_reruns_from_history() -> None:
+    pool = Pool.from_dict(SHARED_ONLY)
+    wl = _small_workload(7, days=0.5, recurrence_share=1.0)
+    model = _constant_residuals(1.3)
+    _, without = _checked_run(pool, "rightsize", wl, 7, residuals=model, feedback=False)
+    _sim, with_fb = _checked_run(pool, "rightsize", wl, 7, residuals=model, feedback=True)
+    assert with_fb["jobs_predicted_from_history"] > 0
+    # Re-runs reserve from what earlier runs measured, so they stop getting OOM-killed.
+    assert with_fb["oom_kills_history"] <= 0.05 * with_fb["jobs_predicted_from_history"]
+    assert with_fb["oom_kills"] < without["oom_kills"]
+    assert with_fb["reserved_over_actual_median"] <= 1.25
+
+
+def test_truth_is_consistent_per_fingerprint() -> None:
+    pool = load_pool(MIXED)
+    wl = _small_workload(2, days=0.5)
+    sim = Simulator(pool, get_policy("requested"), wl, predict_table(list(wl.specs)), seed=2)
+    by_fp: dict[str, list[float]] = {}
+    for fp, job in zip(wl.fingerprint, sim.jobs.values(), strict=True):
+        by_fp.setdefault(fp, []).append(math.log(job.vram_factor))
+    spreads = [np.std(v) for v in by_fp.values() if len(v) >= 3]
+    assert spreads and max(spreads) < 0.1  # run-to-run noise only (sigma 0.02)
+    means = [np.mean(v) for v in by_fp.values() if len(v) >= 3]
+    assert np.std(means) > 0.03  # while fingerprints differ systematically
+
+
+def test_feedback_history_bounds() -> None:
+    h = FeedbackHistory()
+    assert h.vram("x") is None
+    h.record("x", 1.2, 0.8)
+    point, upper = h.vram("x")  # type: ignore[misc]
+    assert point == pytest.approx(1.2)
+    assert upper == pytest.approx(1.2 * (1 + h.margin + h.margin_per_run))
+    for v in (1.0, 1.1, 1.15):
+        h.record("x", v, None)
+    _, upper4 = h.vram("x")  # type: ignore[misc]
+    assert upper4 == pytest.approx(1.2 * (1 + h.margin + h.margin_per_run / 4))
+    assert h.runtime("x") == (pytest.approx(0.8), pytest.approx(0.8 * 1.1))
+
+
+def test_tick_interval_batches_scheduling_passes() -> None:
+    pool = load_pool(MIXED)
+    wl = _small_workload(0)
+    table = predict_table(list(wl.specs))
+    sims = [
+        Simulator(pool, get_policy("rightsize"), wl, table, seed=0, tick_interval_s=dt)
+        for dt in (0.0, 300.0)
+    ]
+    exact, batched = (s.run() for s in sims)
+    assert batched.metrics.n_finished == exact.metrics.n_finished
+    assert sims[1].core.counters.ticks < sims[0].core.counters.ticks
+    # Nobody waits less than with exact ticks, and at most about one interval more at p50.
+    assert batched.metrics.queue_delay_p50_s <= exact.metrics.queue_delay_p50_s + 300.0

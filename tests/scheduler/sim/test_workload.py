@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from predictor.gpus import GPU_NAMES
+from scheduler.exceptions import SimulationError
+from scheduler.sim.workload import generate_workload, load_mix
+
+
+def test_same_seed_same_workload() -> None:
+    a = generate_workload(0.5, seed=3)
+    b = generate_workload(0.5, seed=3)
+    assert [s.to_dict() for s in a.specs] == [s.to_dict() for s in b.specs]
+    np.testing.assert_array_equal(a.arrival_s, b.arrival_s)
+    assert a.requested_gpu == b.requested_gpu
+
+
+def test_mix_shape_and_diurnal_arrivals() -> None:
+    w = generate_workload(7, seed=0)
+    mix = load_mix()
+    assert len(w) == pytest.approx(7 * mix.jobs_per_day, rel=0.15)
+    assert np.all(np.diff(w.arrival_s) >= 0)
+    hours = (w.arrival_s / 3600) % 24
+    near_peak = np.abs(hours - mix.peak_hour) < 3
+    night = np.abs(((hours - mix.peak_hour) % 24) - 12) < 3
+    assert near_peak.sum() > 1.5 * night.sum()
+    assert set(w.requested_gpu) <= set(GPU_NAMES)
+    models = [s.arch.name for s in w.specs]
+    small = sum(1 for s in w.specs if 6 <= (s.arch.params_b or 0) <= 9.5)
+    assert small / len(models) > 0.4  # skewed to 7-8B
+    assert {s.task.value for s in w.specs} >= {"inference", "lora", "qlora", "full_finetune"}
+
+
+def test_bad_days_rejected() -> None:
+    with pytest.raises(SimulationError, match="positive"):
+        generate_workload(0, seed=0)
