@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from scheduler.core.decision import Decision
-from scheduler.core.placement import PlacementRequest
-from scheduler.policies.registry import get_policy
 from scheduler.core.pool import load_pool
+from scheduler.core.requests import PlacementRequest
+from scheduler.policies.registry import get_policy
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks" / "results" / "optimal_gap.json"

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from scheduler.core.loop import SchedulerCore
 from scheduler.core.clock import VirtualClock
-from scheduler.core.placement import PlacementRequest
-from scheduler.policies.registry import get_policy
+from scheduler.core.loop import SchedulerCore
 from scheduler.core.pool import synthetic_pool
+from scheduler.core.requests import PlacementRequest
+from scheduler.policies.registry import get_policy
 
 OUT = Path(__file__).resolve().parent / "results" / "placement.json"
 GOAL_S = 1.0

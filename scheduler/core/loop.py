@@ -1,9 +1,9 @@
 """The scheduling loop shared by the live service and the discrete-event simulator.
 
 The core owns the queue, the running set and the pool state; a policy decides; a clock says
-when. The service drives it with a :class:`~scheduler.core.clock.SystemClock` and Redis at the edges,
-the simulator with a :class:`~scheduler.core.clock.VirtualClock` and an event heap. Neither has a
-branch here.
+when. The service drives it with a :class:`~scheduler.core.clock.SystemClock` and Redis at the
+edges, the simulator with a :class:`~scheduler.core.clock.VirtualClock` and an event heap.
+Neither has a branch here.
 """
 
 from __future__ import annotations
@@ -14,17 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from scheduler.core.clock import Clock, SystemClock
+from scheduler.core.decide import rejected_decision
 from scheduler.core.decision import Decision
-from scheduler.exceptions import PlacementError, SchedulerError
-from scheduler.core.placement import (
-    PlacementRequest,
-    RunningJob,
-    fits_anywhere_many,
-    option_table,
-    rejected_decision,
-)
-from scheduler.policies.base import Policy
+from scheduler.core.options import fits_anywhere_many, option_table
 from scheduler.core.pool import PoolState
+from scheduler.core.requests import PlacementRequest, RunningJob
+from scheduler.exceptions import PlacementError, SchedulerError
+from scheduler.policies.base import Policy
 
 __all__ = ["CoreCounters", "SchedulerCore"]
 

@@ -11,41 +11,25 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from scheduler.core.decision import Decision
-from scheduler.core.placement import OptionTable, PlacementRequest, RunningJob, greedy_schedule
-from scheduler.core.pool import PoolState
-from scheduler.policies.base import Policy
+from scheduler.core.decision import Option
+from scheduler.core.table import OptionTable
+from scheduler.policies.greedy import GreedyPolicy
 from scheduler.policies.registry import PolicyName
 
 __all__ = ["BestFitPolicy"]
 
 
-def _leftover_keys(t: OptionTable) -> tuple[np.ndarray, ...]:
-    gpus = t.size_mib() // t.capacity_mib
-    return (t.size_mib(), t.cost, t.leftover() * gpus)
-
-
-class BestFitPolicy(Policy):
+class BestFitPolicy(GreedyPolicy):
     name = PolicyName.BESTFIT
+    loser_reason = "leaves more memory unused than chosen"
+    by_cost = False
 
-    def schedule(
-        self,
-        pending: Sequence[PlacementRequest],
-        state: PoolState,
-        now_s: float,
-        running: Sequence[RunningJob] = (),
-    ) -> list[Decision]:
-        return greedy_schedule(
-            pending,
-            state,
-            now_s,
-            running,
-            policy=self.name.value,
-            keys=_leftover_keys,
-            chosen_reason=lambda o: (
-                f"least memory left unused: {o.label} on {o.node} "
-                f"({o.leftover_gib or 0.0:.1f} GiB left)"
-            ),
-            loser_reason="leaves more memory unused than chosen",
-            by_cost=False,
+    def keys(self, table: OptionTable) -> Sequence[np.ndarray]:
+        gpus = table.size_mib() // table.capacity_mib
+        return (table.size_mib(), table.cost, table.leftover() * gpus)
+
+    def chosen_reason(self, option: Option) -> str:
+        return (
+            f"least memory left unused: {option.label} on {option.node} "
+            f"({option.leftover_gib or 0.0:.1f} GiB left)"
         )

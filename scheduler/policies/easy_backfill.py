@@ -9,61 +9,35 @@ by their own estimates, they end before that reservation or stay off its GPUs.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
-from scheduler.core.decision import Decision, Option
-from scheduler.core.placement import OptionBatch, PlacementRequest, RunningJob, greedy_schedule
-from scheduler.core.pool import PoolState
-from scheduler.policies.base import Policy
+from predictor.gpus import GPU_NAMES
+from scheduler.core.decision import Option
+from scheduler.core.requests import PlacementRequest, RunningJob
 from scheduler.policies.registry import PolicyName
+from scheduler.policies.requested import RequestedPolicy
 
 __all__ = ["EasyBackfillPolicy"]
 
 
-def _estimate_s(req: PlacementRequest, option: Option) -> float:
-    if req.user_runtime_estimate_s is not None:
-        return req.user_runtime_estimate_s
-    from predictor.gpus import GPU_NAMES
+class EasyBackfillPolicy(RequestedPolicy):
+    """:class:`RequestedPolicy`'s options, backfilled by the users' own runtime estimates."""
 
-    v = float(req.runtime_upper_s[GPU_NAMES.index(option.gpu_type)])
-    return v if math.isfinite(v) else math.inf
-
-
-def _end_s(job: RunningJob) -> float:
-    if job.user_end_s is not None:
-        return job.user_end_s
-    if job.request is not None:
-        return job.start_s + _estimate_s(job.request, job.option)
-    return job.predicted_end_s
-
-
-class EasyBackfillPolicy(Policy):
     name = PolicyName.EASY_BACKFILL
+    backfill = True
 
-    def schedule(
-        self,
-        pending: Sequence[PlacementRequest],
-        state: PoolState,
-        now_s: float,
-        running: Sequence[RunningJob] = (),
-    ) -> list[Decision]:
-        return greedy_schedule(
-            pending,
-            state,
-            now_s,
-            running,
-            policy=self.name.value,
-            batch_for=lambda reqs, pool: OptionBatch(
-                reqs,
-                pool,
-                types=[(r.requested_gpu,) for r in reqs],
-                kinds=("whole",),
-                reserve_whole=True,
-                why_excluded=[f"not the requested whole {r.requested_gpu}" for r in reqs],
-            ),
-            chosen_reason=lambda o: f"requested {o.label}, whole GPUs reserved",
-            backfill=True,
-            strict_fifo=True,
-            job_runtime=_estimate_s,
-            running_end=_end_s,
-        )
+    def __init__(self) -> None:
+        # FIFO order is backfill's own; there is no strict_fifo knob here.
+        pass
+
+    def job_runtime(self, request: PlacementRequest, option: Option) -> float:
+        if request.user_runtime_estimate_s is not None:
+            return request.user_runtime_estimate_s
+        v = float(request.runtime_upper_s[GPU_NAMES.index(option.gpu_type)])
+        return v if math.isfinite(v) else math.inf
+
+    def running_end(self, job: RunningJob) -> float:
+        if job.user_end_s is not None:
+            return job.user_end_s
+        if job.request is not None:
+            return job.start_s + self.job_runtime(job.request, job.option)
+        return job.predicted_end_s

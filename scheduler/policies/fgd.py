@@ -27,9 +27,11 @@ from scheduler.policies.base import Policy
 from scheduler.policies.registry import PolicyName
 
 if TYPE_CHECKING:
+    from scheduler.core.binding import Binding
     from scheduler.core.decision import Decision
-    from scheduler.core.placement import Binding, OptionTable, PlacementRequest, RunningJob
     from scheduler.core.pool import PoolState
+    from scheduler.core.requests import PlacementRequest, RunningJob
+    from scheduler.core.table import OptionTable
 
 __all__ = [
     "FgdPolicy",
@@ -328,7 +330,8 @@ class FgdPolicy(Policy):
         now_s: float,
         running: Sequence[RunningJob] = (),
     ) -> list[Decision]:
-        from scheduler.core.placement import OptionBatch, pending_decision, place, rejected_decision
+        from scheduler.core.decide import pending_decision, place, rejected_decision
+        from scheduler.core.options import OptionBatch
 
         classes = self.task_classes(pending, running)
         policy = self.name.value
@@ -376,7 +379,7 @@ def _candidates(table: OptionTable, state: PoolState) -> list[tuple[int, Binding
     Whole GPUs: one binding per node with enough idle GPUs; shared: one per open GPU with
     room; MIG: the core's own binding (slices are placed by the profile rules).
     """
-    from scheduler.core.placement import Binding
+    from scheduler.core.binding import Binding
     from scheduler.core.pool import KIND_SHARED, KIND_WHOLE, MODE_SHARED, MODE_WHOLE
 
     pool = state.pool

@@ -10,38 +10,22 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from scheduler.core.decision import Decision
-from scheduler.core.placement import OptionBatch, OptionTable, PlacementRequest, RunningJob, greedy_schedule
-from scheduler.core.pool import PoolState
-from scheduler.policies.base import Policy
+from scheduler.core.decision import Option
+from scheduler.core.table import OptionTable
+from scheduler.policies.greedy import GreedyPolicy
 from scheduler.policies.registry import PolicyName
 
 __all__ = ["FirstFitPolicy"]
 
 
-def _first_keys(t: OptionTable) -> tuple[np.ndarray, ...]:
-    return (t.size_mib(), t.first())
-
-
-class FirstFitPolicy(Policy):
+class FirstFitPolicy(GreedyPolicy):
     name = PolicyName.FIRSTFIT
+    select = "first"
+    loser_reason = "first-fit took a GPU earlier in pool order"
+    by_cost = False
 
-    def schedule(
-        self,
-        pending: Sequence[PlacementRequest],
-        state: PoolState,
-        now_s: float,
-        running: Sequence[RunningJob] = (),
-    ) -> list[Decision]:
-        return greedy_schedule(
-            pending,
-            state,
-            now_s,
-            running,
-            policy=self.name.value,
-            batch_for=lambda reqs, pool: OptionBatch(reqs, pool, select="first"),
-            keys=_first_keys,
-            chosen_reason=lambda o: f"first GPU in pool order that fits: {o.label} on {o.node}",
-            loser_reason="first-fit took a GPU earlier in pool order",
-            by_cost=False,
-        )
+    def keys(self, table: OptionTable) -> Sequence[np.ndarray]:
+        return (table.size_mib(), table.first())
+
+    def chosen_reason(self, option: Option) -> str:
+        return f"first GPU in pool order that fits: {option.label} on {option.node}"

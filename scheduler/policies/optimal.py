@@ -16,18 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.core.binding import Binding
+from scheduler.core.decide import pending_decision, place, rejected_decision
 from scheduler.core.decision import Decision
-from scheduler.exceptions import PolicyError
-from scheduler.core.placement import (
-    Binding,
-    OptionBatch,
-    OptionTable,
-    PlacementRequest,
-    RunningJob,
-    pending_decision,
-    place,
-    rejected_decision,
-)
+from scheduler.core.options import OptionBatch
 from scheduler.core.pool import (
     KIND_MIG,
     KIND_SHARED,
@@ -36,6 +28,9 @@ from scheduler.core.pool import (
     MODE_WHOLE,
     PoolState,
 )
+from scheduler.core.requests import PlacementRequest, RunningJob
+from scheduler.core.table import OptionTable
+from scheduler.exceptions import PolicyError
 from scheduler.policies.base import Policy
 from scheduler.policies.registry import PolicyName
 

@@ -9,42 +9,32 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scheduler.core.decision import Decision
-from scheduler.core.placement import OptionBatch, PlacementRequest, RunningJob, greedy_schedule
-from scheduler.core.pool import PoolState
-from scheduler.policies.base import Policy
+from scheduler.core.decision import Option
+from scheduler.core.options import OptionBatch
+from scheduler.core.pool import Pool
+from scheduler.core.requests import PlacementRequest
+from scheduler.policies.greedy import GreedyPolicy
 from scheduler.policies.registry import PolicyName
 
 __all__ = ["RequestedPolicy"]
 
 
-class RequestedPolicy(Policy):
+class RequestedPolicy(GreedyPolicy):
     name = PolicyName.REQUESTED
 
     def __init__(self, *, strict_fifo: bool = False) -> None:
         self.strict_fifo = strict_fifo
 
-    def schedule(
-        self,
-        pending: Sequence[PlacementRequest],
-        state: PoolState,
-        now_s: float,
-        running: Sequence[RunningJob] = (),
-    ) -> list[Decision]:
-        return greedy_schedule(
+    def batch(self, pending: Sequence[PlacementRequest], pool: Pool) -> OptionBatch:
+        # ``requested_gpu`` comes from core.requests.requested_type, live and simulated.
+        return OptionBatch(
             pending,
-            state,
-            now_s,
-            running,
-            policy=self.name.value,
-            batch_for=lambda reqs, pool: OptionBatch(
-                reqs,
-                pool,
-                types=[(r.requested_gpu,) for r in reqs],
-                kinds=("whole",),
-                reserve_whole=True,
-                why_excluded=[f"not the requested whole {r.requested_gpu}" for r in reqs],
-            ),
-            chosen_reason=lambda o: f"requested {o.label}, whole GPUs reserved",
-            strict_fifo=self.strict_fifo,
+            pool,
+            types=[(r.requested_gpu,) for r in pending],
+            kinds=("whole",),
+            reserve_whole=True,
+            why_excluded=[f"not the requested whole {r.requested_gpu}" for r in pending],
         )
+
+    def chosen_reason(self, option: Option) -> str:
+        return f"requested {option.label}, whole GPUs reserved"

@@ -24,26 +24,21 @@ from collections.abc import Sequence
 import numpy as np
 
 from predictor.gpus import GPU_NAMES
-
+from scheduler.core.backfill import earliest_fit
+from scheduler.core.decide import place
 from scheduler.core.decision import Decision, Option
-from scheduler.exceptions import PolicyError
-from scheduler.core.placement import (
-    OptionBatch,
-    OptionTable,
-    PlacementRequest,
-    RunningJob,
-    earliest_fit,
-    greedy_schedule,
-    place,
-)
+from scheduler.core.options import OptionBatch
 from scheduler.core.pool import Pool, PoolState
-from scheduler.policies.base import Policy
+from scheduler.core.requests import PlacementRequest, RunningJob
+from scheduler.core.table import OptionTable
+from scheduler.exceptions import PolicyError
+from scheduler.policies.greedy import GreedyPolicy
 from scheduler.policies.registry import PolicyName
 
 __all__ = ["RightSizePolicy"]
 
 
-class RightSizePolicy(Policy):
+class RightSizePolicy(GreedyPolicy):
     name = PolicyName.RIGHTSIZE
 
     def __init__(
@@ -70,6 +65,19 @@ class RightSizePolicy(Policy):
         self.improve_max_jobs = int(improve_max_jobs)
         self.repack_max_jobs = max(2, int(repack_max_jobs))
 
+    def chosen_reason(self, option: Option) -> str:
+        return f"cheapest option that fits now: {option.label} at ${option.cost_usd:.2f}"
+
+    def wait_for(
+        self,
+        table: OptionTable,
+        idx: int,
+        state: PoolState,
+        running: Sequence[RunningJob],
+        now_s: float,
+    ) -> tuple[str, float, Option] | None:
+        return self._wait(table, idx, state, running, now_s) if self.wait_for_cheaper else None
+
     def _greedy(
         self,
         pending: Sequence[PlacementRequest],
@@ -80,19 +88,7 @@ class RightSizePolicy(Policy):
         backfill: bool,
         strict_fifo: bool = False,
     ) -> list[Decision]:
-        return greedy_schedule(
-            pending,
-            state,
-            now_s,
-            running,
-            policy=self.name.value,
-            chosen_reason=lambda o: (
-                f"cheapest option that fits now: {o.label} at ${o.cost_usd:.2f}"
-            ),
-            backfill=backfill,
-            strict_fifo=strict_fifo,
-            wait_hook=self._wait if self.wait_for_cheaper else None,
-        )
+        return self.walk(pending, state, now_s, running, backfill=backfill, strict_fifo=strict_fifo)
 
     def schedule(
         self,

@@ -15,7 +15,8 @@ Each :meth:`SchedulerService.step`:
 3. **Sync.** When ``P:capver`` moved (workers finished jobs, another scheduler placed some),
    the in-memory :class:`~scheduler.core.pool.PoolState` is brought in line with ``P:allocs``.
 4. **Ingest** a window of ``P:pending`` (oldest first, ``window`` jobs, so memory stays flat
-   with 100,000 queued), validating each record (:class:`~scheduler.service.store.keys.RequestRecord`);
+   with 100,000 queued), validating each record
+   (:class:`~scheduler.service.store.keys.RequestRecord`);
    malformed or hostile records are rejected and logged, never raised. Steps are as small as
    the arrivals since the last one (a low rate gets a step per job) and batch up to ``window``
    under a burst; ``step_target_s`` optionally caps a step to that much measured work.
@@ -50,15 +51,20 @@ import numpy as np
 from pydantic import ValidationError
 
 from predictor.gpus import GPU_NAMES
-
-from scheduler.service.store.redis_store import Commit, Store
 from scheduler.core.decision import Decision, Option
+from scheduler.core.pool import MIB_PER_GIB, Pool, PoolState, gib_to_mib_ceil
+from scheduler.core.requests import PlacementRequest, RunningJob, requested_type
 from scheduler.exceptions import PlacementError, ServiceError
-from scheduler.service.store.keys import PlacementRecord, RequestRecord, dumps, queue_name, rq_job_id
-from scheduler.core.placement import PlacementRequest, RunningJob
 from scheduler.policies.base import Policy
 from scheduler.policies.registry import get_policy
-from scheduler.core.pool import MIB_PER_GIB, Pool, PoolState, gib_to_mib_ceil
+from scheduler.service.store.keys import (
+    PlacementRecord,
+    RequestRecord,
+    dumps,
+    queue_name,
+    rq_job_id,
+)
+from scheduler.service.store.redis_store import Commit, Store
 
 __all__ = ["EventLog", "SchedulerService", "StepStats"]
 
@@ -158,7 +164,7 @@ class SchedulerService:
         self.poll_s = float(poll_s)
         self.events = EventLog(store, log_path)
         self.simulated = simulated
-        # scheduler.service.telemetry.Telemetry (or anything with observe_placement_latency(seconds)):
+        # service.telemetry.Telemetry (or anything with observe_placement_latency(seconds)):
         # fed submit -> commit latency per committed placement.
         self.telemetry = telemetry
         # A placed job whose node never starts it (no worker, a wedged one) holds capacity for
@@ -527,17 +533,19 @@ class SchedulerService:
         if not math.isfinite(t) or att < 0 or (floor is not None and not floor >= 0):
             raise _Invalid("malformed record: bad submitted_at, attempt or reserved_gib")
         try:
+            upper = _inf(rr.vram_upper_gib)
             return PlacementRequest(
                 job_id=jid,
                 vram_gib=_inf(rr.vram_gib),
-                vram_upper_gib=_inf(rr.vram_upper_gib),
+                vram_upper_gib=upper,
                 runtime_s=_inf(rr.runtime_s),
                 runtime_upper_s=_inf(rr.runtime_upper_s),
                 n_gpus=rr.n_gpus,
                 tensor_parallel=rr.tensor_parallel,
                 pipeline_parallel=rr.pipeline_parallel,
                 gpu=rr.gpu,
-                requested_gpu=rr.requested_gpu or "H100-80GB",
+                requested_gpu=rr.requested_gpu
+                or requested_type(upper, rr.n_gpus, rr.gpu, self.pool),
                 priority=rr.priority,
                 deadline_s=rr.deadline_s,
                 submit_time_s=t,

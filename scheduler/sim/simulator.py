@@ -11,9 +11,9 @@ MPS memory limit the worker sets to its reservation) is OOM-killed at a uniforml
 of its run and requeued with ``max(observed peak, 1.25 x old reservation)``, where the observed
 peak is the true one: a killed CUDA allocation reports the size it failed at.
 
-Truth is drawn per *fingerprint* (a recurring job, see :mod:`scheduler.sim.workload`): each fingerprint
-gets one systematic error from the residual model, and each run adds a small independent run-to-run
-noise (``RUN_NOISE_VRAM_SIGMA``, ``RUN_NOISE_RUNTIME_SIGMA``: same data, same code, but allocator
+Truth is drawn per *fingerprint* (a recurring job, see :mod:`scheduler.sim.workload`): each
+fingerprint gets one systematic error from the residual model, and each run adds a small
+independent run-to-run noise (``RUN_NOISE_VRAM_SIGMA``, ``RUN_NOISE_RUNTIME_SIGMA``: same data, same code, but allocator
 and input-order jitter). With ``feedback`` the simulator does what the live service does with its
 history tier: every measured outcome (a finished run's peak and runtime, an OOM's failed
 allocation) is recorded per fingerprint, and a later submission of that fingerprint is predicted
@@ -37,17 +37,17 @@ from typing import Any
 
 import numpy as np
 
-from predictor.gpus import GPU_NAMES, get_gpu
+from predictor.gpus import GPU_NAMES
 from predictor.prediction import PredictionTable
-
-from scheduler.core.loop import SchedulerCore
 from scheduler.core.clock import VirtualClock
 from scheduler.core.decision import Decision, Option
+from scheduler.core.loop import SchedulerCore
+from scheduler.core.options import option_table
+from scheduler.core.pool import KIND_NAMES, Pool
+from scheduler.core.requests import TYPE_INDEX, PlacementRequest, requested_type
 from scheduler.exceptions import SimulationError
-from scheduler.sim.outcomes import AttemptRecords, JobRecords, SimulationMetrics, compute_metrics
-from scheduler.core.placement import PlacementRequest, option_table
 from scheduler.policies.base import Policy
-from scheduler.core.pool import KIND_NAMES, MODE_WHOLE, Pool
+from scheduler.sim.outcomes import AttemptRecords, JobRecords, SimulationMetrics, compute_metrics
 from scheduler.sim.truth import ResidualModel, load_residuals
 from scheduler.sim.workload import Workload
 
@@ -68,7 +68,6 @@ OOM_GROWTH = 1.25  # a requeued job reserves at least this times its old reserva
 RUN_NOISE_VRAM_SIGMA = 0.02
 RUN_NOISE_RUNTIME_SIGMA = 0.05
 _ARRIVAL, _FINISH, _OOM, _TICK = 0, 1, 2, 3
-_TYPE_INDEX = {n: i for i, n in enumerate(GPU_NAMES)}
 
 
 @dataclass
@@ -91,14 +90,14 @@ class _Job:
     def true_peak_gib(self, gpu_type: str) -> float:
         # Truth scales the predictor's own figure, never a history-adjusted one.
         assert self.base is not None
-        return float(self.base.vram_gib[_TYPE_INDEX[gpu_type]]) * self.vram_factor
+        return float(self.base.vram_gib[TYPE_INDEX[gpu_type]]) * self.vram_factor
 
     def true_runtime_s(self, option: Option) -> float:
         """The attempt's true full runtime on ``option`` (MIG/shared slow-downs included)."""
         assert self.base is not None
         if option.runtime_s is None:
             return math.inf
-        t = _TYPE_INDEX[option.gpu_type]
+        t = TYPE_INDEX[option.gpu_type]
         own, base = float(self.request.runtime_s[t]), float(self.base.runtime_s[t])
         # option.runtime_s = own x the option's slow-down; the truth is base x slow-down x error.
         scale = base / own if own > 0 and math.isfinite(own) else 1.0
@@ -205,34 +204,6 @@ def _limit_gib(option: Option) -> float:
     return option.reserved_gib if option.kind == "shared" else option.capacity_gib
 
 
-def _type_max_gang(pool: Pool) -> np.ndarray:
-    """Per GPU type (``GPU_NAMES`` order): the most whole GPUs one node of the pool has."""
-    out = np.zeros(len(GPU_NAMES), np.int64)
-    whole = pool.node_mode == MODE_WHOLE
-    np.maximum.at(out, pool.node_type[whole].astype(np.int64), pool.node_count[whole])
-    return out
-
-
-def _requested_type(upper: np.ndarray, n_gpus: int, wanted: str, max_gang: np.ndarray) -> str:
-    """The user's pick if the job fits it in this pool, else the smallest type that does.
-
-    Users upsize when their habitual GPU is too small, and ask for a type that has a node big
-    enough for their gang; without that the baseline would reject jobs nobody would submit.
-    """
-
-    def ok(name: str) -> bool:
-        t = _TYPE_INDEX[name]
-        return bool(upper[t] <= get_gpu(name).memory_gib and max_gang[t] >= n_gpus)
-
-    if ok(wanted):
-        return wanted
-    by_size = sorted(GPU_NAMES, key=lambda n: get_gpu(n).memory_gib)
-    for name in by_size:
-        if ok(name):
-            return name
-    return wanted
-
-
 class Simulator:
     """One policy on one pool for one workload; :meth:`run` returns the metrics."""
 
@@ -286,15 +257,14 @@ class Simulator:
         vf_fp, rf_fp = model.sample(len(fp_index), rng)
         vf = vf_fp[codes] * np.exp(RUN_NOISE_VRAM_SIGMA * rng.standard_normal(n))
         rf = rf_fp[codes] * np.exp(RUN_NOISE_RUNTIME_SIGMA * rng.standard_normal(n))
-        max_gang = _type_max_gang(pool)
         self.jobs: dict[str, _Job] = {}
         self._order: list[str] = []
         for i, spec in enumerate(workload.specs):
             req = PlacementRequest.from_table(
                 spec, predictions, i, submit_time_s=float(workload.arrival_s[i])
             )
-            req.requested_gpu = _requested_type(
-                req.vram_upper_gib, req.n_gpus, workload.requested_gpu[i], max_gang
+            req.requested_gpu = requested_type(
+                req.vram_upper_gib, req.n_gpus, workload.requested_gpu[i], pool
             )
             jid = req.job_id
             if jid in self.jobs:
@@ -334,7 +304,7 @@ class Simulator:
         opt = self.core.state.option_of(d.job_id)
         job.option = opt
         job.attempt_start_s = now
-        upper = float(job.request.vram_upper_gib[_TYPE_INDEX[opt.gpu_type]])
+        upper = float(job.request.vram_upper_gib[TYPE_INDEX[opt.gpu_type]])
         self._placement_log.append((d.job_id, opt.reserved_gib, upper))
         if math.isnan(job.first_start_s):
             job.first_start_s = now
@@ -429,7 +399,7 @@ class Simulator:
         if opt is None or not opt.runtime_s:
             return None
         assert job.base is not None
-        t = _TYPE_INDEX[opt.gpu_type]
+        t = TYPE_INDEX[opt.gpu_type]
         own = float(job.request.runtime_s[t])
         base = float(job.base.runtime_s[t])
         if not (own > 0 and math.isfinite(own) and base > 0 and math.isfinite(base)):
@@ -519,7 +489,6 @@ def simulate(
     With ``feedback`` each policy's run starts from an empty history and learns as it goes.
     """
     from predictor.analytical import predict_table
-
     from scheduler.policies.registry import get_policy
 
     table = predictions if predictions is not None else predict_table(list(workload.specs))

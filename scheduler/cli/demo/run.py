@@ -30,9 +30,8 @@ from typing import Any
 import numpy as np
 
 from predictor.gpus import GPU_NAMES
-
-from scheduler.exceptions import SchedulerError
 from scheduler.core.pool import Pool, load_pool
+from scheduler.exceptions import SchedulerError
 
 __all__ = ["DEMO_POOL", "DemoConfig", "DemoResult", "ProcessGroup", "live_metrics", "run_demo"]
 
@@ -203,8 +202,10 @@ def live_metrics(
     the placement log (placed -> started -> finished/oom/reclaimed); cost is billed for the time
     each attempt held its slot at the option's price, OOM-killed attempts included.
     """
+    from scheduler.core.decide import cheapest_index
+    from scheduler.core.options import enumerate_options
+    from scheduler.core.requests import PlacementRequest
     from scheduler.sim.outcomes import AttemptRecords, JobRecords, compute_metrics
-    from scheduler.core.placement import PlacementRequest, cheapest_index, enumerate_options
 
     def w(ts: float | None) -> float:
         return math.nan if ts is None or not math.isfinite(ts) else (ts - t0) / time_scale
@@ -475,7 +476,6 @@ def _stop_redis(home: Path) -> None:
 def _workload_and_baseline(cfg: DemoConfig, pool: Pool) -> tuple[Any, list[Any]]:
     # The same predictor the live client uses, so the simulated columns compare like with like.
     from predictor.tiered import default_predictor
-
     from scheduler.sim.simulator import simulate
     from scheduler.sim.workload import generate_workload
 

@@ -15,13 +15,13 @@ from click.testing import CliRunner
 from predictor.analytical import predict, predict_table
 from predictor.spec import parse_spec
 from scheduler.cli.ops import explain_command, log_command, parse_record, pool_command
-from scheduler.core.loop import SchedulerCore
-from scheduler.service.store.redis_store import Commit, RedisStore
 from scheduler.core.decision import Decision
-from scheduler.service.store.keys import dumps, queue_name, rq_job_id
-from scheduler.core.placement import PlacementRequest
-from scheduler.policies.registry import get_policy
+from scheduler.core.loop import SchedulerCore
 from scheduler.core.pool import MIB_PER_GIB, Pool, load_pool
+from scheduler.core.requests import PlacementRequest
+from scheduler.policies.registry import get_policy
+from scheduler.service.store.keys import dumps, queue_name, rq_job_id
+from scheduler.service.store.redis_store import Commit, RedisStore
 
 REPO = Path(__file__).resolve().parents[3]
 

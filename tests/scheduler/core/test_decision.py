@@ -7,10 +7,10 @@ import json
 import pytest
 
 from scheduler.core.decision import Decision, Option
-from scheduler.exceptions import SchedulerError
-from scheduler.core.placement import PlacementRequest
-from scheduler.policies.rightsize import RightSizePolicy
 from scheduler.core.pool import Pool
+from scheduler.core.requests import PlacementRequest
+from scheduler.exceptions import SchedulerError
+from scheduler.policies.rightsize import RightSizePolicy
 
 
 def _option(**kw: object) -> Option:

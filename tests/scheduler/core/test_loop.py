@@ -6,14 +6,15 @@ from collections.abc import Sequence
 
 import pytest
 
-from scheduler.core.loop import SchedulerCore
 from scheduler.core.clock import VirtualClock
 from scheduler.core.decision import Decision
+from scheduler.core.loop import SchedulerCore
+from scheduler.core.pool import Pool, PoolState
+from scheduler.core.requests import PlacementRequest, RunningJob
+from scheduler.core.table import OptionTable
 from scheduler.exceptions import PlacementError, SchedulerError
-from scheduler.core.placement import OptionTable, PlacementRequest, RunningJob
 from scheduler.policies.base import Policy
 from scheduler.policies.registry import PolicyName, get_policy
-from scheduler.core.pool import Pool, PoolState
 
 POOL = {
     "nodes": [

@@ -11,17 +11,13 @@ import pytest
 from predictor.gpus import GPU_NAMES, get_gpu
 from predictor.prediction import PredictionTable
 from predictor.spec import parse_spec
+from scheduler.core.decide import cheapest_index
 from scheduler.core.decision import Option
-from scheduler.exceptions import PlacementError
-from scheduler.core.placement import (
-    OptionBatch,
-    OptionTable,
-    PlacementRequest,
-    cheapest_index,
-    enumerate_options,
-    fits_anywhere,
-)
+from scheduler.core.options import OptionBatch, enumerate_options, fits_anywhere
 from scheduler.core.pool import Pool
+from scheduler.core.requests import PlacementRequest
+from scheduler.core.table import OptionTable
+from scheduler.exceptions import PlacementError
 
 MIXED = {
     "prices": {"H100-80GB": 3.0},

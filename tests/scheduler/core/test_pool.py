@@ -11,9 +11,10 @@ from hypothesis import strategies as st
 
 from predictor.gpus import GPU_NAMES
 from scheduler.core.decision import Option
-from scheduler.exceptions import PlacementError, PoolError
-from scheduler.core.placement import PlacementRequest, enumerate_options
+from scheduler.core.options import enumerate_options
 from scheduler.core.pool import Pool, PoolState, load_pool, mig_mask, synthetic_pool
+from scheduler.core.requests import PlacementRequest
+from scheduler.exceptions import PlacementError, PoolError
 
 REPO = Path(__file__).resolve().parents[3]
 POOLS = REPO / "datasets" / "pools"

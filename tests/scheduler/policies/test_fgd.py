@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from scheduler.core.decision import Decision
-from scheduler.core.placement import OptionTable, PlacementRequest
+from scheduler.core.pool import Pool, load_pool
+from scheduler.core.requests import PlacementRequest
+from scheduler.core.table import OptionTable
 from scheduler.policies.fgd import (
     TaskClasses,
     fgd_score,
@@ -19,7 +21,6 @@ from scheduler.policies.fgd import (
     typical_task_classes,
 )
 from scheduler.policies.registry import get_policy
-from scheduler.core.pool import Pool, load_pool
 
 REPO = Path(__file__).resolve().parents[3]
 

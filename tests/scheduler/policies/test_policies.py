@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 
 from predictor.gpus import GPU_NAMES
 from scheduler.core.decision import Decision, Option
-from scheduler.exceptions import PolicyError
-from scheduler.core.placement import PlacementRequest, RunningJob
-from scheduler.policies.registry import PolicyName, get_policy
 from scheduler.core.pool import Pool, load_pool, synthetic_pool
+from scheduler.core.requests import PlacementRequest, RunningJob
+from scheduler.exceptions import PolicyError
+from scheduler.policies.registry import PolicyName, get_policy
 
 REPO = Path(__file__).resolve().parents[3]
 OURS = [p for p in PolicyName if p is not PolicyName.FGD]

@@ -1,0 +1,79 @@
+"""Binding a chosen option class to concrete GPUs: which node, which GPUs, which MIG slot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from scheduler.core._classes import class_cands, shared_gpus
+from scheduler.core.pool import (
+    KIND_SHARED,
+    KIND_WHOLE,
+    MODE_WHOLE,
+    Pool,
+    PoolState,
+    popcount15,
+)
+
+__all__ = ["Binding", "Select", "bind", "shared_gpu"]
+
+
+Select = Literal["pack", "first"]
+
+
+@dataclass(slots=True)
+class Binding:
+    """Where a chosen option lands: GPUs, node, MIG start, and the slot's free MiB before."""
+
+    gpus: tuple[int, ...]
+    node: str
+    mig_start: int | None
+    free_before_mib: int
+
+
+def shared_gpu(pool: Pool, state: PoolState, t: int, need: int, select: Select) -> int:
+    """The shared GPU of type ``t`` with ``need`` MiB free: the fullest ("pack") or the first."""
+    idx = shared_gpus(pool)
+    free = pool.capacity_mib[idx] - state.used_mib[idx]
+    ok = (
+        (pool.gpu_type[idx] == t)
+        & (state.shared_count[idx] < pool.max_shared[idx])
+        & (free >= need)
+    )
+    cand = np.flatnonzero(ok)
+    k = int(cand[np.argmin(free[cand])]) if select == "pack" else int(cand[0])
+    return int(idx[k])
+
+
+def bind(pool: Pool, state: PoolState, c: int, n: int, res_mib: int, select: Select) -> Binding:
+    """Concrete GPUs for class ``c`` chosen by ``select`` ("pack": fullest that fits)."""
+    kind = int(pool.class_kind[c])
+    t = int(pool.class_type[c])
+    if kind == KIND_WHOLE:
+        s = state.summary()
+        ok = (pool.node_type == t) & (pool.node_mode == MODE_WHOLE) & (s.node_free >= n)
+        nodes = np.flatnonzero(ok)
+        k = int(nodes[np.argmin(s.node_free[nodes])]) if select == "pack" else int(nodes[0])
+        a = int(pool.node_first[k])
+        b = a + int(pool.node_count[k])
+        idle = np.flatnonzero(~state.busy[a:b] & (state.used_mib[a:b] == 0))[:n] + a
+        gpus = tuple(int(g) for g in idle)
+        return Binding(gpus, pool.nodes[k].name, None, int(pool.class_capacity_mib[c]))
+    if kind == KIND_SHARED:
+        g = shared_gpu(pool, state, t, res_mib, select)
+        free = int(pool.capacity_mib[g] - state.used_mib[g])
+        return Binding((g,), pool.nodes[int(pool.gpu_node[g])].name, None, free)
+    cands = class_cands(pool)[c]
+    cands = cands[state.summary().mig_avail[cands]]
+    gpu = pool.cand_gpu[cands]
+    if select == "pack":
+        # Fullest GPU first (keeps empty GPUs whole for big slices), then the slot order.
+        key = np.lexsort((pool.cand_order[cands], gpu, -popcount15(state.mig_occ[gpu])))
+    else:
+        key = np.lexsort((pool.cand_order[cands], gpu))
+    k = int(cands[key[0]])
+    g = int(pool.cand_gpu[k])
+    node = pool.nodes[int(pool.gpu_node[g])].name
+    return Binding((g,), node, int(pool.cand_start[k]), int(pool.class_capacity_mib[c]))

@@ -1,0 +1,305 @@
+"""Enumerate and price: every way a job could run on a pool, as arrays over option classes.
+
+:func:`enumerate_options` returns one :class:`~scheduler.core.decision.Option` per option class
+of the pool (whole GPUs of a type, a shared GPU of a type, a MIG profile of a type), each
+tested against the job's predicted **upper** VRAM bound (or the larger ``reserved_gib`` after an OOM), priced,
+and, where it fits now, bound to concrete GPUs. The feasibility maths is vectorised over classes
+and reads per-state aggregates that the pool state computes once per change, so a saturated pool
+answers "nothing fits" for thousands of queued jobs without rescanning its GPUs.
+
+Gangs: all of a job's GPUs sit in one node (tensor- and pipeline-parallel groups need NVLink, and
+one node keeps one worker queue per job). Jobs larger than the largest node of a type cannot use
+that type; data-parallel replicas do not span nodes. MIG slices and shared GPUs take 1-GPU jobs.
+
+Prices: ``price_usd_per_hour`` (pool overrides applied) x GPUs x runtime on the option / 3600.
+A MIG slice is billed ``compute_slices / 7`` of its GPU. Only the part of the job that
+saturates the GPU stretches on it: runtime = whole-GPU runtime x (1 + busy x (7/compute_slices
+- 1)), with ``busy`` the predictor's busy fraction (1 when unknown). A roofline-bound job so
+costs on a slice what it costs on the whole GPU; a launch-bound one (small-batch decoding)
+barely slows down and pays a seventh.
+A shared GPU is billed the job's memory share (reservation / GPU memory) at the GPU's runtime
+(times the pool's ``shared_slowdown``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from predictor.gpus import GPU_NAMES
+from scheduler.core._classes import class_masks
+from scheduler.core.binding import Select
+from scheduler.core.decision import Option
+from scheduler.core.pool import (
+    KIND_NAMES,
+    KIND_SHARED,
+    KIND_WHOLE,
+    MIB_PER_GIB,
+    Pool,
+    PoolState,
+    Summary,
+)
+from scheduler.core.requests import N_TYPES, TYPE_INDEX, PlacementRequest
+from scheduler.core.table import OptionTable
+
+__all__ = [
+    "OptionBatch",
+    "enumerate_options",
+    "fits_anywhere",
+    "fits_anywhere_many",
+    "option_table",
+]
+
+
+class OptionBatch:
+    """The state-independent half of option enumeration for many jobs, as (jobs, classes) arrays.
+
+    Sizing, pricing, policy restrictions and "fits on an empty pool" do not change while a
+    policy walks its queue, so they are computed once for the whole queue; :meth:`table` then
+    adds the one state-dependent comparison per job ("fits now") in a few microseconds.
+    ``types`` is one list of allowed GPU types for all jobs, or one per job (None: any).
+    """
+
+    __slots__ = (
+        "_any_empty",
+        "_cheapest_empty",
+        "_chunk",
+        "_ck",
+        "_hi",
+        "_lo",
+        "_rows",
+        "allowed",
+        "cap_ok",
+        "cost",
+        "demand",
+        "empty_room",
+        "finite",
+        "fits_empty",
+        "kind_ok",
+        "n_gpus",
+        "need_mib",
+        "pinned_ok",
+        "pool",
+        "requests",
+        "runtime",
+        "select",
+        "size_mib",
+        "why_excluded",
+    )
+
+    def __init__(
+        self,
+        requests: Sequence[PlacementRequest],
+        pool: Pool,
+        empty_state: PoolState | None = None,
+        *,
+        select: Select = "pack",
+        types: Sequence[str] | Sequence[Sequence[str] | None] | None = None,
+        kinds: Sequence[str] | None = None,
+        reserve_whole: bool = False,
+        why_excluded: str | Sequence[str] = "not considered by this policy",
+    ) -> None:
+        n_jobs = len(requests)
+        k = pool.n_classes
+        ct = pool.class_type
+        by_type, by_kind = class_masks(pool)
+        is_whole = by_kind[KIND_WHOLE]
+        is_shared = by_kind[KIND_SHARED]
+        if n_jobs:
+            upper = np.stack([r.vram_upper_gib for r in requests])
+            rt = np.stack([r.runtime_s for r in requests])
+        else:
+            upper = rt = np.empty((0, N_TYPES))
+        n = np.fromiter((r.n_gpus for r in requests), np.int64, n_jobs)
+        floor = np.fromiter(
+            (0.0 if r.reserved_gib is None else r.reserved_gib for r in requests), float, n_jobs
+        )
+        pin = np.fromiter(
+            (-1 if r.gpu is None else TYPE_INDEX[r.gpu] for r in requests), np.int64, n_jobs
+        )
+        need_gib = np.maximum(upper, floor[:, None])[:, ct]
+        busy = np.stack([r.busy_frac for r in requests]) if n_jobs else rt
+        runtime = rt[:, ct] * (1.0 + busy[:, ct] * (pool.class_runtime_scale - 1.0))
+        finite = np.isfinite(need_gib) & np.isfinite(runtime)
+        need = np.ceil(np.where(finite, need_gib, 0.0) * MIB_PER_GIB).astype(np.int64)
+        cap_ok = need <= pool.class_capacity_mib
+        if reserve_whole:
+            # The job must still fit; it then holds the whole GPU, as users do today.
+            need = np.where(is_whole & cap_ok, pool.class_capacity_mib, need)
+        allowed = np.ones((n_jobs, k), bool)
+        if types is not None:
+            if types and all(isinstance(t, str) for t in types):
+                allowed &= by_type[[TYPE_INDEX[t] for t in types]].any(axis=0)  # type: ignore[index]
+            else:
+                rows: list[int] = []
+                cols: list[int] = []
+                for i, ts in enumerate(types):
+                    for t in GPU_NAMES if ts is None else ts:
+                        rows.append(i)
+                        cols.append(TYPE_INDEX[t])  # type: ignore[index]
+                ok_type = np.zeros((n_jobs, N_TYPES), bool)
+                ok_type[rows, cols] = True
+                allowed &= ok_type[:, ct]
+        if kinds is not None:
+            allowed &= by_kind[[KIND_NAMES.index(x) for x in kinds]].any(axis=0)  # type: ignore[arg-type]
+        pinned_ok = (pin[:, None] < 0) | (ct[None, :] == pin[:, None])
+        kind_ok = is_whole[None, :] | (n[:, None] == 1)
+        # What a job asks of each class, compared against Summary.class_supply.
+        demand = np.where(is_whole, n[:, None], np.where(is_shared, need, 1))
+        empty = pool.empty_summary() if empty_state is None else empty_state.summary()
+        empty_room = empty.class_supply >= demand
+        share = np.where(is_shared, need / pool.class_capacity_mib, 1.0)
+        billed = np.where(is_whole, n[:, None], 1)
+        cost = pool.class_price_usd_per_hour * billed * share * runtime / 3600.0
+
+        self.requests = requests
+        self.pool = pool
+        self.need_mib = need
+        self.finite = finite
+        self.cap_ok = cap_ok
+        self.kind_ok = kind_ok
+        self.pinned_ok = pinned_ok
+        self.allowed = allowed
+        self.empty_room = empty_room
+        self.fits_empty = finite & cap_ok & kind_ok & pinned_ok & allowed & empty_room
+        self.demand = demand
+        self.cost = np.where(finite, cost, np.inf)
+        self.runtime = np.where(finite, runtime, np.inf)
+        self.n_gpus = n
+        self.select: Select = select
+        self.why_excluded = why_excluded
+        self.size_mib = pool.class_capacity_mib * np.where(is_whole, n[:, None], 1)
+        # Cheapest option on an empty pool per job (ties: smaller, then class order); -1: none.
+        masked = np.where(self.fits_empty, self.cost, np.inf)
+        order = np.lexsort(
+            (np.broadcast_to(np.arange(k), (n_jobs, k)), self.size_mib, masked), axis=-1
+        )
+        first = order[:, 0] if k else np.zeros(n_jobs, np.int64)
+        ok = self.fits_empty[np.arange(n_jobs), first] if k else np.zeros(n_jobs, bool)
+        self._cheapest_empty: list[int] = np.where(ok, first, -1).tolist()
+        self._any_empty: list[bool] = self.fits_empty.any(axis=1).tolist()
+        self._ck: tuple[int, int] = (0, -1)
+        self._lo = self._hi = 0
+        self._chunk = 8
+        self._rows: list[bool] = []
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def table(self, i: int, state: PoolState) -> OptionTable:
+        """Job ``i``'s options against ``state`` (any state of this batch's pool).
+
+        The table's :meth:`OptionTable.leftover` and :meth:`OptionTable.first` read ``state``
+        when first called, so call them before the state changes.
+        """
+        t = self.row(i, state.summary())
+        t._state = state
+        return t
+
+    def row(self, i: int, now: Summary) -> OptionTable:
+        """Job ``i``'s options against a state summary (no GPU binding possible)."""
+        t = OptionTable.__new__(OptionTable)
+        pool = self.pool
+        fits_empty = self.fits_empty[i]
+        need = self.need_mib[i]
+        t.request = self.requests[i]
+        t.pool = pool
+        t.now = now
+        t.need_mib = need
+        t.capacity_mib = pool.class_capacity_mib
+        t.finite = self.finite[i]
+        t.cap_ok = self.cap_ok[i]
+        t.kind_ok = self.kind_ok[i]
+        t.pinned_ok = self.pinned_ok[i]
+        t.allowed = self.allowed[i]
+        t.empty_room = self.empty_room[i]
+        t.fits_empty = fits_empty
+        t.fits_now = fits_empty & (now.class_supply >= self.demand[i])
+        t.cost = self.cost[i]
+        t.runtime = self.runtime[i]
+        t.select = self.select
+        w = self.why_excluded
+        t.why_excluded = w if isinstance(w, str) else w[i]
+        t.size = self.size_mib[i]
+        ce = self._cheapest_empty[i]
+        t.cheapest_empty = ce if ce >= 0 else None
+        t._state = None
+        t._leftover = None
+        t._first = None
+        return t
+
+    def fits_empty_any(self, i: int) -> bool:
+        return self._any_empty[i]
+
+    def fits_now_any(self, i: int, state: PoolState) -> bool:
+        """Whether any option of job ``i`` fits ``state`` now, answered for runs of jobs.
+
+        While the state does not change (a saturated pool, a long queue) the answer for the
+        next jobs comes from one (rows, classes) comparison, in chunks that double in size.
+        """
+        key = (id(state), state.version)
+        if key != self._ck or not self._lo <= i < self._hi:
+            self._chunk = 8 if key != self._ck else min(self._chunk * 2, 8192)
+            hi = min(len(self.requests), i + self._chunk)
+            supply = state.summary().class_supply
+            rows = (self.fits_empty[i:hi] & (supply >= self.demand[i:hi])).any(axis=1)
+            self._rows = rows.tolist()
+            self._ck, self._lo, self._hi = key, i, hi
+        return self._rows[i - self._lo]  # type: ignore[no-any-return]
+
+
+def option_table(
+    request: PlacementRequest,
+    state: PoolState,
+    empty_state: PoolState | None = None,
+    **kwargs: Any,
+) -> OptionTable:
+    """The array form of :func:`enumerate_options` (same arguments)."""
+    return OptionTable(request, state, empty_state, **kwargs)
+
+
+def fits_anywhere(request: PlacementRequest, pool: Pool) -> bool:
+    """Whether any option of ``pool`` holds ``request`` when the pool is empty."""
+    return fits_anywhere_many([request], pool)[0]
+
+
+def fits_anywhere_many(requests: Sequence[PlacementRequest], pool: Pool) -> list[bool]:
+    """:func:`fits_anywhere` for many jobs in one vectorised pass."""
+    return list(OptionBatch(requests, pool)._any_empty)
+
+
+def enumerate_options(
+    request: PlacementRequest,
+    state: PoolState,
+    empty_state: PoolState | None = None,
+    *,
+    select: Select = "pack",
+    types: Sequence[str] | None = None,
+    kinds: Sequence[str] | None = None,
+    reserve_whole: bool = False,
+    why_excluded: str = "not considered by this policy",
+) -> list[Option]:
+    """Every option class of the pool for ``request``, in the pool's class order.
+
+    ``fits_empty`` is judged against ``empty_state`` (default: the pool with nothing running),
+    ``fits_now`` against ``state``; every option that fits now is bound to the concrete GPUs
+    ``select`` picks ("pack": the fullest node / GPU that still fits, "first": the lowest
+    index). ``types``/``kinds`` restrict what a policy may use (others get ``why_excluded``);
+    ``reserve_whole`` makes a whole-GPU option reserve the entire GPU (the user-request habit).
+    """
+    table = OptionTable(
+        request,
+        state,
+        empty_state,
+        select=select,
+        types=types,
+        kinds=kinds,
+        reserve_whole=reserve_whole,
+        why_excluded=why_excluded,
+    )
+    return [
+        table.option(c, table.bind(c, state) if table.fits_now[c] else None)
+        for c in range(len(table))
+    ]

@@ -1,0 +1,251 @@
+"""What a job asks of the placer: :class:`PlacementRequest`, :class:`RunningJob`, and the one
+definition of the whole GPU type a user would request (the ``requested`` baseline, live and
+simulated alike).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from predictor.gpus import GPU_NAMES
+from scheduler.core._classes import node_max_size
+from scheduler.core.decision import Option
+from scheduler.core.pool import (
+    Pool,
+)
+from scheduler.exceptions import PlacementError
+
+if TYPE_CHECKING:
+    from predictor.prediction import PredictionTable
+    from predictor.spec import JobSpec
+
+__all__ = [
+    "HABITUAL_GPU",
+    "N_TYPES",
+    "TYPE_INDEX",
+    "PlacementRequest",
+    "RunningJob",
+    "requested_type",
+]
+
+
+N_TYPES = len(GPU_NAMES)
+
+
+TYPE_INDEX = {n: i for i, n in enumerate(GPU_NAMES)}
+
+
+# The GPU a user asks for today when nothing else is known: an H100 if the job fits one.
+HABITUAL_GPU = "H100-80GB"
+
+
+def _type_vector(values: Any, name: str) -> np.ndarray:
+    a = np.asarray(values, dtype=np.float64)
+    if a.shape != (N_TYPES,):
+        raise PlacementError(
+            f"{name} must have one value per GPU type {GPU_NAMES} (shape ({N_TYPES},)); "
+            f"got shape {a.shape}"
+        )
+    return a
+
+
+@dataclass(slots=True, init=False)
+class PlacementRequest:
+    """One job as the placer sees it. Per-type arrays are aligned with ``GPU_NAMES``.
+
+    ``vram_*`` are per GPU in GiB, ``runtime_*`` seconds for the whole job; ``inf``/``nan``
+    marks a type the predictor cannot place the job on. ``reserved_gib`` is the floor set after
+    an OOM: the reservation is ``max(vram_upper_gib[type], reserved_gib)``. ``deadline_s`` is
+    relative to ``submit_time_s``.
+    """
+
+    job_id: str
+    vram_gib: np.ndarray
+    vram_upper_gib: np.ndarray
+    runtime_s: np.ndarray
+    runtime_upper_s: np.ndarray
+    n_gpus: int = 1
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
+    gpu: str | None = None
+    requested_gpu: str = HABITUAL_GPU
+    priority: int = 0
+    deadline_s: float | None = None
+    submit_time_s: float = 0.0
+    user_runtime_estimate_s: float | None = None
+    reserved_gib: float | None = None
+    busy_frac: np.ndarray = field(default_factory=lambda: np.ones(N_TYPES))
+
+    # Hand-written so callers may pass lists or any array-like per-type figures while the
+    # attributes stay float64 arrays (dataclasses.replace still works: same parameter names).
+    def __init__(
+        self,
+        job_id: str,
+        vram_gib: npt.ArrayLike,
+        vram_upper_gib: npt.ArrayLike,
+        runtime_s: npt.ArrayLike,
+        runtime_upper_s: npt.ArrayLike,
+        n_gpus: int = 1,
+        tensor_parallel: int = 1,
+        pipeline_parallel: int = 1,
+        gpu: str | None = None,
+        requested_gpu: str = HABITUAL_GPU,
+        priority: int = 0,
+        deadline_s: float | None = None,
+        submit_time_s: float = 0.0,
+        user_runtime_estimate_s: float | None = None,
+        reserved_gib: float | None = None,
+        busy_frac: npt.ArrayLike | None = None,
+    ) -> None:
+        self.job_id = job_id
+        self.vram_gib = _type_vector(vram_gib, "vram_gib")
+        self.vram_upper_gib = _type_vector(vram_upper_gib, "vram_upper_gib")
+        self.runtime_s = _type_vector(runtime_s, "runtime_s")
+        self.runtime_upper_s = _type_vector(runtime_upper_s, "runtime_upper_s")
+        # Unknown (or non-finite) busy fractions count as fully saturating: the safe side.
+        busy = np.ones(N_TYPES) if busy_frac is None else _type_vector(busy_frac, "busy_frac")
+        self.busy_frac = np.clip(np.where(np.isfinite(busy), busy, 1.0), 0.0, 1.0)
+        self.n_gpus = n_gpus
+        self.tensor_parallel = tensor_parallel
+        self.pipeline_parallel = pipeline_parallel
+        self.gpu = gpu
+        self.requested_gpu = requested_gpu
+        self.priority = priority
+        self.deadline_s = deadline_s
+        self.submit_time_s = submit_time_s
+        self.user_runtime_estimate_s = user_runtime_estimate_s
+        self.reserved_gib = reserved_gib
+        for name in ("gpu", "requested_gpu"):
+            v = getattr(self, name)
+            if v is not None and v not in TYPE_INDEX:
+                raise PlacementError(
+                    f"job {self.job_id!r}: {name} {v!r} is not a GPU type; use one of "
+                    f"{', '.join(GPU_NAMES)}"
+                )
+        if self.n_gpus < 1 or self.n_gpus % (self.tensor_parallel * self.pipeline_parallel):
+            raise PlacementError(
+                f"job {self.job_id!r}: n_gpus={self.n_gpus} must be a positive multiple of "
+                f"tensor_parallel x pipeline_parallel = "
+                f"{self.tensor_parallel * self.pipeline_parallel}"
+            )
+
+    @property
+    def deadline_at_s(self) -> float | None:
+        return None if self.deadline_s is None else self.submit_time_s + self.deadline_s
+
+    def reservation_gib(self) -> np.ndarray:
+        """Per-type reservation: never below the upper bound, raised by an OOM override."""
+        if self.reserved_gib is None:
+            return self.vram_upper_gib
+        return np.maximum(self.vram_upper_gib, self.reserved_gib)
+
+    def with_reservation(self, reserved_gib: float) -> PlacementRequest:
+        """A copy whose reservation floor is at least ``reserved_gib`` (after an OOM)."""
+        floor = reserved_gib if self.reserved_gib is None else max(self.reserved_gib, reserved_gib)
+        return replace(self, reserved_gib=float(floor))
+
+    @classmethod
+    def from_table(
+        cls,
+        spec: JobSpec,
+        table: PredictionTable,
+        i: int,
+        *,
+        job_id: str | None = None,
+        submit_time_s: float = 0.0,
+        requested_gpu: str | None = None,
+        user_runtime_estimate_s: float | None = None,
+        reserved_gib: float | None = None,
+    ) -> PlacementRequest:
+        """Build from a JobSpec and row ``i`` of a PredictionTable (missing types: infeasible).
+
+        ``requested_gpu`` defaults to the spec's pinned ``gpu``, else an H100-80GB when the
+        upper bound fits one (today's habit), else the smallest type that holds it.
+        """
+        arrays = {}
+        for name in ("peak_vram_gib", "peak_vram_upper_gib", "runtime_s", "runtime_upper_s"):
+            out = np.full(N_TYPES, np.inf)
+            col = getattr(table, name)
+            for j, g in enumerate(table.gpu_names):
+                if g in TYPE_INDEX:
+                    out[TYPE_INDEX[g]] = float(col[i, j])
+            arrays[name] = out
+        busy = np.ones(N_TYPES)
+        if table.busy_frac is not None:
+            for j, g in enumerate(table.gpu_names):
+                if g in TYPE_INDEX:
+                    busy[TYPE_INDEX[g]] = float(table.busy_frac[i, j])
+        jid = job_id or spec.id or table.job_ids[i]
+        if jid is None:
+            raise PlacementError(f"row {i}: the job has no id; pass job_id= or set spec.id")
+        upper = arrays["peak_vram_upper_gib"]
+        if requested_gpu is None:
+            requested_gpu = spec.gpu or requested_type(upper, spec.n_gpus)
+        return cls(
+            job_id=str(jid),
+            vram_gib=arrays["peak_vram_gib"],
+            vram_upper_gib=upper,
+            runtime_s=arrays["runtime_s"],
+            runtime_upper_s=arrays["runtime_upper_s"],
+            n_gpus=spec.n_gpus,
+            tensor_parallel=spec.tensor_parallel,
+            pipeline_parallel=spec.pipeline_parallel,
+            gpu=spec.gpu,
+            requested_gpu=requested_gpu,
+            priority=spec.priority,
+            deadline_s=spec.deadline_s,
+            submit_time_s=submit_time_s,
+            user_runtime_estimate_s=user_runtime_estimate_s,
+            reserved_gib=reserved_gib,
+            busy_frac=busy,
+        )
+
+
+def requested_type(
+    upper_gib: np.ndarray,
+    n_gpus: int,
+    wanted: str | None = None,
+    pool: Pool | None = None,
+) -> str:
+    """The whole GPU type a user would request for a job: ``wanted`` (default: the habitual
+    H100-80GB) if the job's upper bound fits one and, given a ``pool``, some node of that type
+    holds its gang; else the smallest type that does; else ``wanted``.
+
+    Users upsize when their habitual GPU is too small, and ask for a type that has a node big
+    enough for their gang; without that the ``requested`` baseline would reject jobs nobody
+    would submit. The live service and the simulator both call this, so the baseline is the
+    same in both.
+    """
+    from predictor.gpus import get_gpu
+
+    want = HABITUAL_GPU if wanted is None else wanted
+    max_gang = None if pool is None else node_max_size(pool)
+
+    def ok(name: str) -> bool:
+        t = TYPE_INDEX[name]
+        fits = upper_gib[t] <= get_gpu(name).memory_gib
+        return bool(fits and (max_gang is None or max_gang[t] >= n_gpus))
+
+    if ok(want):
+        return want
+    for name in sorted(GPU_NAMES, key=lambda n: get_gpu(n).memory_gib):
+        if ok(name):
+            return name
+    return want
+
+
+@dataclass(slots=True)
+class RunningJob:
+    """A placed job. ``predicted_end_s`` uses the option's predicted runtime; ``user_end_s``
+    the user's own estimate when one was given (EASY backfill reads it)."""
+
+    job_id: str
+    option: Option
+    start_s: float
+    predicted_end_s: float
+    user_end_s: float | None = None
+    request: PlacementRequest | None = field(default=None, repr=False)

@@ -1,0 +1,291 @@
+"""One job's options at one moment, as arrays over the pool's option classes: rank, explain,
+bind."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from predictor.gpus import GPU_NAMES
+from scheduler.core._classes import class_masks, gib, node_max_size, opt_float
+from scheduler.core.binding import Binding, Select, bind, shared_gpu
+from scheduler.core.decision import Option
+from scheduler.core.pool import (
+    KIND_MIG,
+    KIND_NAMES,
+    KIND_SHARED,
+    KIND_WHOLE,
+    Pool,
+    PoolState,
+    Summary,
+)
+from scheduler.core.requests import PlacementRequest
+from scheduler.exceptions import PlacementError
+
+__all__ = ["OptionTable"]
+
+
+class OptionTable:
+    """Every option class of the pool for one job at one moment, as arrays over classes.
+
+    This is the hot-path form of :func:`enumerate_options` (same arguments): policies rank
+    options with numpy and bind concrete GPUs only for the one they choose; :meth:`options`
+    builds the :class:`~scheduler.core.decision.Option` list for the placement log when someone
+    reads it. Every array is computed up front, so a table stays valid after the state moves
+    on. Many jobs at once: :class:`OptionBatch`.
+    """
+
+    __slots__ = (
+        "_first",
+        "_leftover",
+        "_state",
+        "allowed",
+        "cap_ok",
+        "capacity_mib",
+        "cheapest_empty",
+        "cost",
+        "empty_room",
+        "finite",
+        "fits_empty",
+        "fits_now",
+        "kind_ok",
+        "need_mib",
+        "now",
+        "pinned_ok",
+        "pool",
+        "request",
+        "runtime",
+        "select",
+        "size",
+        "why_excluded",
+    )
+
+    allowed: np.ndarray
+    cap_ok: np.ndarray
+    capacity_mib: np.ndarray
+    cheapest_empty: int | None
+    cost: np.ndarray
+    empty_room: np.ndarray
+    finite: np.ndarray
+    fits_empty: np.ndarray
+    fits_now: np.ndarray
+    kind_ok: np.ndarray
+    need_mib: np.ndarray
+    now: Summary
+    pinned_ok: np.ndarray
+    pool: Pool
+    request: PlacementRequest
+    runtime: np.ndarray
+    select: Select
+    size: np.ndarray
+    why_excluded: str
+    _state: PoolState | None
+    _leftover: np.ndarray | None
+    _first: np.ndarray | None
+
+    def __init__(
+        self,
+        request: PlacementRequest,
+        state: PoolState,
+        empty_state: PoolState | None = None,
+        *,
+        select: Select = "pack",
+        types: Sequence[str] | None = None,
+        kinds: Sequence[str] | None = None,
+        reserve_whole: bool = False,
+        why_excluded: str = "not considered by this policy",
+    ) -> None:
+        from scheduler.core.options import OptionBatch
+
+        src = OptionBatch(
+            [request],
+            state.pool,
+            empty_state,
+            select=select,
+            types=types,
+            kinds=kinds,
+            reserve_whole=reserve_whole,
+            why_excluded=why_excluded,
+        ).table(0, state)
+        for name in OptionTable.__slots__:
+            setattr(self, name, getattr(src, name))
+
+    def _need_state(self, what: str) -> PoolState:
+        if self._state is None:
+            raise PlacementError(
+                f"{what} needs the pool state; build the table with OptionBatch.table(i, state)"
+            )
+        return self._state
+
+    def leftover(self) -> np.ndarray:
+        """Per class, MiB the job leaves unreserved on the GPU it would get (bestfit's key).
+
+        Whole GPU and MIG: slot size minus reservation; shared: what stays free on the
+        best-fitting shared GPU. Classes that do not fit now keep the slot-size figure.
+        """
+        if self._leftover is None:
+            pool = self.pool
+            leftover = pool.class_capacity_mib - self.need_mib
+            shared_now = self.fits_now & class_masks(pool)[1][KIND_SHARED]
+            if shared_now.any():
+                state = self._need_state("leftover()")
+                for c in np.flatnonzero(shared_now):
+                    need = int(self.need_mib[c])
+                    g = shared_gpu(pool, state, int(pool.class_type[c]), need, self.select)
+                    leftover[c] = int(pool.capacity_mib[g] - state.used_mib[g]) - need
+            self._leftover = leftover
+        return self._leftover
+
+    def first(self) -> np.ndarray:
+        """Per class, the lowest GPU index the option could take now (first-fit's key)."""
+        if self._first is None:
+            first = np.full(self.pool.n_classes, 1 << 40, np.int64)
+            if self.fits_now.any():
+                state = self._need_state("first()")
+                n = self.request.n_gpus
+                for c in np.flatnonzero(self.fits_now):
+                    b = bind(self.pool, state, int(c), n, int(self.need_mib[c]), "first")
+                    first[c] = b.gpus[0]
+            self._first = first
+        return self._first
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self.fits_now.shape[0])
+
+    def size_mib(self) -> np.ndarray:
+        """Memory the option occupies across all its GPUs (ties go to the smallest)."""
+        return self.size
+
+    def best(self, keys: Sequence[np.ndarray], mask: np.ndarray) -> int | None:
+        """Index minimising ``keys`` (lexsort order: last key is primary) among ``mask``."""
+        # Masked-out classes sort last on an extra, most significant key; ties keep class order.
+        order = np.lexsort((*keys, ~mask))
+        c = int(order[0])
+        return c if mask[c] else None
+
+    def cost_keys(self) -> tuple[np.ndarray, ...]:
+        return (self.size_mib(), self.cost)
+
+    def cheapest(self, *, now: bool = True) -> int | None:
+        if not now:
+            return self.cheapest_empty
+        return self.best(self.cost_keys(), self.fits_now)
+
+    def reason(self, c: int) -> str:
+        """Why class ``c`` cannot run this job now ("" when it can)."""
+        if self.fits_now[c]:
+            return ""
+        pool = self.pool
+        t = int(pool.class_type[c])
+        tname = GPU_NAMES[t]
+        kind = int(pool.class_kind[c])
+        profile = pool.class_profile[c]
+        n = self.request.n_gpus
+        need = int(self.need_mib[c])
+        if not self.finite[c]:
+            return f"{tname}: no prediction for this GPU type"
+        if not self.pinned_ok[c]:
+            return f"pinned to {self.request.gpu}"
+        if not self.allowed[c]:
+            return self.why_excluded
+        if not self.kind_ok[c]:
+            what = f"MIG {profile}" if kind == KIND_MIG else f"shared {tname}"
+            return f"{what}: takes 1-GPU jobs only (job needs {n})"
+        if not self.cap_ok[c]:
+            what = {KIND_MIG: f"{tname} MIG {profile}", KIND_SHARED: f"shared {tname}"}.get(
+                kind, tname
+            )
+            return f"{what}: needs {gib(need):.1f} GiB > {gib(int(self.capacity_mib[c])):.1f} GiB"
+        if not self.empty_room[c]:
+            if kind == KIND_WHOLE:
+                largest = int(node_max_size(pool)[t])
+                return (
+                    f"{tname}: needs {n} GPUs in one node; the largest {tname} node has {largest}"
+                )
+            if kind == KIND_MIG:
+                return f"{tname} MIG {profile}: no such slice in this pool"
+            return f"shared {tname}: no shared GPU has {gib(need):.1f} GiB"
+        if kind == KIND_WHOLE:
+            more = n - int(self.now.type_max_node_free[t])
+            return f"insufficient free {tname}: {more} more needed"
+        if kind == KIND_MIG:
+            return f"insufficient free {tname} MIG {profile}: 1 more needed"
+        best = int(self.now.type_shared_free_mib[t])
+        if best < 0:
+            return f"shared {tname}: every shared GPU is at max_shared_jobs"
+        return f"shared {tname}: needs {gib(need):.1f} GiB > {gib(best):.1f} GiB free"
+
+    # -- binding and materialising -----------------------------------------------------------
+
+    def bind(self, c: int, state: PoolState) -> Binding:
+        """Concrete GPUs for class ``c`` on ``state`` (which must be the table's state)."""
+        if not self.fits_now[c]:
+            raise PlacementError(
+                f"job {self.request.job_id!r}: option {self.pool.class_label(c)} does not fit "
+                f"now ({self.reason(c)})"
+            )
+        return bind(self.pool, state, c, self.request.n_gpus, int(self.need_mib[c]), self.select)
+
+    def option(self, c: int, binding: Binding | None = None, reason: str | None = None) -> Option:
+        pool = self.pool
+        t = int(pool.class_type[c])
+        kind = int(pool.class_kind[c])
+        vram = float(self.request.vram_gib[t])
+        upper = float(self.request.vram_upper_gib[t])
+        need = int(self.need_mib[c])
+        leftover: float | None = None
+        if binding is not None:
+            leftover = gib(binding.free_before_mib - need)
+        return Option(
+            kind=KIND_NAMES[kind],
+            gpu_type=GPU_NAMES[t],
+            node=binding.node if binding is not None else None,
+            gpu_indices=binding.gpus if binding is not None else (),
+            mig_profile=pool.class_profile[c],
+            n_gpus=self.request.n_gpus if kind == KIND_WHOLE else 1,
+            capacity_gib=gib(int(self.capacity_mib[c])),
+            reserved_gib=gib(need),
+            vram_gib=vram if math.isfinite(vram) else None,
+            vram_upper_gib=upper if math.isfinite(upper) else None,
+            runtime_s=opt_float(float(self.runtime[c])),
+            cost_usd=opt_float(float(self.cost[c])),
+            fits_now=bool(self.fits_now[c]),
+            fits_empty=bool(self.fits_empty[c]),
+            reason=self.reason(c) if reason is None else reason,
+            mig_start=binding.mig_start if binding is not None else None,
+            leftover_gib=leftover,
+        )
+
+    def options(
+        self,
+        chosen: int | None = None,
+        chosen_option: Option | None = None,
+        *,
+        loser_reason: str = "ranked lower by this policy",
+        by_cost: bool = True,
+        override_reason: str | None = None,
+    ) -> list[Option]:
+        """The Option list for a Decision; feasible losers say why the chosen one beat them."""
+        out: list[Option] = []
+        chosen_cost = float(self.cost[chosen]) if chosen is not None else math.inf
+        for c in range(len(self)):
+            if c == chosen and chosen_option is not None:
+                out.append(chosen_option)
+                continue
+            reason: str | None = None
+            if self.fits_now[c]:
+                if override_reason is not None:
+                    reason = override_reason
+                elif chosen is not None:
+                    extra = float(self.cost[c]) - chosen_cost
+                    reason = (
+                        f"costs ${extra:.2f} more than chosen"
+                        if by_cost and extra >= 0.005
+                        else loser_reason
+                    )
+            out.append(self.option(c, reason=reason))
+        return out

@@ -1,0 +1,265 @@
+"""The base of every greedy policy: decide each job in queue order, commit as you go.
+
+A greedy policy is a handful of knobs (class attributes) and hooks (methods), not a bundle of
+keyword arguments: what the queue may use (:meth:`GreedyPolicy.batch`), how options rank
+(:meth:`GreedyPolicy.keys`), what the placement log says about the winner and the losers,
+and whether the queue is FIFO or backfilled. The loop itself lives in :class:`_QueueWalk`,
+one object per call, so its state (the reserved head job, the fenced state, who blocks the
+queue) is named instead of threaded through one long function.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from scheduler.core.backfill import Probe, earliest_fit
+from scheduler.core.binding import Binding, Select
+from scheduler.core.decide import pending_decision, pending_from_batch, place, rejected_decision
+from scheduler.core.decision import Decision, Option
+from scheduler.core.options import OptionBatch
+from scheduler.core.pool import Pool, PoolState
+from scheduler.core.requests import PlacementRequest, RunningJob
+from scheduler.core.table import OptionTable
+from scheduler.policies.base import Policy
+
+__all__ = ["GreedyPolicy"]
+
+
+class GreedyPolicy(Policy):
+    """Each job takes the option minimising :meth:`keys` among those that fit now.
+
+    ``backfill`` gives the first job that cannot start a reservation at the earliest time
+    running jobs (and jobs placed earlier in this call) free enough capacity, per
+    :meth:`running_end`; later jobs start only if they end before it (per :meth:`job_runtime`)
+    or stay off its GPUs. ``strict_fifo`` without backfill makes every job behind a blocked
+    head wait.
+    """
+
+    select: Select = "pack"
+    loser_reason: str = "ranked lower by this policy"
+    # Losers that fit say how much more they cost than the winner (else ``loser_reason``).
+    by_cost: bool = True
+    backfill: bool = False
+    strict_fifo: bool = False
+
+    def batch(self, pending: Sequence[PlacementRequest], pool: Pool) -> OptionBatch:
+        """Sizes and prices the whole queue once; policies restrict types and kinds here."""
+        return OptionBatch(pending, pool, select=self.select)
+
+    def keys(self, table: OptionTable) -> Sequence[np.ndarray]:
+        """Ranking keys, lexsort order (the last key is primary)."""
+        return table.cost_keys()
+
+    def chosen_reason(self, option: Option) -> str:
+        return f"chosen by {self.name.value}: {option.label} on {option.node}"
+
+    def job_runtime(self, request: PlacementRequest, option: Option) -> float:
+        """How long a job would run on ``option``: whether it ends before a reservation."""
+        return option.runtime_s if option.runtime_s is not None else math.inf
+
+    def running_end(self, job: RunningJob) -> float:
+        """When a running job frees its GPUs, as backfill's reservation arithmetic sees it."""
+        return job.predicted_end_s
+
+    def wait_for(
+        self,
+        table: OptionTable,
+        idx: int,
+        state: PoolState,
+        running: Sequence[RunningJob],
+        now_s: float,
+    ) -> tuple[str, float, Option] | None:
+        """(reason, start time, option) when the job should wait for a better option it can
+        reserve instead of taking ``idx`` now; None to take it."""
+        return None
+
+    def schedule(
+        self,
+        pending: Sequence[PlacementRequest],
+        state: PoolState,
+        now_s: float,
+        running: Sequence[RunningJob] = (),
+    ) -> list[Decision]:
+        return self.walk(pending, state, now_s, running)
+
+    def walk(
+        self,
+        pending: Sequence[PlacementRequest],
+        state: PoolState,
+        now_s: float,
+        running: Sequence[RunningJob] = (),
+        *,
+        backfill: bool | None = None,
+        strict_fifo: bool | None = None,
+    ) -> list[Decision]:
+        """The queue loop, with this policy's knobs unless ``backfill``/``strict_fifo`` say
+        otherwise (a policy that tries several orders runs some without backfill)."""
+        walk = _QueueWalk(
+            self,
+            pending,
+            state,
+            now_s,
+            running,
+            backfill=self.backfill if backfill is None else backfill,
+            strict_fifo=self.strict_fifo if strict_fifo is None else strict_fifo,
+        )
+        return walk.run()
+
+
+class _QueueWalk:
+    """One pass of a greedy policy over the queue."""
+
+    def __init__(
+        self,
+        policy: GreedyPolicy,
+        pending: Sequence[PlacementRequest],
+        state: PoolState,
+        now_s: float,
+        running: Sequence[RunningJob],
+        *,
+        backfill: bool,
+        strict_fifo: bool,
+    ) -> None:
+        self.policy = policy
+        self.name = policy.name.value
+        self.pending = pending
+        self.state = state
+        self.now_s = now_s
+        self.backfill = backfill
+        # FIFO without backfill: every job behind a blocked one waits.
+        self.fifo = strict_fifo and not backfill
+        self.batch = policy.batch(pending, state.pool)
+        self.live = list(running)
+        # The reserved head job (id, start time, GPUs) and the state with its GPUs fenced off.
+        self.head: tuple[str, float, tuple[int, ...]] | None = None
+        self.fenced: PoolState | None = None
+        self.reserve_tried = False
+        self.blocked_by: str | None = None
+
+    def pick(self, table: OptionTable) -> int | None:
+        return table.best(self.policy.keys(table), table.fits_now)
+
+    def probe_for(self, i: int) -> Probe:
+        def f(s: PoolState) -> tuple[OptionTable, int | None]:
+            t = self.batch.table(i, s)
+            return t, self.pick(t)
+
+        return f
+
+    def run(self) -> list[Decision]:
+        return [self.decide(i, req) for i, req in enumerate(self.pending)]
+
+    def decide(self, i: int, req: PlacementRequest) -> Decision:
+        batch, state, name, now_s = self.batch, self.state, self.name, self.now_s
+        if not batch.fits_empty_any(i):
+            return rejected_decision(batch.table(i, state), policy=name, now_s=now_s)
+        if self.blocked_by is not None:
+            why = f"waiting behind {self.blocked_by} (first in, first out)"
+            return pending_from_batch(batch, i, state, policy=name, now_s=now_s, reason=why)
+        if not batch.fits_now_any(i, state) and (not self.backfill or self.reserve_tried):
+            if self.fifo:
+                self.blocked_by = req.job_id
+            return pending_from_batch(batch, i, state, policy=name, now_s=now_s)
+        table = batch.table(i, state)
+        idx = self.pick(table)
+        binding: Binding | None = None
+        note = ""
+        if idx is not None and self.head is not None and self.fenced is not None:
+            fenced = self.fenced_pick(i, req, table, idx)
+            if isinstance(fenced, Decision):
+                return fenced
+            table, idx, binding = fenced
+            note = f" (backfilled ahead of {self.head[0]})"
+        wait = None
+        if idx is not None:
+            wait = self.policy.wait_for(table, idx, state, self.live, now_s)
+            if wait is None:
+                return self.commit(req, table, idx, binding, note)
+        return self.hold(i, req, table, wait)
+
+    def fenced_pick(
+        self, i: int, req: PlacementRequest, table: OptionTable, idx: int
+    ) -> Decision | tuple[OptionTable, int, Binding]:
+        """Behind a reservation: the pick if it ends before the reserved start or stays off
+        the reserved GPUs, else a pick on the fenced state, else a pending Decision."""
+        assert self.head is not None and self.fenced is not None
+        head_id, head_t, head_gpus = self.head
+        binding = table.bind(idx, self.state)
+        est = self.policy.job_runtime(req, table.option(idx, binding, reason=""))
+        if not (self.now_s + est > head_t and set(binding.gpus) & set(head_gpus)):
+            return table, idx, binding
+        ftable = self.batch.table(i, self.fenced)
+        fidx = self.pick(ftable)
+        if fidx is None:
+            why = f"would delay {head_id}, which holds a reservation from t={head_t:.0f}s"
+            return pending_decision(
+                table, policy=self.name, now_s=self.now_s, reason=why, loser_reason=why
+            )
+        # The fenced table's arrays match the real state except on the fence, so its pick is
+        # valid on the real state too; bind it there.
+        return ftable, fidx, ftable.bind(fidx, self.fenced)
+
+    def commit(
+        self,
+        req: PlacementRequest,
+        table: OptionTable,
+        idx: int,
+        binding: Binding | None,
+        note: str,
+    ) -> Decision:
+        policy, state = self.policy, self.state
+        d = place(
+            table,
+            idx,
+            state,
+            policy=self.name,
+            now_s=self.now_s,
+            reason="",
+            keys=policy.keys,
+            loser_reason=policy.loser_reason,
+            by_cost=policy.by_cost,
+            binding=binding,
+        )
+        opt = state.option_of(req.job_id)
+        d.reason = policy.chosen_reason(opt) + note
+        if self.backfill:
+            end = self.now_s + (opt.runtime_s if opt.runtime_s is not None else math.inf)
+            self.live.append(RunningJob(req.job_id, opt, self.now_s, end))
+        if self.head is not None:
+            self.fenced = state.fenced(self.head[2])
+        return d
+
+    def hold(
+        self,
+        i: int,
+        req: PlacementRequest,
+        table: OptionTable,
+        wait: tuple[str, float, Option] | None,
+    ) -> Decision:
+        """A job that does not start now; with backfill, the first one reserves its start."""
+        reserve: tuple[float, Option] | None = None
+        if wait is not None:
+            d = pending_decision(table, policy=self.name, now_s=self.now_s, reason=wait[0])
+            reserve = (wait[1], wait[2])
+        else:
+            d = pending_decision(table, policy=self.name, now_s=self.now_s)
+            if self.backfill and not self.reserve_tried:
+                self.reserve_tried = True
+                reserve = earliest_fit(
+                    self.state,
+                    self.live,
+                    self.now_s,
+                    self.probe_for(i),
+                    end_of=self.policy.running_end,
+                )
+        if self.backfill and self.head is None and reserve is not None:
+            t, o = reserve
+            self.head = (req.job_id, t, o.gpu_indices)
+            self.fenced = self.state.fenced(o.gpu_indices)
+            d.reason += f"; reserved {o.label} on {o.node} from t={t:.0f}s"
+        if self.fifo:
+            self.blocked_by = req.job_id
+        return d
