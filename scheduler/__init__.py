@@ -13,7 +13,7 @@ from typing import Any
 _EXPORTS: dict[str, str] = {
     # pool and placement core
     "Pool": "scheduler.core.pool",
-    "PoolState": "scheduler.core.pool",
+    "PoolState": "scheduler.core.state",
     "load_pool": "scheduler.core.pool",
     "synthetic_pool": "scheduler.core.pool",
     "PlacementRequest": "scheduler.core.requests",
@@ -43,10 +43,9 @@ _EXPORTS: dict[str, str] = {
     "Client": "scheduler.service.client",
     "JobHandle": "scheduler.service.client",
     "SchedulerService": "scheduler.service.leader",
-    "connect": "scheduler.service.store.redis_store",
-    "Store": "scheduler.service.store.redis_store",
+    "connect": "scheduler.service.store.embedded",
+    "Store": "scheduler.service.store.protocol",
     "RedisStore": "scheduler.service.store.redis_store",
-    "MemoryStore": "scheduler.service.store.redis_store",
     "Keys": "scheduler.service.store.keys",
     "JobState": "scheduler.service.store.keys",
     # operators

@@ -39,10 +39,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from predictor.gpus import get_gpu
-from scheduler.service.store.redis_store import Store
-from scheduler.service.store.keys import LOG_CAP_BYTES, OutcomeRecord, PlacementRecord, dumps
 from scheduler.service.leader import EventLog, event
-
+from scheduler.service.store.keys import LOG_CAP_BYTES
+from scheduler.service.store.protocol import Store
+from scheduler.service.store.records import OutcomeRecord, PlacementRecord, dumps
 from workers.nvml import Nvml, PeakSampler
 
 __all__ = [

@@ -1,7 +1,7 @@
 """Operator commands: ``snugfit log``, ``snugfit explain ID`` and ``snugfit pool``.
 
 They only read Redis (the layout in :mod:`scheduler.service.store.keys`), through
-:func:`scheduler.service.store.redis_store.connect` (``SNUGFIT_REDIS_URL`` or the embedded server), and render
+:func:`scheduler.service.store.embedded.connect` (``SNUGFIT_REDIS_URL`` or the embedded server), and render
 with :mod:`scheduler.cli.render`.
 """
 
@@ -61,8 +61,8 @@ def parse_record(raw: Mapping[str, str]) -> dict[str, Any]:
 
 
 def _store(url: str | None, prefix: str) -> Any:
-    from scheduler.service.store.redis_store import open_store
     from scheduler.exceptions import ServiceError
+    from scheduler.service.store.redis_store import open_store
 
     try:
         return open_store(url, prefix)
@@ -192,9 +192,9 @@ def explain_command(
     breakdown, predicted vs actual once it ran, and why it is pending (Slurm-style Reason)."""
     from rich.console import Console
 
+    from scheduler.cli.render import explain
     from scheduler.core.decision import Decision
     from scheduler.exceptions import SchedulerError
-    from scheduler.cli.render import explain
 
     store = _store(url, prefix)
     try:
@@ -240,9 +240,9 @@ def pool_command(
     and free capacity by GPU type."""
     from rich.console import Console
 
-    from scheduler.exceptions import SchedulerError
-    from scheduler.core.pool import Pool
     from scheduler.cli.render import pool_view
+    from scheduler.core.pool import Pool
+    from scheduler.exceptions import SchedulerError
 
     store = _store(url, prefix)
     try:

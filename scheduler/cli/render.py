@@ -20,17 +20,10 @@ from rich.table import Table
 from rich.text import Text
 
 from predictor.gpus import GPU_NAMES
-
 from scheduler.core.decision import Decision, Option
-from scheduler.core.pool import (
-    MIB_PER_GIB,
-    MIG_COMPUTE_SLICES,
-    MIG_MEMORY_SLICES,
-    MODE_MIG,
-    MODE_SHARED,
-    Pool,
-    PoolState,
-)
+from scheduler.core.mig import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES
+from scheduler.core.pool import MIB_PER_GIB, MODE_MIG, MODE_SHARED, Pool
+from scheduler.core.state import PoolState
 
 __all__ = [
     "BREAKDOWN_ORDER",

@@ -45,7 +45,6 @@ def _fail(exc: Exception) -> click.ClickException:
 def submit_command(job_file: Path, redis_url: str | None, as_json: bool) -> None:
     """Submit every job in JOB_FILE (YAML / JSON / JSONL); prints one id per line."""
     from predictor.exceptions import PredictorError
-
     from scheduler.exceptions import SchedulerError
 
     try:
@@ -183,10 +182,11 @@ def scheduler_command(
     verbose: bool,
 ) -> None:
     """Run the scheduler service (leader election: start several, one leads)."""
-    from scheduler.service.store.redis_store import open_store, snugfit_home
-    from scheduler.exceptions import SchedulerError
     from scheduler.core.pool import load_pool
+    from scheduler.exceptions import SchedulerError
     from scheduler.service.leader import SchedulerService
+    from scheduler.service.store.embedded import snugfit_home
+    from scheduler.service.store.redis_store import open_store
 
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,

@@ -58,10 +58,10 @@ def worker_command(
     verbose: bool,
 ) -> None:
     """Run the worker of one node: it listens on that node's queue only."""
-    from scheduler.service.store.redis_store import open_store, snugfit_home
-    from scheduler.exceptions import SchedulerError
     from scheduler.core.pool import load_pool
-
+    from scheduler.exceptions import SchedulerError
+    from scheduler.service.store.embedded import snugfit_home
+    from scheduler.service.store.redis_store import open_store
     from workers.worker import NodeWorker
 
     logging.basicConfig(

@@ -7,12 +7,7 @@ import math
 import numpy as np
 
 from predictor.gpus import GPU_NAMES
-from scheduler.core.pool import (
-    MIB_PER_GIB,
-    MODE_SHARED,
-    MODE_WHOLE,
-    Pool,
-)
+from scheduler.core.pool import MIB_PER_GIB, MODE_SHARED, MODE_WHOLE, Pool
 
 _N_TYPES = len(GPU_NAMES)
 

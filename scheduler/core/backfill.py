@@ -5,10 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from scheduler.core.decision import Option
-from scheduler.core.pool import (
-    PoolState,
-)
 from scheduler.core.requests import RunningJob
+from scheduler.core.state import PoolState
 from scheduler.core.table import OptionTable
 
 __all__ = ["Probe", "earliest_fit"]

@@ -8,14 +8,9 @@ from typing import Literal
 import numpy as np
 
 from scheduler.core._classes import class_cands, shared_gpus
-from scheduler.core.pool import (
-    KIND_SHARED,
-    KIND_WHOLE,
-    MODE_WHOLE,
-    Pool,
-    PoolState,
-    popcount15,
-)
+from scheduler.core.mig import popcount15
+from scheduler.core.pool import KIND_SHARED, KIND_WHOLE, MODE_WHOLE, Pool
+from scheduler.core.state import PoolState
 
 __all__ = ["Binding", "Select", "bind", "shared_gpu"]
 

@@ -12,10 +12,7 @@ import numpy as np
 
 from scheduler.core.binding import Binding
 from scheduler.core.decision import Decision, Option
-from scheduler.core.pool import (
-    PoolState,
-    Summary,
-)
+from scheduler.core.state import PoolState, Summary
 from scheduler.core.table import OptionTable
 
 if TYPE_CHECKING:

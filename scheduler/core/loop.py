@@ -17,8 +17,8 @@ from scheduler.core.clock import Clock, SystemClock
 from scheduler.core.decide import rejected_decision
 from scheduler.core.decision import Decision
 from scheduler.core.options import fits_anywhere_many, option_table
-from scheduler.core.pool import PoolState
 from scheduler.core.requests import PlacementRequest, RunningJob
+from scheduler.core.state import PoolState
 from scheduler.exceptions import PlacementError, SchedulerError
 from scheduler.policies.base import Policy
 

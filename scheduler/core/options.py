@@ -32,16 +32,9 @@ from predictor.gpus import GPU_NAMES
 from scheduler.core._classes import class_masks
 from scheduler.core.binding import Select
 from scheduler.core.decision import Option
-from scheduler.core.pool import (
-    KIND_NAMES,
-    KIND_SHARED,
-    KIND_WHOLE,
-    MIB_PER_GIB,
-    Pool,
-    PoolState,
-    Summary,
-)
+from scheduler.core.pool import KIND_NAMES, KIND_SHARED, KIND_WHOLE, MIB_PER_GIB, Pool
 from scheduler.core.requests import N_TYPES, TYPE_INDEX, PlacementRequest
+from scheduler.core.state import PoolState, Summary
 from scheduler.core.table import OptionTable
 
 __all__ = [

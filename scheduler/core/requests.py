@@ -14,9 +14,7 @@ import numpy.typing as npt
 from predictor.gpus import GPU_NAMES
 from scheduler.core._classes import node_max_size
 from scheduler.core.decision import Option
-from scheduler.core.pool import (
-    Pool,
-)
+from scheduler.core.pool import Pool
 from scheduler.exceptions import PlacementError
 
 if TYPE_CHECKING:

@@ -12,16 +12,9 @@ from predictor.gpus import GPU_NAMES
 from scheduler.core._classes import class_masks, gib, node_max_size, opt_float
 from scheduler.core.binding import Binding, Select, bind, shared_gpu
 from scheduler.core.decision import Option
-from scheduler.core.pool import (
-    KIND_MIG,
-    KIND_NAMES,
-    KIND_SHARED,
-    KIND_WHOLE,
-    Pool,
-    PoolState,
-    Summary,
-)
+from scheduler.core.pool import KIND_MIG, KIND_NAMES, KIND_SHARED, KIND_WHOLE, Pool
 from scheduler.core.requests import PlacementRequest
+from scheduler.core.state import PoolState, Summary
 from scheduler.exceptions import PlacementError
 
 __all__ = ["OptionTable"]

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from scheduler.core.decision import Decision
-    from scheduler.core.pool import PoolState
     from scheduler.core.requests import PlacementRequest, RunningJob
+    from scheduler.core.state import PoolState
     from scheduler.policies.registry import PolicyName
 
 __all__ = ["Policy"]

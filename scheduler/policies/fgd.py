@@ -29,8 +29,8 @@ from scheduler.policies.registry import PolicyName
 if TYPE_CHECKING:
     from scheduler.core.binding import Binding
     from scheduler.core.decision import Decision
-    from scheduler.core.pool import PoolState
     from scheduler.core.requests import PlacementRequest, RunningJob
+    from scheduler.core.state import PoolState
     from scheduler.core.table import OptionTable
 
 __all__ = [

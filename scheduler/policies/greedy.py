@@ -20,8 +20,9 @@ from scheduler.core.binding import Binding, Select
 from scheduler.core.decide import pending_decision, pending_from_batch, place, rejected_decision
 from scheduler.core.decision import Decision, Option
 from scheduler.core.options import OptionBatch
-from scheduler.core.pool import Pool, PoolState
+from scheduler.core.pool import Pool
 from scheduler.core.requests import PlacementRequest, RunningJob
+from scheduler.core.state import PoolState
 from scheduler.core.table import OptionTable
 from scheduler.policies.base import Policy
 

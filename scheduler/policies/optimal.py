@@ -20,15 +20,9 @@ from scheduler.core.binding import Binding
 from scheduler.core.decide import pending_decision, place, rejected_decision
 from scheduler.core.decision import Decision
 from scheduler.core.options import OptionBatch
-from scheduler.core.pool import (
-    KIND_MIG,
-    KIND_SHARED,
-    KIND_WHOLE,
-    MODE_SHARED,
-    MODE_WHOLE,
-    PoolState,
-)
+from scheduler.core.pool import KIND_MIG, KIND_SHARED, KIND_WHOLE, MODE_SHARED, MODE_WHOLE
 from scheduler.core.requests import PlacementRequest, RunningJob
+from scheduler.core.state import PoolState
 from scheduler.core.table import OptionTable
 from scheduler.exceptions import PolicyError
 from scheduler.policies.base import Policy

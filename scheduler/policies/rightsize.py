@@ -28,8 +28,9 @@ from scheduler.core.backfill import earliest_fit
 from scheduler.core.decide import place
 from scheduler.core.decision import Decision, Option
 from scheduler.core.options import OptionBatch
-from scheduler.core.pool import Pool, PoolState
+from scheduler.core.pool import Pool
 from scheduler.core.requests import PlacementRequest, RunningJob
+from scheduler.core.state import PoolState
 from scheduler.core.table import OptionTable
 from scheduler.exceptions import PolicyError
 from scheduler.policies.greedy import GreedyPolicy

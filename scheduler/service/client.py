@@ -26,17 +26,12 @@ from pydantic import ValidationError
 from predictor.gpus import GPU_NAMES
 from predictor.prediction import Prediction, PredictionTable
 from predictor.spec import JobSpec, load_specs, parse_spec
-
-from scheduler.service.store.redis_store import RedisStore, Store, open_store
 from scheduler.core.decision import Decision
 from scheduler.exceptions import JobFailedError, JobNotFoundError, SchedulerError, ServiceError
-from scheduler.service.store.keys import (
-    TERMINAL_STATES,
-    JobState,
-    OutcomeRecord,
-    PlacementRecord,
-    dumps,
-)
+from scheduler.service.store.keys import TERMINAL_STATES, JobState
+from scheduler.service.store.protocol import Store
+from scheduler.service.store.records import OutcomeRecord, PlacementRecord, dumps
+from scheduler.service.store.redis_store import RedisStore, open_store
 
 __all__ = ["DEFAULT_MAX_OOM_RETRIES", "DEFAULT_MAX_RETRIES", "Client", "JobHandle"]
 

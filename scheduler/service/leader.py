@@ -13,10 +13,10 @@ Each :meth:`SchedulerService.step`:
    Placed jobs that no worker started within ``placement_lease_s`` (a node with no live
    worker) are requeued the same way.
 3. **Sync.** When ``P:capver`` moved (workers finished jobs, another scheduler placed some),
-   the in-memory :class:`~scheduler.core.pool.PoolState` is brought in line with ``P:allocs``.
+   the in-memory :class:`~scheduler.core.state.PoolState` is brought in line with ``P:allocs``.
 4. **Ingest** a window of ``P:pending`` (oldest first, ``window`` jobs, so memory stays flat
    with 100,000 queued), validating each record
-   (:class:`~scheduler.service.store.keys.RequestRecord`);
+   (:class:`~scheduler.service.store.records.RequestRecord`);
    malformed or hostile records are rejected and logged, never raised. Steps are as small as
    the arrivals since the last one (a low rate gets a step per job) and batch up to ``window``
    under a burst; ``step_target_s`` optionally caps a step to that much measured work.
@@ -52,19 +52,15 @@ from pydantic import ValidationError
 
 from predictor.gpus import GPU_NAMES
 from scheduler.core.decision import Decision, Option
-from scheduler.core.pool import MIB_PER_GIB, Pool, PoolState, gib_to_mib_ceil
+from scheduler.core.pool import MIB_PER_GIB, Pool, gib_to_mib_ceil
 from scheduler.core.requests import PlacementRequest, RunningJob, requested_type
+from scheduler.core.state import PoolState
 from scheduler.exceptions import PlacementError, ServiceError
 from scheduler.policies.base import Policy
 from scheduler.policies.registry import get_policy
-from scheduler.service.store.keys import (
-    PlacementRecord,
-    RequestRecord,
-    dumps,
-    queue_name,
-    rq_job_id,
-)
-from scheduler.service.store.redis_store import Commit, Store
+from scheduler.service.store.keys import queue_name, rq_job_id
+from scheduler.service.store.protocol import Commit, Store
+from scheduler.service.store.records import PlacementRecord, RequestRecord, dumps
 
 __all__ = ["EventLog", "SchedulerService", "StepStats"]
 

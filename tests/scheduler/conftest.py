@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.service.store.redis_store import MemoryStore, RedisStore, Store
+from scheduler.service.store import RedisStore, Store
 
 
-@pytest.fixture(params=["memory", "redis"])
-def store(request: pytest.FixtureRequest) -> Store:
-    """Each service test runs against the in-memory store and a real, empty Redis."""
-    if request.param == "memory":
-        return MemoryStore()
+@pytest.fixture
+def store(redis_url: str) -> Store:
+    """A store on a real, empty Redis database: the service is only ever tested on Redis."""
     import redis
 
-    return RedisStore(redis.Redis.from_url(request.getfixturevalue("redis_url")))
+    return RedisStore(redis.Redis.from_url(redis_url))

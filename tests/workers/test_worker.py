@@ -15,11 +15,11 @@ import redis
 from rq import Queue, SimpleWorker
 from rq.serializers import JSONSerializer
 
-from scheduler.service.client import Client
-from scheduler.service.store.redis_store import RedisStore
-from scheduler.service.store.keys import queue_name
 from scheduler.core.pool import Pool
+from scheduler.service.client import Client
 from scheduler.service.leader import SchedulerService
+from scheduler.service.store.keys import queue_name
+from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
 from workers.execute import detect_oom
 from workers.worker import NodeWorker
@@ -227,7 +227,7 @@ def test_node_worker_runs_its_placed_jobs_concurrently(store: RedisStore, tmp_pa
 
 
 def test_mig_slice_is_exposed_by_its_mig_uuid(store: RedisStore, tmp_path: Path) -> None:
-    from scheduler.service.store.keys import PlacementRecord
+    from scheduler.service.store.records import PlacementRecord
     from workers.execute import _env_for
     from workers.nvml import FakeGpu, FakeNvml
 

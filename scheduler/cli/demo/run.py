@@ -376,7 +376,7 @@ def run_demo(cfg: DemoConfig, console: Any | None = None) -> DemoResult:
     procs = ProcessGroup()
     redis_started = False
     try:
-        from scheduler.service.store.redis_store import embedded_url
+        from scheduler.service.store.embedded import embedded_url
 
         pool = load_pool(cfg.pool_path)
         con.print(
@@ -467,7 +467,7 @@ def run_demo(cfg: DemoConfig, console: Any | None = None) -> DemoResult:
 
 
 def _stop_redis(home: Path) -> None:
-    from scheduler.service.store.redis_store import stop_embedded
+    from scheduler.service.store.embedded import stop_embedded
 
     with contextlib.suppress(Exception):
         stop_embedded(home)

@@ -20,8 +20,10 @@ from scheduler.core.loop import SchedulerCore
 from scheduler.core.pool import MIB_PER_GIB, Pool, load_pool
 from scheduler.core.requests import PlacementRequest
 from scheduler.policies.registry import get_policy
-from scheduler.service.store.keys import dumps, queue_name, rq_job_id
-from scheduler.service.store.redis_store import Commit, RedisStore
+from scheduler.service.store.keys import queue_name, rq_job_id
+from scheduler.service.store.protocol import Commit
+from scheduler.service.store.records import dumps
+from scheduler.service.store.redis_store import RedisStore
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -9,8 +9,9 @@ import pytest
 from scheduler.core.clock import VirtualClock
 from scheduler.core.decision import Decision
 from scheduler.core.loop import SchedulerCore
-from scheduler.core.pool import Pool, PoolState
+from scheduler.core.pool import Pool
 from scheduler.core.requests import PlacementRequest, RunningJob
+from scheduler.core.state import PoolState
 from scheduler.core.table import OptionTable
 from scheduler.exceptions import PlacementError, SchedulerError
 from scheduler.policies.base import Policy

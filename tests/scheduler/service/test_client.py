@@ -9,10 +9,10 @@ import pytest
 
 from predictor.exceptions import SpecError
 from predictor.gpus import GPU_NAMES
-from scheduler.service.client import Client
-from scheduler.service.store.redis_store import Store
 from scheduler.exceptions import JobFailedError, JobNotFoundError, ServiceError
-from scheduler.service.store.keys import RequestRecord
+from scheduler.service.client import Client
+from scheduler.service.store.protocol import Store
+from scheduler.service.store.records import RequestRecord
 from tests.jobs import inference_spec as spec
 
 

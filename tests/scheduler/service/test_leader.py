@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from scheduler.service.client import Client
-from scheduler.service.store.redis_store import Store
 from scheduler.core.pool import Pool, load_pool
+from scheduler.service.client import Client
 from scheduler.service.leader import SchedulerService
+from scheduler.service.store.protocol import Store
 from tests.jobs import inference_spec as spec
 
 
