@@ -8,8 +8,10 @@ RQ hands it JSON-only arguments; everything else comes from the job record in Re
 2. Run the ``command`` as an argv list (never a shell) in its own process group, with
    ``CUDA_VISIBLE_DEVICES`` (the MIG device UUID for a slice when NVML can name it) and, on a
    shared GPU, ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` set to the reservation; stdout+stderr go to
-   a file whose tail is stored for ``logs()``. NVML samples the peak. Or, with ``simulate``,
-   :class:`workers.simulated.SimulatedRun` in scaled time.
+   a file whose tail is stored for ``logs()``. NVML samples the peak
+   (:class:`workers.process.ProcessRun`). Or, on a ``--simulate`` worker or for a job without
+   a command, :class:`workers.simulated.SimulatedRun` in scaled time: both are a
+   :class:`workers.runner.Runner`, supervised the same way.
 3. Heartbeat every ``heartbeat_s``: renews the job's lease; a cancel request or a lost lease
    stops the process group (SIGTERM, then SIGKILL after ``kill_grace_s``).
 4. Outcome (peak VRAM, runtime, exit, OOM from "CUDA out of memory" / ``torch.OutOfMemoryError``
@@ -22,14 +24,9 @@ RQ hands it JSON-only arguments; everything else comes from the job record in Re
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import logging
 import os
-import re
-import signal
-import subprocess
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -39,30 +36,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from predictor.gpus import get_gpu
-from scheduler.service.leader import EventLog, event
-from scheduler.service.store.keys import LOG_CAP_BYTES
+from scheduler.service.events import EventLog, event
 from scheduler.service.store.protocol import Store
 from scheduler.service.store.records import OutcomeRecord, PlacementRecord, dumps
-from workers.nvml import Nvml, PeakSampler
+from workers.nvml import Nvml
+from workers.process import ProcessRun
+from workers.runner import Runner
+from workers.simulated import SimulatedRun
 
-__all__ = [
-    "OOM_PATTERN",
-    "WorkerContext",
-    "current_context",
-    "detect_oom",
-    "run_job",
-    "set_context",
-]
+__all__ = ["WorkerContext", "current_context", "run_job", "set_context"]
 
 log = logging.getLogger("snugfit.worker")
-
-OOM_PATTERN = re.compile(
-    r"CUDA out of memory|torch\.OutOfMemoryError|torch\.cuda\.OutOfMemoryError|"
-    r"CUBLAS_STATUS_ALLOC_FAILED|cudaErrorMemoryAllocation"
-)
-#: A failed run whose NVML peak reached this fraction of its limit is counted as an OOM.
-NVML_OOM_FRACTION = 0.97
-_GIB = float(1 << 30)
 
 
 @dataclass
@@ -129,101 +113,6 @@ def current_context() -> WorkerContext:
     return _CONTEXT
 
 
-def detect_oom(
-    output: str, exit_code: int | None, peak_gib: float | None, limit_gib: float
-) -> bool:
-    if exit_code == 0:
-        return False
-    if OOM_PATTERN.search(output):
-        return True
-    return peak_gib is not None and peak_gib >= NVML_OOM_FRACTION * limit_gib
-
-
-def _pdeathsig() -> None:
-    # The job dies with its worker (SIGKILL included), so a reclaimed job never runs twice.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-class ProcessRun:
-    """A real command: argv, its own process group, output to a file, NVML peak sampling."""
-
-    def __init__(
-        self, argv: list[str], env: dict[str, str], nvml: Nvml | None, indices: list[int]
-    ) -> None:
-        self.argv = argv
-        self.env = env
-        # Closed in close(): the file outlives this call (the job writes into it meanwhile).
-        self._out = tempfile.NamedTemporaryFile(  # noqa: SIM115
-            prefix="snugfit-job-", suffix=".log", delete=False
-        )
-        self._sampler = PeakSampler(nvml, indices) if nvml is not None and indices else None
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.t0 = 0.0
-        self.runtime_s = 0.0
-        self.stopped = False
-
-    def start(self) -> None:
-        self.t0 = time.monotonic()
-        if self._sampler is not None:
-            self._sampler.start()
-        self.proc = subprocess.Popen(
-            self.argv,
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=self.env,
-            start_new_session=True,
-            preexec_fn=_pdeathsig,
-        )
-
-    def wait(self, timeout_s: float) -> bool:
-        assert self.proc is not None
-        try:
-            self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-
-    def stop(self, grace_s: float = 5.0) -> None:
-        self.stopped = True
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-
-    def output_tail(self) -> str:
-        self._out.flush()
-        path = Path(self._out.name)
-        size = path.stat().st_size
-        with path.open("rb") as fh:
-            fh.seek(max(0, size - LOG_CAP_BYTES))
-            return fh.read().decode("utf-8", "replace")
-
-    def finish(self) -> tuple[int | None, int | None, float | None, float]:
-        """(exit code, signal, peak GiB or None, runtime s); cleans up the output file."""
-        assert self.proc is not None
-        code = self.proc.wait()
-        self.runtime_s = time.monotonic() - self.t0
-        peak = None
-        if self._sampler is not None:
-            got = self._sampler.stop()
-            peak = None if got is None else got / _GIB / max(1, len(self._sampler.indices))
-        sig = -code if code < 0 else None
-        return (code if code >= 0 else None), sig, peak, self.runtime_s
-
-    def close(self) -> None:
-        self._out.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self._out.name)
-
-
 def _env_for(ctx: WorkerContext, p: PlacementRecord) -> dict[str, str]:
     env = dict(os.environ)
     local = [ctx.local_index.get(g, g) for g in p.gpu_indices]
@@ -288,9 +177,11 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
     except (ValidationError, ValueError, AttributeError) as exc:
         reason = f"corrupt job record: {str(exc).splitlines()[0][:200]}"
         return _fail_before_start(ctx, events, job_id, attempt, reason)
-    simulate = ctx.simulate or not argv
+    limit = _limit_gib(p)
+    runner = _runner_for(ctx, job_id, attempt, p, argv, predictions, limit)
+    simulated = not isinstance(runner, str) and runner.simulated
     option = _option_of(ctx, job_id)
-    if simulate:
+    if simulated:
         ctx.store.set_fields(job_id, {"simulated": "1"})
     events.emit(
         [
@@ -301,30 +192,12 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
                 node=ctx.node,
                 reason=f"worker {ctx.worker_name}",
                 option=option,
-                simulated=simulate,
+                simulated=simulated,
             )
         ]
     )
-    limit = _limit_gib(p)
-    if simulate:
-        from workers.simulated import SimulatedRun
-
-        pred = predictions.get(p.gpu_type, {})
-        runner: Any = SimulatedRun(
-            job_id,
-            attempt,
-            predicted_peak_gib=float(pred.get("peak_vram_gib") or p.reserved_gib),
-            predicted_runtime_s=float(p.runtime_s or pred.get("runtime_s") or 1.0),
-            limit_gib=limit,
-            time_scale=ctx.time_scale,
-            label=f"{ctx.node} ({p.label})",
-        )
-    else:
-        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv) or not argv:
-            reason = "`command` must be a non-empty list of strings (argv; no shell)"
-            return _fail_before_start(ctx, events, job_id, attempt, reason)
-        local = [ctx.local_index.get(g, g) for g in p.gpu_indices]
-        runner = ProcessRun(argv, _env_for(ctx, p), ctx.nvml, local if p.kind != "shared" else [])
+    if isinstance(runner, str):
+        return _fail_before_start(ctx, events, job_id, attempt, runner)
     try:
         runner.start()
     except OSError as exc:
@@ -337,7 +210,7 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
         key = f"{job_id}@{attempt}"
         thread = threading.Thread(
             target=_supervise_guarded,
-            args=(ctx, events, job_id, attempt, runner, simulate, spec, p, limit, option),
+            args=(ctx, events, job_id, attempt, runner, spec, p, limit, option),
             name=f"snugfit-job-{key}",
             daemon=True,
         )
@@ -345,7 +218,35 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
             ctx._running[key] = thread
         thread.start()
         return {"status": "started", "concurrent": True}
-    return _supervise(ctx, events, job_id, attempt, runner, simulate, spec, p, limit, option)
+    return _supervise(ctx, events, job_id, attempt, runner, spec, p, limit, option)
+
+
+def _runner_for(
+    ctx: WorkerContext,
+    job_id: str,
+    attempt: int,
+    p: PlacementRecord,
+    argv: Any,
+    predictions: dict[str, Any],
+    limit: float,
+) -> Runner | str:
+    """The runner of this attempt, or why it cannot run. A job without a command, or any job
+    on a ``--simulate`` worker, runs simulated (and says so everywhere)."""
+    if ctx.simulate or not argv:
+        pred = predictions.get(p.gpu_type, {})
+        return SimulatedRun(
+            job_id,
+            attempt,
+            predicted_peak_gib=float(pred.get("peak_vram_gib") or p.reserved_gib),
+            predicted_runtime_s=float(p.runtime_s or pred.get("runtime_s") or 1.0),
+            limit_gib=limit,
+            time_scale=ctx.time_scale,
+            label=f"{ctx.node} ({p.label})",
+        )
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        return "`command` must be a non-empty list of strings (argv; no shell)"
+    local = [ctx.local_index.get(g, g) for g in p.gpu_indices]
+    return ProcessRun(argv, _env_for(ctx, p), ctx.nvml, local if p.kind != "shared" else [])
 
 
 def _supervise_guarded(
@@ -353,21 +254,19 @@ def _supervise_guarded(
     events: EventLog,
     job_id: str,
     attempt: int,
-    runner: Any,
-    simulate: bool,
+    runner: Runner,
     spec: dict[str, Any],
     p: PlacementRecord,
     limit: float,
     option: dict[str, Any] | None,
 ) -> None:
     try:
-        _supervise(ctx, events, job_id, attempt, runner, simulate, spec, p, limit, option)
+        _supervise(ctx, events, job_id, attempt, runner, spec, p, limit, option)
     except Exception:
         # Redis down mid-job, etc.: the lease then lapses and the scheduler reclaims the job.
         log.exception("supervising %s attempt %s failed; its lease will lapse", job_id, attempt)
-        if not simulate:
-            with contextlib.suppress(Exception):
-                runner.stop(ctx.kill_grace_s)
+        with contextlib.suppress(Exception):
+            runner.stop(ctx.kill_grace_s)
     finally:
         with ctx._lock:
             ctx._running.pop(f"{job_id}@{attempt}", None)
@@ -378,8 +277,7 @@ def _supervise(
     events: EventLog,
     job_id: str,
     attempt: int,
-    runner: Any,
-    simulate: bool,
+    runner: Runner,
     spec: dict[str, Any],
     p: PlacementRecord,
     limit: float,
@@ -392,39 +290,28 @@ def _supervise(
         hb = ctx.store.heartbeat(job_id, attempt, int(time.time() * 1000 + ctx.lease_s * 1000))
         if hb == "cancel" and not cancelled:
             cancelled = True
-            runner.stop(ctx.kill_grace_s) if not simulate else runner.stop()
+            runner.stop(ctx.kill_grace_s)
         elif hb == "lost" and not lost:
             # Our lease was reclaimed: another attempt may start, so this one must end now.
             lost = True
-            runner.stop(ctx.kill_grace_s) if not simulate else runner.stop()
-        if not simulate and time.monotonic() - last_logs > 5.0:
+            runner.stop(ctx.kill_grace_s)
+        if time.monotonic() - last_logs > 5.0:
             last_logs = time.monotonic()
-            ctx.store.set_logs(job_id, runner.output_tail())
-    if simulate:
-        res = runner.result()
-        exit_code, sig, peak, runtime, output = (
-            res.exit_code,
-            None,
-            res.peak_vram_gib,
-            res.runtime_s,
-            res.output,
-        )
-        oom = res.oom
-    else:
-        exit_code, sig, peak, runtime = runner.finish()
-        output = runner.output_tail()
-        runner.close()
-        oom = not (cancelled or lost) and detect_oom(output, exit_code, peak, limit)
-    ctx.store.set_logs(job_id, output)
+            tail = runner.output_tail()
+            if tail is not None:
+                ctx.store.set_logs(job_id, tail)
+    res = runner.result(limit)
+    ctx.store.set_logs(job_id, res.output)
+    simulated = runner.simulated
     outcome = OutcomeRecord(
         attempt=attempt,
         state="",
-        exit_code=exit_code,
-        signal=sig,
-        peak_vram_gib=None if peak is None else round(peak, 3),
-        runtime_s=round(runtime, 3),
-        oom=oom,
-        simulated=simulate,
+        exit_code=res.exit_code,
+        signal=res.signal,
+        peak_vram_gib=None if res.peak_vram_gib is None else round(res.peak_vram_gib, 3),
+        runtime_s=round(res.runtime_s, 3),
+        oom=res.oom,
+        simulated=simulated,
         worker=ctx.worker_name,
         node=ctx.node,
     )
@@ -438,12 +325,12 @@ def _supervise(
                     node=ctx.node,
                     reason="lease lost; outcome discarded",
                     option=option,
-                    simulated=simulate,
+                    simulated=simulated,
                 )
             ]
         )
         return {"status": "lost"}
-    _record_measurement(ctx, job_id, attempt, spec, p, outcome, simulate)
+    _record_measurement(ctx, job_id, attempt, spec, p, outcome, simulated)
     if cancelled:
         outcome.state = "cancelled"
         _end(
@@ -457,8 +344,8 @@ def _supervise(
             option,
         )
         return {"status": "cancelled"}
-    if oom:
-        new_res = max(p.reserved_gib * ctx.oom_growth, (peak or 0.0) * 1.1)
+    if res.oom:
+        new_res = max(p.reserved_gib * ctx.oom_growth, (res.peak_vram_gib or 0.0) * 1.1)
         reason = (
             f"CUDA OOM on {p.label}: reserved {p.reserved_gib:.2f} GiB, limit {limit:.2f} GiB; "
             f"requeued with {new_res:.2f} GiB"
@@ -479,7 +366,7 @@ def _supervise(
                     reason=reason,
                     option=option,
                     outcome=outcome.model_dump(),
-                    simulated=simulate,
+                    simulated=simulated,
                 ),
                 event(
                     "requeued" if got == "requeued" else "finished",
@@ -488,16 +375,18 @@ def _supervise(
                     node=ctx.node,
                     reason=f"after OOM: {got}",
                     option=option,
-                    simulated=simulate,
+                    simulated=simulated,
                 ),
             ]
         )
         return {"status": "oom", "requeue": got}
-    state = "succeeded" if exit_code == 0 else "failed"
+    state = "succeeded" if res.exit_code == 0 else "failed"
     reason = (
         ""
         if state == "succeeded"
-        else (f"exit code {exit_code}" if sig is None else f"killed by signal {sig}")
+        else (
+            f"exit code {res.exit_code}" if res.signal is None else f"killed by signal {res.signal}"
+        )
     )
     outcome.state = state
     outcome.reason = reason

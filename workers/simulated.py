@@ -16,10 +16,11 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from workers.runner import RunResult
 
 __all__ = ["OOM_AT_FRACTION", "SimulatedRun", "draw_truth"]
 
@@ -48,17 +49,10 @@ def draw_truth(
     return predicted_peak_gib * float(vram_f[0]), predicted_runtime_s * float(runtime_f[0])
 
 
-@dataclass
-class SimulatedResult:
-    exit_code: int
-    peak_vram_gib: float
-    runtime_s: float
-    oom: bool
-    output: str
-
-
 class SimulatedRun:
     """A job that sleeps in scaled time; ``stop()`` ends it early (cancel / lost lease)."""
+
+    simulated = True
 
     def __init__(
         self,
@@ -96,11 +90,15 @@ class SimulatedRun:
             return True
         return self._stop.wait(min(timeout_s, left)) or time.monotonic() >= self._t0 + self.sleep_s
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 0.0) -> None:
         self.stopped = True
         self._stop.set()
 
-    def result(self) -> SimulatedResult:
+    def output_tail(self) -> None:
+        return None  # the output is written once, at the end
+
+    def result(self, limit_gib: float | None = None) -> RunResult:
+        """The outcome; the limit was fixed at construction (``limit_gib`` is ignored)."""
         lines = [
             f"[simulated] job {self.job_id} on {self.label}: true peak "
             f"{self.true_peak_gib:.2f} GiB (limit {self.limit_gib:.2f} GiB), true runtime "
@@ -108,13 +106,13 @@ class SimulatedRun:
         ]
         if self.stopped:
             lines.append("[simulated] stopped (SIGTERM)")
-            return SimulatedResult(-15, self.true_peak_gib, self.run_s, False, "\n".join(lines))
+            return RunResult(-15, None, self.true_peak_gib, self.run_s, False, "\n".join(lines))
         if self.oom:
             lines.append(
                 "torch.OutOfMemoryError: CUDA out of memory. [simulated] Tried to allocate "
                 f"{self.true_peak_gib - self.limit_gib:.2f} GiB more than the "
                 f"{self.limit_gib:.2f} GiB available"
             )
-            return SimulatedResult(1, self.limit_gib, self.run_s, True, "\n".join(lines))
+            return RunResult(1, None, self.limit_gib, self.run_s, True, "\n".join(lines))
         lines.append("[simulated] done")
-        return SimulatedResult(0, self.true_peak_gib, self.true_runtime_s, False, "\n".join(lines))
+        return RunResult(0, None, self.true_peak_gib, self.true_runtime_s, False, "\n".join(lines))

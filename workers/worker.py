@@ -28,11 +28,10 @@ from rq.exceptions import DeserializationError
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from scheduler.service.store.redis_store import RedisStore
-from scheduler.service.store.keys import JOB_FUNCTION, queue_name
 from scheduler.core.pool import Pool
-from scheduler.service.leader import EventLog, event
-
+from scheduler.service.events import EventLog, event
+from scheduler.service.store.keys import JOB_FUNCTION, queue_name
+from scheduler.service.store.redis_store import RedisStore
 from workers.execute import WorkerContext, set_context
 from workers.nvml import Nvml, mig_devices, open_nvml
 

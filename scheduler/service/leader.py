@@ -42,35 +42,35 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from pydantic import ValidationError
 
 from predictor.gpus import GPU_NAMES
 from scheduler.core.decision import Decision, Option
-from scheduler.core.pool import MIB_PER_GIB, Pool, gib_to_mib_ceil
-from scheduler.core.requests import PlacementRequest, RunningJob, requested_type
+from scheduler.core.pool import MIB_PER_GIB, Pool
+from scheduler.core.requests import RunningJob
 from scheduler.core.state import PoolState
 from scheduler.exceptions import PlacementError, ServiceError
 from scheduler.policies.base import Policy
 from scheduler.policies.registry import get_policy
-from scheduler.service.store.keys import queue_name, rq_job_id
+from scheduler.service._commit import (
+    build_commit,
+    commit_chunks,
+    job_meta,
+    placed_event,
+    placement_record,
+)
+from scheduler.service._intake import InvalidRecord, decode_request
+from scheduler.service.events import EventLog, event
 from scheduler.service.store.protocol import Commit, Store
-from scheduler.service.store.records import PlacementRecord, RequestRecord, dumps
+from scheduler.service.store.records import PlacementRecord, dumps
 
-__all__ = ["EventLog", "SchedulerService", "StepStats"]
+__all__ = ["SchedulerService", "StepStats"]
 
 log = logging.getLogger("snugfit.scheduler")
-
-_KIND_CODE = {"whole": 0, "mig": 1, "shared": 2}
-#: Larger request fields than this are hostile or broken; they are rejected unread.
-MAX_REQUEST_BYTES = 64 * 1024
-#: Commits per pipeline; the lease is renewed between chunks so a long batch keeps it.
-_COMMIT_CHUNK = 500
 
 
 @dataclass(slots=True)
@@ -85,41 +85,8 @@ class StepStats:
     pending_in_window: int = 0
 
 
-class EventLog:
-    """Placement-log events: to the store's stream and, when ``path`` is set, a JSONL file."""
-
-    def __init__(self, store: Store, path: str | Path | None = None) -> None:
-        self.store = store
-        self.path = Path(path) if path is not None else None
-        if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-
-    def emit(self, events: Sequence[Mapping[str, Any]]) -> None:
-        if not events:
-            return
-        try:
-            self.store.emit(events)
-        except Exception as exc:
-            log.warning("could not write %d events to the stream: %s", len(events), exc)
-        if self.path is not None:
-            text = "".join(dumps(dict(e)) + "\n" for e in events)
-            with self._lock, self.path.open("a", encoding="utf-8") as fh:
-                fh.write(text)
-
-
-def event(kind: str, job_id: str | None, **fields: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"ts": time.time(), "event": kind, "job_id": job_id}
-    out.update(fields)
-    return out
-
-
 def _new_token() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-def _inf(xs: Sequence[float | None]) -> np.ndarray:
-    return np.array([math.inf if x is None else float(x) for x in xs], dtype=np.float64)
 
 
 @dataclass
@@ -482,8 +449,8 @@ class SchedulerService:
         for jid, row in zip(new, rows, strict=True):
             st, attempt, submitted, reserved, raw = row
             try:
-                req = self._request(jid, st, attempt, submitted, reserved, raw)
-            except _Invalid as exc:
+                req = decode_request(self.pool, jid, st, attempt, submitted, reserved, raw)
+            except InvalidRecord as exc:
                 n_bad += 1
                 got = self.store.reject(jid, str(exc), "null")
                 kind = "rejected" if got == "rejected" else "invalid"
@@ -502,139 +469,34 @@ class SchedulerService:
             return self.window
         return max(64, min(self.window, int(self.step_target_s / max(self._s_per_job, 1e-6))))
 
-    def _request(
-        self,
-        jid: str,
-        st: str | None,
-        attempt: str | None,
-        submitted: str | None,
-        reserved: str | None,
-        raw: str | None,
-    ) -> PlacementRequest:
-        if st is None:
-            raise _Invalid("no job record behind this pending id")
-        if st != "pending":
-            raise _Invalid(f"listed as pending but its record says {st[:40]!r}")
-        if raw is None:
-            raise _Invalid("the record has no `request` field; submit jobs through snugfit")
-        if len(raw) > MAX_REQUEST_BYTES:
-            raise _Invalid(f"`request` is {len(raw)} bytes (> {MAX_REQUEST_BYTES}); refused")
-        try:
-            rr = RequestRecord.model_validate_json(raw)
-            att = int(attempt or "0")
-            t = float(submitted or "nan")
-            floor = None if reserved is None else float(reserved)
-        except (ValidationError, ValueError) as exc:
-            raise _Invalid(f"malformed record: {str(exc).splitlines()[0][:200]}") from None
-        if not math.isfinite(t) or att < 0 or (floor is not None and not floor >= 0):
-            raise _Invalid("malformed record: bad submitted_at, attempt or reserved_gib")
-        try:
-            upper = _inf(rr.vram_upper_gib)
-            return PlacementRequest(
-                job_id=jid,
-                vram_gib=_inf(rr.vram_gib),
-                vram_upper_gib=upper,
-                runtime_s=_inf(rr.runtime_s),
-                runtime_upper_s=_inf(rr.runtime_upper_s),
-                n_gpus=rr.n_gpus,
-                tensor_parallel=rr.tensor_parallel,
-                pipeline_parallel=rr.pipeline_parallel,
-                gpu=rr.gpu,
-                requested_gpu=rr.requested_gpu
-                or requested_type(upper, rr.n_gpus, rr.gpu, self.pool),
-                priority=rr.priority,
-                deadline_s=rr.deadline_s,
-                submit_time_s=t,
-                reserved_gib=floor,
-                busy_frac=None if rr.busy_frac is None else _inf(rr.busy_frac),
-            )
-        except PlacementError as exc:
-            raise _Invalid(str(exc)) from None
-
-    # -- commit + enqueue ---------------------------------------------------------------------
-
-    def _slot(self, opt: Option) -> tuple[int, int, int]:
-        """(kind code, MiB taken per GPU, MIG mask) exactly as PoolState.allocate counts it."""
-        kind = _KIND_CODE[opt.kind]
-        g = opt.gpu_indices[0]
-        if kind == 0:
-            return kind, int(self.pool.capacity_mib[g]), 0
-        if kind == 1:
-            assert opt.mig_profile is not None and opt.mig_start is not None
-            k, used = self.pool.mig_instance(g, opt.mig_profile, opt.mig_start)
-            return kind, used, int(self.pool.cand_mask[k])
-        return kind, gib_to_mib_ceil(opt.reserved_gib), 0
-
     def _commit(self, placed: list[Decision], now: float) -> tuple[int, int]:
         if not placed:
             return 0, 0
+        policy = self.policy.name.value
         commits: list[Commit] = []
         records: list[PlacementRecord] = []
-        opts: dict[str, Option] = {}
         for d in placed:
             # The committed option, from the pool state: d.chosen_option would build the whole
             # option list just to pick one (the compact decision record builds it once below).
             opt = self.core.state.option_of(d.job_id)
-            assert opt.node is not None
             known = self._known[d.job_id]
-            attempt = known.attempt + 1
-            kind, used, mask = self._slot(opt)
-            rec = PlacementRecord(
-                attempt=attempt,
-                node=opt.node,
-                queue=queue_name(opt.node),
-                rq_job_id=rq_job_id(d.job_id, attempt),
-                label=opt.label,
-                kind=opt.kind,
-                gpu_type=opt.gpu_type,
-                gpu_indices=list(opt.gpu_indices),
-                mig_profile=opt.mig_profile,
-                mig_start=opt.mig_start,
-                reserved_gib=opt.reserved_gib,
-                capacity_gib=opt.capacity_gib,
-                cost_usd=opt.cost_usd,
-                runtime_s=opt.runtime_s,
-                placed_at=now,
-                policy=self.policy.name.value,
-                simulated=self.simulated,
+            rec = placement_record(
+                d.job_id, opt, known.attempt + 1, now=now, policy=policy, simulated=self.simulated
             )
-            reserved_mib = gib_to_mib_ceil(opt.reserved_gib)
-            alloc = {
-                "attempt": attempt,
-                "kind": kind,
-                "gpus": list(opt.gpu_indices),
-                "used_mib": used,
-                "reserved_mib": reserved_mib,
-                "mig_mask": mask,
-                "option": opt.to_dict(),
-            }
-            commits.append(
-                Commit(
-                    job_id=d.job_id,
-                    expected_attempt=known.attempt,
-                    kind=kind,
-                    gpus=tuple(opt.gpu_indices),
-                    used_mib=used,
-                    reserved_mib=reserved_mib,
-                    mig_mask=mask,
-                    alloc_json=dumps(alloc),
-                    placement_json=rec.model_dump_json(),
-                    decision_json=dumps(d.to_dict(compact=True)),
-                )
-            )
+            commits.append(build_commit(self.pool, d, opt, known.attempt, rec))
             records.append(rec)
-            opts[d.job_id] = opt
         token = self.token if self.leader_election else ""
-        results: list[str] = []
-        for start in range(0, len(commits), _COMMIT_CHUNK):
-            if start and not self._still_leader():
-                results += ["err:lease lost during commit"] * (len(commits) - start)
-                break
-            results += self.store.commit(commits[start : start + _COMMIT_CHUNK], token)
+        results = commit_chunks(self.store, commits, token, self._still_leader)
+        return self._after_commit(placed, records, results)
+
+    def _after_commit(
+        self, placed: list[Decision], records: list[PlacementRecord], results: list[str]
+    ) -> tuple[int, int]:
+        """Enqueue and log what committed, undo our view of what did not: (placed, conflicts)."""
         items: list[tuple[str, str, int, dict[str, Any]]] = []
         events: list[dict[str, Any]] = []
-        conflicts = 0
         versions: list[int] = []
+        conflicts = 0
         committed_at = time.time()
         for d, rec, res in zip(placed, records, results, strict=True):
             seen = self._known.pop(d.job_id, None)
@@ -651,37 +513,9 @@ class SchedulerService:
             self._placed[d.job_id] = (rec.attempt, rec.placed_at)
             if self.telemetry is not None and seen is not None:
                 self.telemetry.observe_placement_latency(committed_at - seen.submitted_at)
-            opt = opts[d.job_id]
-            runner = d.options[d.runner_up] if d.runner_up is not None else None
-            cost = None if opt.cost_usd is None else round(opt.cost_usd, 4)
-            meta = {
-                "snugfit_job": d.job_id,
-                "attempt": rec.attempt,
-                "placement": opt.label,
-                "node": rec.node,
-                "gpus": rec.gpu_indices,
-                "reserved_gib": round(opt.reserved_gib, 3),
-                "cost_usd": cost,
-                "reason": d.reason,
-                "runner_up": None if runner is None else f"{runner.label}: {runner.reason}",
-                "policy": rec.policy,
-                "simulated": self.simulated,
-            }
-            items.append((rec.node, d.job_id, rec.attempt, meta))
-            events.append(
-                event(
-                    "placed",
-                    d.job_id,
-                    attempt=rec.attempt,
-                    node=rec.node,
-                    option=opt.to_dict(),
-                    cost_usd=opt.cost_usd,
-                    runner_up=None if runner is None else runner.to_dict(),
-                    reason=d.reason,
-                    policy=rec.policy,
-                    simulated=self.simulated,
-                )
-            )
+            opt = self.core.state.option_of(d.job_id)
+            items.append((rec.node, d.job_id, rec.attempt, job_meta(d, rec, opt, self.simulated)))
+            events.append(placed_event(d, rec, opt, self.simulated))
         if self._capver >= 0 and versions == list(
             range(self._capver + 1, self._capver + 1 + len(versions))
         ):
@@ -723,7 +557,3 @@ class SchedulerService:
             state.allocate(Option.from_dict(json.loads(raw)["option"]), jid)
         state.assert_consistent()
         return state
-
-
-class _Invalid(Exception):
-    """A pending entry that is not a valid snugfit job (internal; becomes a rejection)."""

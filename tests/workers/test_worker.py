@@ -21,7 +21,7 @@ from scheduler.service.leader import SchedulerService
 from scheduler.service.store.keys import queue_name
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
-from workers.execute import detect_oom
+from workers.process import detect_oom
 from workers.worker import NodeWorker
 
 POOL = Pool.from_dict({"name": "one", "nodes": [{"name": "n1", "gpu": "H100-80GB", "count": 2}]})

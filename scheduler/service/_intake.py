@@ -1,0 +1,82 @@
+"""Reading a pending job record back from Redis into a :class:`PlacementRequest`.
+
+Anyone who can write to Redis can put anything under a pending id, so every field is checked;
+what fails becomes :class:`InvalidRecord`, which the leader turns into a rejection, never a crash.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from pydantic import ValidationError
+
+from scheduler.core.pool import Pool
+from scheduler.core.requests import PlacementRequest, requested_type
+from scheduler.exceptions import PlacementError
+from scheduler.service.store.records import RequestRecord
+
+__all__ = ["MAX_REQUEST_BYTES", "InvalidRecord", "decode_request"]
+
+#: Larger request fields than this are hostile or broken; they are rejected unread.
+MAX_REQUEST_BYTES = 64 * 1024
+
+
+class InvalidRecord(Exception):
+    """A pending entry that is not a valid snugfit job (internal; becomes a rejection)."""
+
+
+def _inf(xs: Sequence[float | None]) -> np.ndarray:
+    return np.array([math.inf if x is None else float(x) for x in xs], dtype=np.float64)
+
+
+def decode_request(
+    pool: Pool,
+    jid: str,
+    st: str | None,
+    attempt: str | None,
+    submitted: str | None,
+    reserved: str | None,
+    raw: str | None,
+) -> PlacementRequest:
+    """The request behind pending id ``jid`` from its record's fields, or InvalidRecord."""
+    if st is None:
+        raise InvalidRecord("no job record behind this pending id")
+    if st != "pending":
+        raise InvalidRecord(f"listed as pending but its record says {st[:40]!r}")
+    if raw is None:
+        raise InvalidRecord("the record has no `request` field; submit jobs through snugfit")
+    if len(raw) > MAX_REQUEST_BYTES:
+        raise InvalidRecord(f"`request` is {len(raw)} bytes (> {MAX_REQUEST_BYTES}); refused")
+    try:
+        rr = RequestRecord.model_validate_json(raw)
+        att = int(attempt or "0")
+        t = float(submitted or "nan")
+        floor = None if reserved is None else float(reserved)
+    except (ValidationError, ValueError) as exc:
+        raise InvalidRecord(f"malformed record: {str(exc).splitlines()[0][:200]}") from None
+    if not math.isfinite(t) or att < 0 or (floor is not None and not floor >= 0):
+        raise InvalidRecord("malformed record: bad submitted_at, attempt or reserved_gib")
+    try:
+        upper = _inf(rr.vram_upper_gib)
+        return PlacementRequest(
+            job_id=jid,
+            vram_gib=_inf(rr.vram_gib),
+            vram_upper_gib=upper,
+            runtime_s=_inf(rr.runtime_s),
+            runtime_upper_s=_inf(rr.runtime_upper_s),
+            n_gpus=rr.n_gpus,
+            tensor_parallel=rr.tensor_parallel,
+            pipeline_parallel=rr.pipeline_parallel,
+            gpu=rr.gpu,
+            # Records written before requested_gpu existed: the shared definition decides.
+            requested_gpu=rr.requested_gpu or requested_type(upper, rr.n_gpus, rr.gpu, pool),
+            priority=rr.priority,
+            deadline_s=rr.deadline_s,
+            submit_time_s=t,
+            reserved_gib=floor,
+            busy_frac=None if rr.busy_frac is None else _inf(rr.busy_frac),
+        )
+    except PlacementError as exc:
+        raise InvalidRecord(str(exc)) from None

@@ -1,0 +1,51 @@
+"""The placement log's events, shared by the leader and the workers.
+
+Each event goes to the store's stream (``P:events``, what ``snugfit log -f`` tails) and, when
+the emitter has a path, to a JSON-lines file.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from scheduler.service.store.protocol import Store
+from scheduler.service.store.records import dumps
+
+__all__ = ["EventLog", "event"]
+
+log = logging.getLogger("snugfit.events")
+
+
+class EventLog:
+    """Placement-log events: to the store's stream and, when ``path`` is set, a JSONL file."""
+
+    def __init__(self, store: Store, path: str | Path | None = None) -> None:
+        self.store = store
+        self.path = Path(path) if path is not None else None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+
+    def emit(self, events: Sequence[Mapping[str, Any]]) -> None:
+        if not events:
+            return
+        try:
+            self.store.emit(events)
+        except Exception as exc:
+            log.warning("could not write %d events to the stream: %s", len(events), exc)
+        if self.path is not None:
+            text = "".join(dumps(dict(e)) + "\n" for e in events)
+            with self._lock, self.path.open("a", encoding="utf-8") as fh:
+                fh.write(text)
+
+
+def event(kind: str, job_id: str | None, **fields: Any) -> dict[str, Any]:
+    """One event: ``ts`` (Unix seconds), ``event`` (a kind from ``EVENT_KINDS``), ``job_id``."""
+    out: dict[str, Any] = {"ts": time.time(), "event": kind, "job_id": job_id}
+    out.update(fields)
+    return out
