@@ -13,7 +13,8 @@ import json
 import time
 from pathlib import Path
 
-from scheduler.sim.openb.replay import DEFAULT_NODES_CSV, DEFAULT_PODS_CSV, load_nodes, load_pods, replay_seeds
+from scheduler.sim.openb.replay import replay_seeds
+from scheduler.sim.openb.trace import DEFAULT_NODES_CSV, DEFAULT_PODS_CSV, load_nodes, load_pods
 
 PAPER_UNALLOCATED_PCT = {
     "fgd": 4.61,

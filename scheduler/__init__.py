@@ -6,8 +6,7 @@ import Redis, RQ, HiGHS or the simulator just because they live in this package.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from scheduler._lazy import lazy_exports
 
 # public name -> defining module
 _EXPORTS: dict[str, str] = {
@@ -22,10 +21,12 @@ _EXPORTS: dict[str, str] = {
     "fits_anywhere": "scheduler.core.options",
     "Decision": "scheduler.core.decision",
     "Option": "scheduler.core.decision",
+    "SchedulerCore": "scheduler.core.loop",
     "Clock": "scheduler.core.clock",
     "SystemClock": "scheduler.core.clock",
     "VirtualClock": "scheduler.core.clock",
     "Policy": "scheduler.policies.base",
+    "GreedyPolicy": "scheduler.policies.greedy",
     "PolicyName": "scheduler.policies.registry",
     "get_policy": "scheduler.policies.registry",
     # simulation
@@ -66,16 +67,4 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'scheduler' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

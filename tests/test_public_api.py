@@ -9,7 +9,23 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("package", ["predictor", "scheduler", "workers"])
+@pytest.mark.parametrize(
+    "package",
+    [
+        "predictor",
+        "scheduler",
+        "workers",
+        # one sub-package per concern, each naming its own public API
+        "scheduler.core",
+        "scheduler.policies",
+        "scheduler.sim",
+        "scheduler.sim.openb",
+        "scheduler.service",
+        "scheduler.service.store",
+        "scheduler.cli.demo",
+        "workers.profile",
+    ],
+)
 def test_every_public_name_resolves(package: str) -> None:
     mod = importlib.import_module(package)
     assert mod.__all__, f"{package}.__all__ is empty"

@@ -5,8 +5,7 @@ Names resolve lazily (PEP 562): importing the package must not pull in torch or 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from scheduler._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "NodeWorker": "workers.worker",
@@ -31,16 +30,4 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'workers' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

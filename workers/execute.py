@@ -41,7 +41,7 @@ from scheduler.service.store.protocol import Store
 from scheduler.service.store.records import OutcomeRecord, PlacementRecord, dumps
 from workers.nvml import Nvml
 from workers.process import ProcessRun
-from workers.runner import Runner
+from workers.runner import Runner, RunResult
 from workers.simulated import SimulatedRun
 
 __all__ = ["WorkerContext", "current_context", "run_job", "set_context"]
@@ -284,22 +284,7 @@ def _supervise(
     option: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Heartbeat a started job until it ends, then record its outcome."""
-    cancelled = lost = False
-    last_logs = 0.0
-    while not runner.wait(ctx.heartbeat_s):
-        hb = ctx.store.heartbeat(job_id, attempt, int(time.time() * 1000 + ctx.lease_s * 1000))
-        if hb == "cancel" and not cancelled:
-            cancelled = True
-            runner.stop(ctx.kill_grace_s)
-        elif hb == "lost" and not lost:
-            # Our lease was reclaimed: another attempt may start, so this one must end now.
-            lost = True
-            runner.stop(ctx.kill_grace_s)
-        if time.monotonic() - last_logs > 5.0:
-            last_logs = time.monotonic()
-            tail = runner.output_tail()
-            if tail is not None:
-                ctx.store.set_logs(job_id, tail)
+    cancelled, lost = _watch(ctx, job_id, attempt, runner)
     res = runner.result(limit)
     ctx.store.set_logs(job_id, res.output)
     simulated = runner.simulated
@@ -345,40 +330,7 @@ def _supervise(
         )
         return {"status": "cancelled"}
     if res.oom:
-        new_res = max(p.reserved_gib * ctx.oom_growth, (res.peak_vram_gib or 0.0) * 1.1)
-        reason = (
-            f"CUDA OOM on {p.label}: reserved {p.reserved_gib:.2f} GiB, limit {limit:.2f} GiB; "
-            f"requeued with {new_res:.2f} GiB"
-        )
-        outcome.state = "oom"
-        outcome.reason = reason
-        ctx.store.set_fields(job_id, {"outcome": outcome.model_dump_json()})
-        got = ctx.store.requeue(
-            job_id, attempt, reason=reason, counter="ooms", reserved_gib=new_res
-        )
-        events.emit(
-            [
-                event(
-                    "oom",
-                    job_id,
-                    attempt=attempt,
-                    node=ctx.node,
-                    reason=reason,
-                    option=option,
-                    outcome=outcome.model_dump(),
-                    simulated=simulated,
-                ),
-                event(
-                    "requeued" if got == "requeued" else "finished",
-                    job_id,
-                    attempt=attempt,
-                    node=ctx.node,
-                    reason=f"after OOM: {got}",
-                    option=option,
-                    simulated=simulated,
-                ),
-            ]
-        )
+        got = _requeue_after_oom(ctx, events, job_id, attempt, p, limit, res, outcome, option)
         return {"status": "oom", "requeue": got}
     state = "succeeded" if res.exit_code == 0 else "failed"
     reason = (
@@ -392,6 +344,74 @@ def _supervise(
     outcome.reason = reason
     _end(ctx, events, job_id, attempt, state, reason, outcome, option)
     return {"status": state}
+
+
+def _watch(ctx: WorkerContext, job_id: str, attempt: int, runner: Runner) -> tuple[bool, bool]:
+    """Heartbeat until the run ends; stop it on a cancel or a lost lease: (cancelled, lost)."""
+    cancelled = lost = False
+    last_logs = 0.0
+    while not runner.wait(ctx.heartbeat_s):
+        hb = ctx.store.heartbeat(job_id, attempt, int(time.time() * 1000 + ctx.lease_s * 1000))
+        if hb == "cancel" and not cancelled:
+            cancelled = True
+            runner.stop(ctx.kill_grace_s)
+        elif hb == "lost" and not lost:
+            # Our lease was reclaimed: another attempt may start, so this one must end now.
+            lost = True
+            runner.stop(ctx.kill_grace_s)
+        if time.monotonic() - last_logs > 5.0:
+            last_logs = time.monotonic()
+            tail = runner.output_tail()
+            if tail is not None:
+                ctx.store.set_logs(job_id, tail)
+    return cancelled, lost
+
+
+def _requeue_after_oom(
+    ctx: WorkerContext,
+    events: EventLog,
+    job_id: str,
+    attempt: int,
+    p: PlacementRecord,
+    limit: float,
+    res: RunResult,
+    outcome: OutcomeRecord,
+    option: dict[str, Any] | None,
+) -> str:
+    """Requeue an OOM'd attempt with a larger reservation; returns the store's answer."""
+    new_res = max(p.reserved_gib * ctx.oom_growth, (res.peak_vram_gib or 0.0) * 1.1)
+    reason = (
+        f"CUDA OOM on {p.label}: reserved {p.reserved_gib:.2f} GiB, limit {limit:.2f} GiB; "
+        f"requeued with {new_res:.2f} GiB"
+    )
+    outcome.state = "oom"
+    outcome.reason = reason
+    ctx.store.set_fields(job_id, {"outcome": outcome.model_dump_json()})
+    got = ctx.store.requeue(job_id, attempt, reason=reason, counter="ooms", reserved_gib=new_res)
+    events.emit(
+        [
+            event(
+                "oom",
+                job_id,
+                attempt=attempt,
+                node=ctx.node,
+                reason=reason,
+                option=option,
+                outcome=outcome.model_dump(),
+                simulated=outcome.simulated,
+            ),
+            event(
+                "requeued" if got == "requeued" else "finished",
+                job_id,
+                attempt=attempt,
+                node=ctx.node,
+                reason=f"after OOM: {got}",
+                option=option,
+                simulated=outcome.simulated,
+            ),
+        ]
+    )
+    return got
 
 
 def _fail_before_start(

@@ -1,8 +1,8 @@
 """Operator commands: ``snugfit log``, ``snugfit explain ID`` and ``snugfit pool``.
 
 They only read Redis (the layout in :mod:`scheduler.service.store.keys`), through
-:func:`scheduler.service.store.embedded.connect` (``SNUGFIT_REDIS_URL`` or the embedded server), and render
-with :mod:`scheduler.cli.render`.
+:func:`scheduler.service.store.embedded.connect` (``SNUGFIT_REDIS_URL`` or the embedded server), and
+render with :mod:`scheduler.cli.render`.
 """
 
 from __future__ import annotations

@@ -80,7 +80,8 @@ def rows_from_records(
     t0: float,
     time_scale: float = 1.0,
 ) -> list[JobRow]:
-    """Rows from parsed job records (``scheduler.service.store.keys`` fields, JSON fields already decoded).
+    """Rows from parsed job records (``scheduler.service.store.keys`` fields, JSON fields already
+    decoded).
 
     ``t0`` is the epoch time the run started; ``time_scale`` maps wall seconds to workload
     seconds (the demo runs accelerated). Jobs that never started are skipped.

@@ -33,7 +33,8 @@ def openb_command(
 ) -> None:
     """Replay the Alibaba openb trace to 130% arrived GPU demand (FGD paper protocol)."""
     from scheduler.exceptions import SchedulerError
-    from scheduler.sim.openb.replay import DEFAULT_NODES_CSV, DEFAULT_PODS_CSV, load_nodes, load_pods, replay_seeds
+    from scheduler.sim.openb.replay import replay_seeds
+    from scheduler.sim.openb.trace import DEFAULT_NODES_CSV, DEFAULT_PODS_CSV, load_nodes, load_pods
 
     if seeds < 1:
         raise click.BadParameter(f"must be at least 1; got {seeds}", param_hint="--seeds")
@@ -109,8 +110,8 @@ def workload_command(
     as_json: bool,
 ) -> None:
     """Simulate the realistic workload on a pool, several policies side by side."""
-    from scheduler.exceptions import SchedulerError
     from scheduler.core.pool import load_pool
+    from scheduler.exceptions import SchedulerError
     from scheduler.sim.simulator import simulate
     from scheduler.sim.workload import generate_workload
 

@@ -2,10 +2,10 @@
 
 :func:`enumerate_options` returns one :class:`~scheduler.core.decision.Option` per option class
 of the pool (whole GPUs of a type, a shared GPU of a type, a MIG profile of a type), each
-tested against the job's predicted **upper** VRAM bound (or the larger ``reserved_gib`` after an OOM), priced,
-and, where it fits now, bound to concrete GPUs. The feasibility maths is vectorised over classes
-and reads per-state aggregates that the pool state computes once per change, so a saturated pool
-answers "nothing fits" for thousands of queued jobs without rescanning its GPUs.
+tested against the job's predicted **upper** VRAM bound (or the larger ``reserved_gib`` after an
+OOM), priced, and, where it fits now, bound to concrete GPUs. The feasibility maths is vectorised
+over classes and reads per-state aggregates that the pool state computes once per change, so a
+saturated pool answers "nothing fits" for thousands of queued jobs without rescanning its GPUs.
 
 Gangs: all of a job's GPUs sit in one node (tensor- and pipeline-parallel groups need NVLink, and
 one node keeps one worker queue per job). Jobs larger than the largest node of a type cannot use
@@ -97,7 +97,7 @@ class OptionBatch:
         n_jobs = len(requests)
         k = pool.n_classes
         ct = pool.class_type
-        by_type, by_kind = class_masks(pool)
+        by_kind = class_masks(pool)[1]
         is_whole = by_kind[KIND_WHOLE]
         is_shared = by_kind[KIND_SHARED]
         if n_jobs:
@@ -121,22 +121,7 @@ class OptionBatch:
         if reserve_whole:
             # The job must still fit; it then holds the whole GPU, as users do today.
             need = np.where(is_whole & cap_ok, pool.class_capacity_mib, need)
-        allowed = np.ones((n_jobs, k), bool)
-        if types is not None:
-            if types and all(isinstance(t, str) for t in types):
-                allowed &= by_type[[TYPE_INDEX[t] for t in types]].any(axis=0)  # type: ignore[index]
-            else:
-                rows: list[int] = []
-                cols: list[int] = []
-                for i, ts in enumerate(types):
-                    for t in GPU_NAMES if ts is None else ts:
-                        rows.append(i)
-                        cols.append(TYPE_INDEX[t])  # type: ignore[index]
-                ok_type = np.zeros((n_jobs, N_TYPES), bool)
-                ok_type[rows, cols] = True
-                allowed &= ok_type[:, ct]
-        if kinds is not None:
-            allowed &= by_kind[[KIND_NAMES.index(x) for x in kinds]].any(axis=0)  # type: ignore[arg-type]
+        allowed = _allowed(n_jobs, pool, types, kinds)
         pinned_ok = (pin[:, None] < 0) | (ct[None, :] == pin[:, None])
         kind_ok = is_whole[None, :] | (n[:, None] == 1)
         # What a job asks of each class, compared against Summary.class_supply.
@@ -241,6 +226,34 @@ class OptionBatch:
             self._rows = rows.tolist()
             self._ck, self._lo, self._hi = key, i, hi
         return self._rows[i - self._lo]  # type: ignore[no-any-return]
+
+
+def _allowed(
+    n_jobs: int,
+    pool: Pool,
+    types: Sequence[str] | Sequence[Sequence[str] | None] | None,
+    kinds: Sequence[str] | None,
+) -> np.ndarray:
+    """(jobs, classes): which option classes a policy lets each job use."""
+    ct = pool.class_type
+    by_type, by_kind = class_masks(pool)
+    allowed = np.ones((n_jobs, pool.n_classes), bool)
+    if types is not None:
+        if types and all(isinstance(t, str) for t in types):
+            allowed &= by_type[[TYPE_INDEX[t] for t in types]].any(axis=0)  # type: ignore[index]
+        else:
+            rows: list[int] = []
+            cols: list[int] = []
+            for i, ts in enumerate(types):
+                for t in GPU_NAMES if ts is None else ts:
+                    rows.append(i)
+                    cols.append(TYPE_INDEX[t])  # type: ignore[index]
+            ok_type = np.zeros((n_jobs, N_TYPES), bool)
+            ok_type[rows, cols] = True
+            allowed &= ok_type[:, ct]
+    if kinds is not None:
+        allowed &= by_kind[[KIND_NAMES.index(x) for x in kinds]].any(axis=0)  # type: ignore[arg-type]
+    return allowed
 
 
 def option_table(

@@ -342,7 +342,41 @@ def _build(
         if n.mode == "shared":
             max_shared[sl] = n.max_shared_jobs
     capacity = type_cap[gpu_type.astype(np.int64)]
+    classes, class_of = _option_classes(nodes, catalogue, type_cap, prices, shared_slowdown)
+    cands = _mig_candidates(nodes, catalogue, class_of)
+    node_type = np.array([type_index[n.gpu_type] for n in nodes], np.int8)
+    node_mode = np.array([MODE_CODES[n.mode] for n in nodes], np.int8)
+    return Pool(
+        name=name,
+        nodes=nodes,
+        catalogue=dict(catalogue),
+        shared_slowdown=shared_slowdown,
+        price_usd_per_hour=prices,
+        type_capacity_mib=type_cap,
+        gpu_type=gpu_type,
+        gpu_node=gpu_node,
+        gpu_mode=gpu_mode,
+        capacity_mib=capacity,
+        max_shared=max_shared,
+        node_type=node_type,
+        node_mode=node_mode,
+        node_first=np.array([n.first_gpu for n in nodes], np.int64),
+        node_count=np.array([n.count for n in nodes], np.int64),
+        **cands,
+        **classes,
+    )
 
+
+def _option_classes(
+    nodes: tuple[Node, ...],
+    catalogue: Mapping[str, GpuType],
+    type_cap: np.ndarray,
+    prices: np.ndarray,
+    shared_slowdown: float,
+) -> tuple[dict[str, Any], dict[tuple[int, str | None], int]]:
+    """The pool's option classes (``class_*`` fields of :class:`Pool`) and their index by
+    (kind, type or type/profile)."""
+    type_index = {n: i for i, n in enumerate(GPU_NAMES)}
     # Option classes in a fixed order: by type, then whole, shared, MIG profiles by size.
     cls_kind: list[int] = []
     cls_type: list[int] = []
@@ -388,6 +422,24 @@ def _build(
             cls_scale.append(MIG_COMPUTE_SLICES / prof.compute_slices)
             cls_slices.append(prof.compute_slices)
 
+    classes = {
+        "class_kind": np.array(cls_kind, np.int8),
+        "class_type": np.array(cls_type, np.int64),
+        "class_profile": tuple(cls_prof),
+        "class_capacity_mib": np.array(cls_cap, np.int64),
+        "class_price_usd_per_hour": np.array(cls_price, np.float64),
+        "class_runtime_scale": np.array(cls_scale, np.float64),
+        "class_compute_slices": np.array(cls_slices, np.int64),
+    }
+    return classes, class_of
+
+
+def _mig_candidates(
+    nodes: tuple[Node, ...],
+    catalogue: Mapping[str, GpuType],
+    class_of: Mapping[tuple[int, str | None], int],
+) -> dict[str, Any]:
+    """Every MIG instance that may exist (``cand_*`` fields of :class:`Pool`)."""
     c_gpu: list[int] = []
     c_mask: list[int] = []
     c_class: list[int] = []
@@ -411,38 +463,13 @@ def _build(
                 c_start.append(s)
                 # Small slices go to the highest free start so slot 0 stays open for 4g/7g.
                 c_order.append(-s if prof.compute_slices < 4 else s)
-
-    node_type = np.array([type_index[n.gpu_type] for n in nodes], np.int8)
-    node_mode = np.array([MODE_CODES[n.mode] for n in nodes], np.int8)
-    return Pool(
-        name=name,
-        nodes=nodes,
-        catalogue=dict(catalogue),
-        shared_slowdown=shared_slowdown,
-        price_usd_per_hour=prices,
-        type_capacity_mib=type_cap,
-        gpu_type=gpu_type,
-        gpu_node=gpu_node,
-        gpu_mode=gpu_mode,
-        capacity_mib=capacity,
-        max_shared=max_shared,
-        node_type=node_type,
-        node_mode=node_mode,
-        node_first=np.array([n.first_gpu for n in nodes], np.int64),
-        node_count=np.array([n.count for n in nodes], np.int64),
-        cand_gpu=np.array(c_gpu, np.int64),
-        cand_mask=np.array(c_mask, np.int64),
-        cand_class=np.array(c_class, np.int64),
-        cand_start=np.array(c_start, np.int64),
-        cand_order=np.array(c_order, np.int64),
-        class_kind=np.array(cls_kind, np.int8),
-        class_type=np.array(cls_type, np.int64),
-        class_profile=tuple(cls_prof),
-        class_capacity_mib=np.array(cls_cap, np.int64),
-        class_price_usd_per_hour=np.array(cls_price, np.float64),
-        class_runtime_scale=np.array(cls_scale, np.float64),
-        class_compute_slices=np.array(cls_slices, np.int64),
-    )
+    return {
+        "cand_gpu": np.array(c_gpu, np.int64),
+        "cand_mask": np.array(c_mask, np.int64),
+        "cand_class": np.array(c_class, np.int64),
+        "cand_start": np.array(c_start, np.int64),
+        "cand_order": np.array(c_order, np.int64),
+    }
 
 
 def _format_validation(exc: ValidationError, data: Mapping[str, Any]) -> str:

@@ -1,1 +1,21 @@
-"""snugfit."""
+"""The service on Redis + RQ: the leader, the placement-log events (shared with the workers),
+the Python client, Prometheus telemetry; ``store/`` holds Redis itself.
+"""
+
+from __future__ import annotations
+
+from scheduler._lazy import lazy_exports
+
+_EXPORTS: dict[str, str] = {
+    "SchedulerService": "scheduler.service.leader",
+    "StepStats": "scheduler.service.leader",
+    "EventLog": "scheduler.service.events",
+    "event": "scheduler.service.events",
+    "Client": "scheduler.service.client",
+    "JobHandle": "scheduler.service.client",
+    "Telemetry": "scheduler.service.telemetry",
+    "start_metrics_server": "scheduler.service.telemetry",
+}
+
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

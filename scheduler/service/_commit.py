@@ -17,7 +17,15 @@ from scheduler.service.store.keys import queue_name, rq_job_id
 from scheduler.service.store.protocol import Commit, Store
 from scheduler.service.store.records import PlacementRecord, dumps
 
-__all__ = ["COMMIT_CHUNK", "build_commit", "commit_chunks", "job_meta", "placed_event", "slot"]
+__all__ = [
+    "COMMIT_CHUNK",
+    "build_commit",
+    "commit_chunks",
+    "job_meta",
+    "placed_event",
+    "placement_record",
+    "slot",
+]
 
 _KIND_CODE = {"whole": 0, "mig": 1, "shared": 2}
 #: Commits per pipeline; the lease is renewed between chunks so a long batch keeps it.

@@ -12,10 +12,10 @@ of its run and requeued with ``max(observed peak, 1.25 x old reservation)``, whe
 peak is the true one: a killed CUDA allocation reports the size it failed at.
 
 Truth is drawn per *fingerprint* (a recurring job, see :mod:`scheduler.sim.workload`): each
-fingerprint gets one systematic error from the residual model, and each run adds a small
-independent run-to-run noise (``RUN_NOISE_VRAM_SIGMA``, ``RUN_NOISE_RUNTIME_SIGMA``: same data, same code, but allocator
-and input-order jitter). With ``feedback`` the simulator does what the live service does with its
-history tier: every measured outcome (a finished run's peak and runtime, an OOM's failed
+fingerprint gets one systematic error from the residual model, and each run adds a small independent
+run-to-run noise (``RUN_NOISE_VRAM_SIGMA``, ``RUN_NOISE_RUNTIME_SIGMA``: same data, same code, but
+allocator and input-order jitter). With ``feedback`` the simulator does what the live service does
+with its history tier: every measured outcome (a finished run's peak and runtime, an OOM's failed
 allocation) is recorded per fingerprint, and a later submission of that fingerprint is predicted
 from it, Autopilot-style (:class:`FeedbackHistory`).
 
@@ -30,9 +30,8 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,6 +46,7 @@ from scheduler.core.pool import KIND_NAMES, Pool
 from scheduler.core.requests import TYPE_INDEX, PlacementRequest, requested_type
 from scheduler.exceptions import SimulationError
 from scheduler.policies.base import Policy
+from scheduler.sim.feedback import FeedbackHistory
 from scheduler.sim.outcomes import AttemptRecords, JobRecords, SimulationMetrics, compute_metrics
 from scheduler.sim.truth import ResidualModel, load_residuals
 from scheduler.sim.workload import Workload
@@ -55,7 +55,6 @@ __all__ = [
     "OOM_GROWTH",
     "RUN_NOISE_RUNTIME_SIGMA",
     "RUN_NOISE_VRAM_SIGMA",
-    "FeedbackHistory",
     "Observer",
     "SimulationResult",
     "Simulator",
@@ -102,77 +101,6 @@ class _Job:
         # option.runtime_s = own x the option's slow-down; the truth is base x slow-down x error.
         scale = base / own if own > 0 and math.isfinite(own) else 1.0
         return option.runtime_s * scale * self.runtime_factor
-
-
-def _percentile(values: Sequence[float], q: float) -> float:
-    """numpy's default (linear) percentile, without numpy's per-call overhead on short lists:
-    it runs once per submission of a recurring job."""
-    xs = sorted(values)
-    pos = q / 100.0 * (len(xs) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
-@dataclass
-class FeedbackHistory:
-    """What the cluster measured per fingerprint, turned into the next run's prediction.
-
-    Values are ratios to the analytical point prediction (measured peak / predicted peak,
-    measured runtime / predicted runtime). In the simulator's truth a job's error is the same on
-    every GPU type, so a ratio measured on one type predicts all of them, and the runtime ratio
-    carries over when a re-run has a different length. Over the last ``window`` runs, the point is
-    the ``percentile`` of the ratios and the VRAM upper bound the largest one times
-    ``1 + margin + margin_per_run / n`` (a wider margin while few runs are known), as Autopilot's
-    recommender does with a high percentile of recent peaks plus a safety margin.
-    """
-
-    window: int = 20
-    percentile: float = 95.0
-    margin: float = 0.05
-    margin_per_run: float = 0.10
-    runtime_margin: float = 0.10
-    _vram: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list), repr=False)
-    _runtime: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list), repr=False)
-
-    def record(self, fingerprint: str, vram_ratio: float, runtime_ratio: float | None) -> None:
-        self._vram[fingerprint].append(float(vram_ratio))
-        if runtime_ratio is not None:
-            self._runtime[fingerprint].append(float(runtime_ratio))
-
-    def n_runs(self, fingerprint: str) -> int:
-        return len(self._vram.get(fingerprint, ()))
-
-    def vram(self, fingerprint: str) -> tuple[float, float] | None:
-        """(point ratio, upper ratio), or None before the first measurement."""
-        runs = self._vram.get(fingerprint)
-        if not runs:
-            return None
-        recent = runs[-self.window :]
-        point = _percentile(recent, self.percentile)
-        upper = max(recent) * (1.0 + self.margin + self.margin_per_run / len(recent))
-        return point, upper
-
-    def runtime(self, fingerprint: str) -> tuple[float, float] | None:
-        runs = self._runtime.get(fingerprint)
-        if not runs:
-            return None
-        recent = runs[-self.window :]
-        return _percentile(recent, 50.0), max(recent) * (1.0 + self.runtime_margin)
-
-    def apply(self, fingerprint: str, request: PlacementRequest) -> PlacementRequest | None:
-        """``request`` predicted from this fingerprint's history; None if there is none."""
-        v = self.vram(fingerprint)
-        if v is None:
-            return None
-        r = self.runtime(fingerprint)
-        return replace(
-            request,
-            vram_gib=request.vram_gib * v[0],
-            vram_upper_gib=request.vram_gib * v[1],
-            runtime_s=request.runtime_s if r is None else request.runtime_s * r[0],
-            runtime_upper_s=request.runtime_upper_s if r is None else request.runtime_s * r[1],
-        )
 
 
 # Called after every tick with (core, decisions of the tick, now): tests check invariants here.

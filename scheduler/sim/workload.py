@@ -29,7 +29,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from predictor.gpus import GPU_NAMES
 from predictor.models import resolve_model
 from predictor.spec import JobSpec, parse_spec
-
 from scheduler.exceptions import SimulationError
 
 __all__ = [

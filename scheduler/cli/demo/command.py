@@ -1,4 +1,4 @@
-"""``snugfit demo``: the end-to-end demo on an embedded Redis (see :mod:`scheduler.cli.demo.run`)."""
+"""``snugfit demo``: the end-to-end demo on an embedded Redis (:mod:`scheduler.cli.demo.run`)."""
 
 from __future__ import annotations
 

@@ -17,12 +17,9 @@ import contextlib
 import json
 import math
 import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,16 +27,17 @@ from typing import Any
 import numpy as np
 
 from predictor.gpus import GPU_NAMES
+from scheduler.cli.demo.live import Attempt, live_metrics
+from scheduler.cli.demo.processes import ProcessGroup, snugfit_argv
 from scheduler.core.pool import Pool, load_pool
 from scheduler.exceptions import SchedulerError
 
-__all__ = ["DEMO_POOL", "DemoConfig", "DemoResult", "ProcessGroup", "live_metrics", "run_demo"]
+__all__ = ["DEMO_POOL", "DemoConfig", "DemoResult", "run_demo"]
 
 DEMO_POOL = Path(__file__).resolve().parents[3] / "datasets/pools/mixed.toml"
 _BASELINE = "requested"
 _REPORT_POLICIES = ("rightsize", "requested", "firstfit", "bestfit")
 _POLL_S = 0.25
-_STOP_GRACE_S = 5.0
 _READY_TIMEOUT_S = 90.0
 # Real seconds the accelerated run aims for (the workload's makespan is mapped onto it).
 _TARGET_RUN_S = 40.0
@@ -78,63 +76,6 @@ class DemoResult:
 # processes
 
 
-class ProcessGroup:
-    """Child processes, each the leader of its own process group, stopped together.
-
-    ``stop()`` sends SIGTERM to every group, waits, then SIGKILLs what is left; it is registered
-    with ``atexit`` so an exception or Ctrl-C anywhere in the demo still cleans up.
-    """
-
-    def __init__(self) -> None:
-        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
-        self._stopped = False
-        atexit.register(self.stop)
-
-    def start(self, name: str, argv: Sequence[str], env: Mapping[str, str], log: Path) -> None:
-        fh = log.open("ab")
-        try:
-            proc = subprocess.Popen(
-                list(argv),
-                env=dict(env),
-                stdout=fh,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # own process group: killpg reaches its children too
-            )
-        finally:
-            fh.close()
-        self.procs.append((name, proc))
-
-    def dead(self) -> list[tuple[str, int]]:
-        return [(n, p.returncode) for n, p in self.procs if p.poll() is not None]
-
-    def stop(self) -> None:
-        if self._stopped:
-            return
-        self._stopped = True
-        for _, p in self.procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(p.pid, signal.SIGTERM)
-        deadline = time.monotonic() + _STOP_GRACE_S
-        for _, p in self.procs:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        for _, p in self.procs:
-            # The group too: a worker's job subprocesses must not outlive it.
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=2.0)
-        with contextlib.suppress(Exception):
-            atexit.unregister(self.stop)
-
-
-def _snugfit_argv(*args: str) -> list[str]:
-    # The interpreter running the demo, not whatever `snugfit` is first on PATH.
-    return [sys.executable, "-c", "from scheduler.cli import main; main()", *args]
-
-
 def _slots(pool: Pool, node_index: int) -> int:
     node = pool.nodes[node_index]
     if node.mode == "mig":
@@ -146,171 +87,6 @@ def _slots(pool: Pool, node_index: int) -> int:
 
 # ---------------------------------------------------------------------------------------------
 # live metrics from the event stream
-
-
-@dataclass
-class _Attempt:
-    job_id: str
-    attempt: int
-    option: dict[str, Any]
-    start: float = math.nan
-    end: float = math.nan
-    peak_gib: float | None = None
-    oom: bool = False
-    state: str = ""
-
-
-def _attempts(events: Sequence[Mapping[str, Any]]) -> list[_Attempt]:
-    by_key: dict[tuple[str, int], _Attempt] = {}
-    order: list[tuple[str, int]] = []
-    for e in events:
-        jid, att = e.get("job_id"), e.get("attempt")
-        if not isinstance(jid, str) or not isinstance(att, int):
-            continue
-        key = (jid, att)
-        kind = e.get("event")
-        if kind == "placed" and isinstance(e.get("option"), dict):
-            by_key[key] = _Attempt(jid, att, dict(e["option"]))
-            order.append(key)
-            continue
-        a = by_key.get(key)
-        if a is None:
-            continue
-        ts = float(e.get("ts") or math.nan)
-        if kind == "started":
-            a.start = ts
-        elif kind in ("finished", "oom", "cancelled", "reclaimed") and math.isnan(a.end):
-            a.end = ts
-            out = e.get("outcome") if isinstance(e.get("outcome"), dict) else {}
-            a.peak_gib = out.get("peak_vram_gib") if out else None
-            a.oom = kind == "oom" or bool(out and out.get("oom"))
-            a.state = str(out.get("state") or kind) if out else kind
-    return [by_key[k] for k in order]
-
-
-def live_metrics(
-    records: Sequence[Mapping[str, Any]],
-    events: Sequence[Mapping[str, Any]],
-    pool: Pool,
-    *,
-    t0: float,
-    time_scale: float,
-) -> tuple[dict[str, Any], list[_Attempt]]:
-    """The simulator's metrics (:func:`scheduler.sim.outcomes.compute_metrics`) for a live run.
-
-    Wall-clock times are mapped back to workload seconds (``/ time_scale``). Attempts come from
-    the placement log (placed -> started -> finished/oom/reclaimed); cost is billed for the time
-    each attempt held its slot at the option's price, OOM-killed attempts included.
-    """
-    from scheduler.core.decide import cheapest_index
-    from scheduler.core.options import enumerate_options
-    from scheduler.core.requests import PlacementRequest
-    from scheduler.sim.outcomes import AttemptRecords, JobRecords, compute_metrics
-
-    def w(ts: float | None) -> float:
-        return math.nan if ts is None or not math.isfinite(ts) else (ts - t0) / time_scale
-
-    attempts = _attempts(events)
-    by_job: dict[str, list[_Attempt]] = {}
-    for a in attempts:
-        by_job.setdefault(a.job_id, []).append(a)
-    rows = []
-    for a in attempts:
-        if math.isnan(a.start) or math.isnan(a.end):
-            continue
-        o = a.option
-        dur = max(w(a.end) - w(a.start), 0.0)
-        rt = o.get("runtime_s") or math.inf
-        cost = float(o.get("cost_usd") or 0.0) * dur / rt
-        price = pool.price_for(str(o.get("gpu_type")))
-        n = int(o.get("n_gpus") or 1)
-        cap = float(o.get("capacity_gib") or 0.0)
-        peak = a.peak_gib if a.peak_gib is not None else cap
-        rows.append((dur, cost, cost / price if price else 0.0, cap * n, min(peak, cap) * n))
-    arr = np.asarray(rows, float).reshape(-1, 5)
-    empty = pool.state()
-    n = len(records)
-    arrival = np.full(n, np.nan)
-    first = np.full(n, np.nan)
-    end = np.full(n, np.nan)
-    ooms = np.zeros(n, np.int64)
-    rejected = np.zeros(n, bool)
-    smallest = np.zeros(n, bool)
-    reserved = np.full(n, np.nan)
-    truth = np.full(n, np.nan)
-    for i, rec in enumerate(records):
-        jid = str(rec.get("id"))
-        arrival[i] = w(rec.get("submitted_at"))
-        rejected[i] = rec.get("state") == "rejected"
-        mine = by_job.get(jid, [])
-        starts = [a.start for a in mine if not math.isnan(a.start)]
-        if starts:
-            first[i] = w(min(starts))
-        ooms[i] = sum(a.oom for a in mine)
-        last = mine[-1] if mine else None
-        if rec.get("state") != "succeeded" or last is None or last.peak_gib is None:
-            continue
-        end[i] = w(last.end)
-        reserved[i] = float(last.option.get("reserved_gib") or math.nan)
-        truth[i] = float(last.peak_gib)
-        smallest[i] = _smallest_fit(rec, last, empty, enumerate_options, cheapest_index,
-                                    PlacementRequest)  # fmt: skip
-    jobs = JobRecords(arrival, first, end, ooms, rejected, smallest, reserved, truth)
-    att = AttemptRecords(arr[:, 0], arr[:, 1], arr[:, 2], arr[:, 3], arr[:, 4])
-    m = compute_metrics(jobs, att, pool_gpus=pool.n_gpus, placement_seconds=0.0, n_placements=0)
-    out = m.to_dict()
-    out.pop("placements_per_s", None)
-    return out, attempts
-
-
-def _smallest_fit(
-    rec: Mapping[str, Any],
-    last: _Attempt,
-    empty: Any,
-    enumerate_options: Callable[..., Any],
-    cheapest_index: Callable[..., Any],
-    request_cls: Any,
-) -> bool:
-    """Whether the job's final option is the cheapest one that holds its MEASURED peak (the
-    simulator's definition, with the measurement standing in for the truth)."""
-    req = rec.get("request")
-    if not isinstance(req, Mapping):
-        return False
-    gpu = str(last.option.get("gpu_type"))
-    pred = req.get("vram_gib") or []
-    k = GPU_NAMES.index(gpu) if gpu in GPU_NAMES else -1
-    if k < 0 or k >= len(pred) or not pred[k]:
-        return False
-    ratio = float(last.peak_gib or 0.0) / float(pred[k])
-    vram = np.array([math.inf if v is None else float(v) * ratio for v in pred])
-    runtime = np.array([math.inf if v is None else float(v) for v in req.get("runtime_s", [])])
-    if runtime.shape != vram.shape:
-        return False
-    try:
-        probe = request_cls(
-            job_id=str(rec.get("id")),
-            vram_gib=vram,
-            vram_upper_gib=vram,
-            runtime_s=runtime,
-            runtime_upper_s=runtime,
-            n_gpus=int(req.get("n_gpus", 1)),
-            tensor_parallel=int(req.get("tensor_parallel", 1)),
-            pipeline_parallel=int(req.get("pipeline_parallel", 1)),
-            gpu=req.get("gpu"),
-        )
-        opts = enumerate_options(probe, empty)
-    except SchedulerError:
-        return False
-    i = cheapest_index(opts, now=False)
-    if i is None:
-        return False
-    best, got = opts[i], last.option
-    return bool(
-        best.gpu_type == got.get("gpu_type")
-        and best.kind == got.get("kind")
-        and best.mig_profile == got.get("mig_profile")
-        and best.n_gpus == got.get("n_gpus")
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -409,7 +185,7 @@ def run_demo(cfg: DemoConfig, console: Any | None = None) -> DemoResult:
         logs.mkdir(exist_ok=True)
         procs.start(
             "scheduler",
-            _snugfit_argv(
+            snugfit_argv(
                 "scheduler",
                 "--pool",
                 str(cfg.pool_path),
@@ -428,7 +204,7 @@ def run_demo(cfg: DemoConfig, console: Any | None = None) -> DemoResult:
             for j in range(per):
                 procs.start(
                     f"worker {node.name}/{j}",
-                    _snugfit_argv(
+                    snugfit_argv(
                         "worker",
                         "--node",
                         node.name,
@@ -459,7 +235,7 @@ def run_demo(cfg: DemoConfig, console: Any | None = None) -> DemoResult:
         con.print(
             f"Redis kept running for you: export SNUGFIT_REDIS_URL={url}\n"
             "  then: snugfit log | snugfit explain <job id> | snugfit pool\n"
-            f'  stop it: python -c "from scheduler.service.store.redis_store import stop_embedded; '
+            f'  stop it: python -c "from scheduler.service.store import stop_embedded; '
             f"from pathlib import Path; stop_embedded(Path('{home}'))\""
         )
     return _finish(cfg, con, out_dir, pool, wl, live, sim_by_policy, attempts, records, scale,
@@ -591,7 +367,7 @@ def _finish(
     wl: Any,
     live: dict[str, Any],
     sim: dict[str, dict[str, Any]],
-    attempts: list[_Attempt],
+    attempts: list[Attempt],
     records: list[dict[str, Any]],
     scale: float,
     states: dict[str, int],

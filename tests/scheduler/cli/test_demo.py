@@ -15,7 +15,9 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from scheduler.cli.demo.command import demo_command
-from scheduler.cli.demo.run import DemoConfig, ProcessGroup, live_metrics, run_demo
+from scheduler.cli.demo.live import live_metrics
+from scheduler.cli.demo.processes import ProcessGroup
+from scheduler.cli.demo.run import DemoConfig, run_demo
 from scheduler.core.pool import load_pool
 
 REPO = Path(__file__).resolve().parents[3]

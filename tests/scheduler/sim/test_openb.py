@@ -8,15 +8,8 @@ import numpy as np
 import pytest
 
 from scheduler.exceptions import TraceError
-from scheduler.sim.openb.replay import (
-    DEFAULT_NODES_CSV,
-    DEFAULT_PODS_CSV,
-    OpenbPolicy,
-    load_nodes,
-    load_pods,
-    replay,
-    replay_seeds,
-)
+from scheduler.sim.openb.replay import OpenbPolicy, replay, replay_seeds
+from scheduler.sim.openb.trace import DEFAULT_NODES_CSV, DEFAULT_PODS_CSV, load_nodes, load_pods
 
 NODES = """sn,cpu_milli,memory_mib,gpu,model
 n0,64000,262144,8,G2

@@ -22,11 +22,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from predictor.analytical import predict_table
-from scheduler.core.loop import SchedulerCore
 from scheduler.core.decision import Decision
-from scheduler.policies.registry import get_policy
+from scheduler.core.loop import SchedulerCore
 from scheduler.core.pool import Pool, load_pool
-from scheduler.sim.simulator import OOM_GROWTH, FeedbackHistory, Simulator, simulate
+from scheduler.policies.registry import get_policy
+from scheduler.sim.feedback import FeedbackHistory
+from scheduler.sim.simulator import OOM_GROWTH, Simulator, simulate
 from scheduler.sim.truth import ResidualModel
 from scheduler.sim.workload import Workload, generate_workload
 

@@ -1,0 +1,192 @@
+"""The Alibaba GPU v2023 "openb" trace: its node and pod lists, and the FGD paper's tuned
+workload (pods re-sampled to 130% of cluster GPU capacity, then shuffled).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from scheduler.exceptions import TraceError
+
+__all__ = [
+    "DEFAULT_NODES_CSV",
+    "DEFAULT_PODS_CSV",
+    "MAX_GPUS_PER_NODE",
+    "MAX_SPEC_CPU_MILLI",
+    "MAX_SPEC_GPU_MILLI",
+    "MILLI_PER_GPU",
+    "TARGET_DEMAND_RATIO",
+    "OpenbCluster",
+    "OpenbWorkload",
+    "load_nodes",
+    "load_pods",
+    "tune_workload",
+]
+
+
+MILLI_PER_GPU = 1000
+
+
+MAX_GPUS_PER_NODE = 8
+
+
+# Normalisers the simulator's scorers use (gpushareutils.MaxSpecCpu / MaxSpecGpu).
+MAX_SPEC_CPU_MILLI = 128_000
+
+
+MAX_SPEC_GPU_MILLI = 8_000
+
+
+TARGET_DEMAND_RATIO = 1.3
+
+
+_TRACE_DIR = Path(__file__).resolve().parents[4] / "shared/traces/alibaba-gpu-v2023"
+
+
+DEFAULT_NODES_CSV = _TRACE_DIR / "openb_node_list_all_node.csv"
+
+
+DEFAULT_PODS_CSV = _TRACE_DIR / "openb_pod_list_default.csv"
+
+
+@dataclass(frozen=True, slots=True)
+class OpenbCluster:
+    names: tuple[str, ...]
+    cpu_milli: np.ndarray  # (N,)
+    memory_mib: np.ndarray  # (N,)
+    n_gpu: np.ndarray  # (N,)
+    model: tuple[str, ...]
+
+    @property
+    def gpu_capacity_milli(self) -> int:
+        return int(self.n_gpu.sum()) * MILLI_PER_GPU
+
+
+@dataclass(frozen=True, slots=True)
+class OpenbWorkload:
+    cpu_milli: np.ndarray  # (P,)
+    memory_mib: np.ndarray  # (P,)
+    num_gpu: np.ndarray  # (P,)
+    gpu_milli: np.ndarray  # (P,) per GPU; 0 for CPU-only pods
+    gpu_spec: tuple[frozenset[str], ...]  # empty = any GPU type
+
+    def __len__(self) -> int:
+        return int(self.cpu_milli.shape[0])
+
+    def take(self, idx: np.ndarray) -> OpenbWorkload:
+        return OpenbWorkload(
+            cpu_milli=self.cpu_milli[idx],
+            memory_mib=self.memory_mib[idx],
+            num_gpu=self.num_gpu[idx],
+            gpu_milli=self.gpu_milli[idx],
+            gpu_spec=tuple(self.gpu_spec[int(i)] for i in idx),
+        )
+
+    @property
+    def total_gpu_milli(self) -> np.ndarray:
+        return self.num_gpu * self.gpu_milli
+
+
+def _read_csv(path: str | Path, required: Sequence[str]) -> list[dict[str, str]]:
+    p = Path(path)
+    if not p.is_file():
+        raise TraceError(
+            f"trace file {str(p)!r} does not exist; pass --nodes/--pods, or put the openb trace "
+            f"under {_TRACE_DIR}"
+        )
+    with p.open(newline="") as fh:
+        reader = csv.DictReader(fh)
+        missing = [c for c in required if c not in (reader.fieldnames or [])]
+        if missing:
+            raise TraceError(
+                f"{p.name}: missing column(s) {', '.join(missing)}; got {reader.fieldnames}. "
+                "Expected the openb CSV layout from alibaba/clusterdata cluster-trace-gpu-v2023"
+            )
+        return list(reader)
+
+
+def _int(row: dict[str, str], key: str, where: str) -> int:
+    raw = row.get(key, "")
+    try:
+        return int(float(raw)) if raw.strip() else 0
+    except ValueError:
+        raise TraceError(f"{where}: `{key}` must be a number, got {raw!r}") from None
+
+
+def load_nodes(path: str | Path = DEFAULT_NODES_CSV) -> OpenbCluster:
+    """Nodes csv: ``sn, cpu_milli, memory_mib, gpu, model``."""
+    rows = _read_csv(path, ("sn", "cpu_milli", "memory_mib", "gpu", "model"))
+    if not rows:
+        raise TraceError(f"{Path(path).name}: no nodes")
+    n_gpu = np.array([_int(r, "gpu", f"node {r['sn']}") for r in rows], np.int64)
+    if (n_gpu > MAX_GPUS_PER_NODE).any() or (n_gpu < 0).any():
+        bad = int(n_gpu[(n_gpu > MAX_GPUS_PER_NODE) | (n_gpu < 0)][0])
+        raise TraceError(f"node GPU count must be 0..{MAX_GPUS_PER_NODE}, got {bad}")
+    return OpenbCluster(
+        names=tuple(r["sn"] for r in rows),
+        cpu_milli=np.array([_int(r, "cpu_milli", r["sn"]) for r in rows], np.int64),
+        memory_mib=np.array([_int(r, "memory_mib", r["sn"]) for r in rows], np.int64),
+        n_gpu=n_gpu,
+        model=tuple((r.get("model") or "").strip() for r in rows),
+    )
+
+
+def load_pods(path: str | Path = DEFAULT_PODS_CSV) -> OpenbWorkload:
+    """Pods csv: ``name, cpu_milli, memory_mib, num_gpu, gpu_milli, gpu_spec, ...``."""
+    rows = _read_csv(path, ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"))
+    if not rows:
+        raise TraceError(f"{Path(path).name}: no pods")
+    num_gpu = np.array([_int(r, "num_gpu", r["name"]) for r in rows], np.int64)
+    gpu_milli = np.array([_int(r, "gpu_milli", r["name"]) for r in rows], np.int64)
+    gpu_milli = np.where(num_gpu > 0, gpu_milli, 0)
+    if ((num_gpu > 1) & (gpu_milli < MILLI_PER_GPU)).any():
+        i = int(np.flatnonzero((num_gpu > 1) & (gpu_milli < MILLI_PER_GPU))[0])
+        raise TraceError(
+            f"pod {rows[i]['name']}: a multi-GPU pod must request whole GPUs "
+            f"(gpu_milli=1000), got num_gpu={num_gpu[i]} gpu_milli={gpu_milli[i]}"
+        )
+    specs = tuple(
+        frozenset(s for s in (r.get("gpu_spec") or "").split("|") if s.strip()) for r in rows
+    )
+    return OpenbWorkload(
+        cpu_milli=np.array([_int(r, "cpu_milli", r["name"]) for r in rows], np.int64),
+        memory_mib=np.array([_int(r, "memory_mib", r["name"]) for r in rows], np.int64),
+        num_gpu=num_gpu,
+        gpu_milli=gpu_milli,
+        gpu_spec=specs,
+    )
+
+
+def tune_workload(
+    pods: OpenbWorkload, capacity_milli: int, ratio: float, rng: np.random.Generator
+) -> OpenbWorkload:
+    """Append uniformly re-sampled pods until GPU demand reaches ``ratio`` × capacity, shuffle."""
+    target = ratio * capacity_milli
+    total = float(pods.total_gpu_milli.sum())
+    idx = list(range(len(pods)))
+    if total > target:
+        # Tune down: drop random pods until under target (the simulator's tuneDownPods).
+        keep = rng.permutation(len(pods))
+        demand = pods.total_gpu_milli[keep]
+        cum = total - np.cumsum(demand)
+        n_drop = int(np.searchsorted(-cum, -target, side="right") + 1)
+        idx = sorted(keep[n_drop:].tolist())
+    else:
+        per_pod = pods.total_gpu_milli
+        # Draw in chunks; stop at the first clone that would overshoot (tuneUpPods).
+        while True:
+            draws = rng.integers(0, len(pods), size=512)
+            cum = total + np.cumsum(per_pod[draws])
+            over = np.flatnonzero(cum > target)
+            if over.size:
+                idx.extend(draws[: over[0]].tolist())
+                break
+            idx.extend(draws.tolist())
+            total = float(cum[-1])
+    order = np.asarray(idx, np.int64)
+    return pods.take(order[rng.permutation(order.size)])
