@@ -177,9 +177,7 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
     except (ValidationError, ValueError, AttributeError) as exc:
         reason = f"corrupt job record: {str(exc).splitlines()[0][:200]}"
         return _fail_before_start(ctx, events, job_id, attempt, reason)
-    limit = _limit_gib(p)
-    runner = _runner_for(ctx, job_id, attempt, p, argv, predictions, limit)
-    simulated = not isinstance(runner, str) and runner.simulated
+    simulated = _runs_simulated(ctx, argv)
     option = _option_of(ctx, job_id)
     if simulated:
         ctx.store.set_fields(job_id, {"simulated": "1"})
@@ -196,6 +194,10 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
             )
         ]
     )
+    # The runner is built after the event: the started event goes out as soon as the attempt
+    # is ours (building a simulated run first loads the residual model).
+    limit = _limit_gib(p)
+    runner = _runner_for(ctx, job_id, attempt, p, argv, predictions, limit)
     if isinstance(runner, str):
         return _fail_before_start(ctx, events, job_id, attempt, runner)
     try:
@@ -221,6 +223,12 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
     return _supervise(ctx, events, job_id, attempt, runner, spec, p, limit, option)
 
 
+def _runs_simulated(ctx: WorkerContext, argv: Any) -> bool:
+    """A job without a command, or any job on a ``--simulate`` worker, runs simulated (and
+    says so everywhere)."""
+    return ctx.simulate or not argv
+
+
 def _runner_for(
     ctx: WorkerContext,
     job_id: str,
@@ -230,9 +238,8 @@ def _runner_for(
     predictions: dict[str, Any],
     limit: float,
 ) -> Runner | str:
-    """The runner of this attempt, or why it cannot run. A job without a command, or any job
-    on a ``--simulate`` worker, runs simulated (and says so everywhere)."""
-    if ctx.simulate or not argv:
+    """The runner of this attempt, or why it cannot run."""
+    if _runs_simulated(ctx, argv):
         pred = predictions.get(p.gpu_type, {})
         return SimulatedRun(
             job_id,
