@@ -208,11 +208,12 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
     # Started here, on RQ's (main) thread, and only then handed over: PR_SET_PDEATHSIG fires
     # when the *thread* that forked the job exits, so a job forked by a short-lived supervisor
     # thread would be killed with it; the main thread lives as long as the worker.
+    run = _Started(ctx, events, job_id, attempt, runner, spec, p, limit, option)
     if ctx.concurrent:
         key = f"{job_id}@{attempt}"
         thread = threading.Thread(
             target=_supervise_guarded,
-            args=(ctx, events, job_id, attempt, runner, spec, p, limit, option),
+            args=(run,),
             name=f"snugfit-job-{key}",
             daemon=True,
         )
@@ -220,7 +221,22 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
             ctx._running[key] = thread
         thread.start()
         return {"status": "started", "concurrent": True}
-    return _supervise(ctx, events, job_id, attempt, runner, spec, p, limit, option)
+    return _supervise(run)
+
+
+@dataclass(frozen=True, slots=True)
+class _Started:
+    """A started attempt, as its supervisor needs it."""
+
+    ctx: WorkerContext
+    events: EventLog
+    job_id: str
+    attempt: int
+    runner: Runner
+    spec: dict[str, Any]
+    p: PlacementRecord
+    limit: float
+    option: dict[str, Any] | None
 
 
 def _runs_simulated(ctx: WorkerContext, argv: Any) -> bool:
@@ -256,41 +272,24 @@ def _runner_for(
     return ProcessRun(argv, _env_for(ctx, p), ctx.nvml, local if p.kind != "shared" else [])
 
 
-def _supervise_guarded(
-    ctx: WorkerContext,
-    events: EventLog,
-    job_id: str,
-    attempt: int,
-    runner: Runner,
-    spec: dict[str, Any],
-    p: PlacementRecord,
-    limit: float,
-    option: dict[str, Any] | None,
-) -> None:
+def _supervise_guarded(run: _Started) -> None:
+    ctx, job_id, attempt = run.ctx, run.job_id, run.attempt
     try:
-        _supervise(ctx, events, job_id, attempt, runner, spec, p, limit, option)
+        _supervise(run)
     except Exception:
         # Redis down mid-job, etc.: the lease then lapses and the scheduler reclaims the job.
         log.exception("supervising %s attempt %s failed; its lease will lapse", job_id, attempt)
         with contextlib.suppress(Exception):
-            runner.stop(ctx.kill_grace_s)
+            run.runner.stop(ctx.kill_grace_s)
     finally:
         with ctx._lock:
             ctx._running.pop(f"{job_id}@{attempt}", None)
 
 
-def _supervise(
-    ctx: WorkerContext,
-    events: EventLog,
-    job_id: str,
-    attempt: int,
-    runner: Runner,
-    spec: dict[str, Any],
-    p: PlacementRecord,
-    limit: float,
-    option: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+def _supervise(run: _Started) -> dict[str, Any]:
     """Heartbeat a started job until it ends, then record its outcome."""
+    ctx, events, job_id, attempt, runner = run.ctx, run.events, run.job_id, run.attempt, run.runner
+    spec, p, limit, option = run.spec, run.p, run.limit, run.option
     cancelled, lost = _watch(ctx, job_id, attempt, runner)
     res = runner.result(limit)
     ctx.store.set_logs(job_id, res.output)

@@ -15,6 +15,8 @@ from typing import Any
 
 import click
 
+from scheduler.cli._options import measurement_files
+
 __all__ = ["eval_command"]
 
 _METRIC_LABEL = {
@@ -123,13 +125,7 @@ def _render(reports: list[Any], console: Any) -> None:
     show_default=True,
     help="Which predictor tier to score.",
 )
-@click.option(
-    "--data",
-    "paths",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Measurement JSONL file(s); default: datasets/measured/*.jsonl.",
-)
+@measurement_files
 @click.option("--folds", default=5, show_default=True, help="Grouped CV folds (learned/history).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--output", type=click.Path(dir_okay=False), help="Also write the JSON report here.")

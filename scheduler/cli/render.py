@@ -20,6 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from predictor.gpus import GPU_NAMES
+from predictor.prediction import BREAKDOWN_KEYS
 from scheduler.core.decision import Decision, Option
 from scheduler.core.mig import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES
 from scheduler.core.pool import MIB_PER_GIB, MODE_MIG, MODE_SHARED, Pool
@@ -35,6 +36,7 @@ __all__ = [
     "explain",
     "fmt_duration",
     "fmt_gib",
+    "fmt_metric",
     "fmt_usd",
     "free_by_type",
     "option_label",
@@ -43,15 +45,8 @@ __all__ = [
     "predicted_vs_actual_table",
 ]
 
-BREAKDOWN_ORDER: tuple[str, ...] = (
-    "weights",
-    "gradients",
-    "optimizer",
-    "activations",
-    "kv_cache",
-    "logits",
-    "overhead",
-)
+# The Prediction contract's own order, so the bars can never miss a component.
+BREAKDOWN_ORDER: tuple[str, ...] = BREAKDOWN_KEYS
 _BAR_WIDTH_CHARS = 24
 _MAX_OPTION_ROWS = 40
 
@@ -547,14 +542,14 @@ def comparison_table(
     for head, _ in columns:
         table.add_column(head, justify="right")
     for key, label, fmt in rows:
-        cells = []
-        for _, m in columns:
-            v = m.get(key)
-            if v is None or (isinstance(v, float) and not math.isfinite(v)):
-                cells.append("-")
-            elif fmt == "dur":
-                cells.append(fmt_duration(float(v)))
-            else:
-                cells.append(fmt.format(v))
-        table.add_row(label, *cells)
+        table.add_row(label, *(fmt_metric(m.get(key), fmt) for _, m in columns))
     return table
+
+
+def fmt_metric(v: Any, fmt: str) -> str:
+    """One cell of a comparison: "-" when missing or not finite, a duration for "dur"."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    if fmt == "dur":
+        return fmt_duration(float(v))
+    return fmt.format(v)

@@ -360,22 +360,14 @@ def _empty_svg(text: str) -> str:
 
 
 def _summary_html(summary: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
-    from scheduler.cli.render import COMPARISON_ROWS, fmt_duration
+    from scheduler.cli.render import COMPARISON_ROWS, fmt_metric
 
     if not summary:
         return ""
     head = "".join(f"<th>{_e(h)}</th>" for h, _ in summary)
     body = []
     for key, label, fmt in COMPARISON_ROWS:
-        cells = []
-        for _, m in summary:
-            v = m.get(key)
-            if v is None or (isinstance(v, float) and not math.isfinite(v)):
-                cells.append("<td>-</td>")
-            elif fmt == "dur":
-                cells.append(f"<td>{_e(fmt_duration(float(v)))}</td>")
-            else:
-                cells.append(f"<td>{_e(fmt.format(v))}</td>")
+        cells = [f"<td>{_e(fmt_metric(m.get(key), fmt))}</td>" for _, m in summary]
         body.append(f"<tr><th>{_e(label)}</th>{''.join(cells)}</tr>")
     return (
         f'<table class="summary"><thead><tr><th>metric</th>{head}</tr></thead>'

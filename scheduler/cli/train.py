@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from scheduler.cli._options import measurement_files
+
 if TYPE_CHECKING:
     from predictor.measurements import Measurement
 
@@ -45,13 +47,7 @@ def read_redis_history(url: str, prefix: str | None = None) -> list[Measurement]
 
 
 @click.command(name="train")
-@click.option(
-    "--data",
-    "paths",
-    multiple=True,
-    type=click.Path(exists=True, dir_okay=False),
-    help="Measurement JSONL file(s); default: datasets/measured/*.jsonl.",
-)
+@measurement_files
 @click.option(
     "--history",
     "history",

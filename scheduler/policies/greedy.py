@@ -91,23 +91,18 @@ class GreedyPolicy(Policy):
         pending: Sequence[PlacementRequest],
         state: PoolState,
         now_s: float,
-        running: Sequence[RunningJob] = (),
+        running: Sequence[RunningJob],
         *,
         backfill: bool | None = None,
         strict_fifo: bool | None = None,
     ) -> list[Decision]:
         """The queue loop, with this policy's knobs unless ``backfill``/``strict_fifo`` say
         otherwise (a policy that tries several orders runs some without backfill)."""
-        walk = _QueueWalk(
-            self,
-            pending,
-            state,
-            now_s,
-            running,
-            backfill=self.backfill if backfill is None else backfill,
-            strict_fifo=self.strict_fifo if strict_fifo is None else strict_fifo,
-        )
-        return walk.run()
+        knobs = {
+            "backfill": self.backfill if backfill is None else backfill,
+            "strict_fifo": self.strict_fifo if strict_fifo is None else strict_fifo,
+        }
+        return _QueueWalk(self, pending, state, now_s, running, **knobs).run()
 
 
 class _QueueWalk:

@@ -69,16 +69,6 @@ class RightSizePolicy(GreedyPolicy):
     def chosen_reason(self, option: Option) -> str:
         return f"cheapest option that fits now: {option.label} at ${option.cost_usd:.2f}"
 
-    def wait_for(
-        self,
-        table: OptionTable,
-        idx: int,
-        state: PoolState,
-        running: Sequence[RunningJob],
-        now_s: float,
-    ) -> tuple[str, float, Option] | None:
-        return self._wait(table, idx, state, running, now_s) if self.wait_for_cheaper else None
-
     def _greedy(
         self,
         pending: Sequence[PlacementRequest],
@@ -238,7 +228,7 @@ class RightSizePolicy(GreedyPolicy):
                 state.allocate(trial.option_of(d.job_id), d.job_id)
         return decisions
 
-    def _wait(
+    def wait_for(
         self,
         table: OptionTable,
         idx: int,
@@ -246,6 +236,9 @@ class RightSizePolicy(GreedyPolicy):
         running: Sequence[RunningJob],
         now_s: float,
     ) -> tuple[str, float, Option] | None:
+        """With ``wait_for_cheaper``: wait for a cheaper option predicted to free up in time."""
+        if not self.wait_for_cheaper:
+            return None
         req = table.request
         now_cost = float(table.cost[idx])
         target = now_cost * (1.0 - self.min_saving)

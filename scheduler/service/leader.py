@@ -314,21 +314,33 @@ class SchedulerService:
                 counter="lost",
                 expired_before_ms=now_ms,
             )
-            if got in ("requeued", "failed", "cancelled"):
-                n += 1
-                events.append(
-                    event(
-                        "reclaimed",
-                        jid,
-                        attempt=int(attempt),
-                        reason=f"lease expired (worker {worker}); capacity released, job {got}",
-                        policy=self.policy.name.value,
-                    )
-                )
-                if got == "requeued":
-                    events.append(event("requeued", jid, attempt=int(attempt), reason="lease lost"))
+            got_events = self._reclaimed(
+                jid, int(attempt), got, f"lease expired (worker {worker})", "lease lost"
+            )
+            n += bool(got_events)
+            events += got_events
         self.events.emit(events)
         return n
+
+    def _reclaimed(
+        self, jid: str, attempt: int, got: str, reason: str, requeued: str, **where: Any
+    ) -> list[dict[str, Any]]:
+        """The events of a reclaim whose requeue answered ``got``; none if nothing was freed."""
+        if got not in ("requeued", "failed", "cancelled"):
+            return []
+        out = [
+            event(
+                "reclaimed",
+                jid,
+                attempt=attempt,
+                **where,
+                reason=f"{reason}; capacity released, job {got}",
+                policy=self.policy.name.value,
+            )
+        ]
+        if got == "requeued":
+            out.append(event("requeued", jid, attempt=attempt, reason=requeued))
+        return out
 
     def _reclaim_unstarted(self, now: float) -> int:
         """Requeue placed jobs that no worker started within ``placement_lease_s``."""
@@ -362,22 +374,11 @@ class SchedulerService:
             got = self.store.requeue(
                 jid, attempt, reason=reason, counter="lost", from_states="placed"
             )
-            if got in ("requeued", "failed", "cancelled"):
-                n += 1
-                events.append(
-                    event(
-                        "reclaimed",
-                        jid,
-                        attempt=attempt,
-                        node=node,
-                        reason=f"{reason}; capacity released, job {got}",
-                        policy=self.policy.name.value,
-                    )
-                )
-                if got == "requeued":
-                    events.append(
-                        event("requeued", jid, attempt=attempt, reason="placement never started")
-                    )
+            got_events = self._reclaimed(
+                jid, attempt, got, reason, "placement never started", node=node
+            )
+            n += bool(got_events)
+            events += got_events
         self.events.emit(events)
         return n
 
