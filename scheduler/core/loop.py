@@ -12,6 +12,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from scheduler.core.clock import Clock, SystemClock
 from scheduler.core.decide import rejected_decision
@@ -20,7 +21,10 @@ from scheduler.core.options import fits_anywhere_many, option_table
 from scheduler.core.requests import PlacementRequest, RunningJob
 from scheduler.core.state import PoolState
 from scheduler.exceptions import PlacementError, SchedulerError
-from scheduler.policies.base import Policy
+
+if TYPE_CHECKING:
+    # The one interface the loop calls; the policies themselves depend on the core.
+    from scheduler.policies.base import Policy
 
 __all__ = ["CoreCounters", "SchedulerCore"]
 

@@ -269,3 +269,21 @@ def test_step_batch_adapts_to_the_measured_cost_per_job(store: Store, small: Poo
     default = SchedulerService(store, small, window=500)
     default._s_per_job = 1.0
     assert default.batch_size() == 500  # no budget by default: the whole window
+
+
+def test_requested_baseline_live_asks_for_the_pinned_or_a_big_enough_type(
+    store: Store, small: Pool
+) -> None:
+    # The live `requested` baseline uses the same definition as the simulated one
+    # (core.requests.requested_type): a pinned job asks for its pinned type, and a job that no
+    # H100 holds asks for the smallest type that does, instead of being refused.
+    client = Client(store=store)
+    pinned = client.submit(spec("pinned", gpu="A100-40GB"))
+    big = client.submit(spec("big", model="mixtral-8x7b", batch_size=1))  # ~100 GiB
+    SchedulerService(store, small, policy="requested").step()
+    assert pinned.status() == "placed", pinned.reason
+    assert pinned.placement is not None and pinned.placement.gpu_type == "A100-40GB"
+    assert big.status() == "placed", big.reason
+    # The pool has no whole H200 (its H200s are shared), so the user asks for a B200.
+    assert big.placement is not None and big.placement.gpu_type == "B200-180GB"
+    assert big.placement.kind == "whole"

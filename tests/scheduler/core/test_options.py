@@ -1,4 +1,5 @@
-"""Option enumeration: sizing by the upper bound, prices, gangs, MIG/shared rules, reasons."""
+"""Option enumeration (core.options, core.table): sizing by the upper bound, prices, gangs,
+MIG/shared rules, reasons."""
 
 from __future__ import annotations
 
@@ -8,16 +9,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from predictor.gpus import GPU_NAMES, get_gpu
-from predictor.prediction import PredictionTable
-from predictor.spec import parse_spec
+from predictor.gpus import get_gpu
 from scheduler.core.decide import cheapest_index
 from scheduler.core.decision import Option
 from scheduler.core.options import OptionBatch, enumerate_options, fits_anywhere
 from scheduler.core.pool import Pool
 from scheduler.core.requests import PlacementRequest
 from scheduler.core.table import OptionTable
-from scheduler.exceptions import PlacementError
 
 MIXED = {
     "prices": {"H100-80GB": 3.0},
@@ -98,18 +96,6 @@ def test_only_the_saturating_share_of_a_job_stretches_on_a_mig_slice() -> None:
     assert np.all(unknown.busy_frac == 1.0)
     full = _by_label(enumerate_options(unknown, pool.state()))
     assert full["A100-80GB MIG 1g.10gb"].runtime_s == pytest.approx(7200.0 * 7)
-
-
-def test_from_table_carries_the_busy_fraction() -> None:
-    from predictor.analytical import predict_table
-
-    spec = parse_spec({"id": "s", "model": "qwen2.5-0.5b", "task": "inference", "batch_size": 1})
-    table = predict_table([spec])
-    assert table.busy_frac is not None and np.all((table.busy_frac >= 0) & (table.busy_frac <= 1))
-    req = PlacementRequest.from_table(spec, table, 0)
-    assert req.busy_frac[GPU_NAMES.index("H100-80GB")] == pytest.approx(
-        table.busy_frac[0, table.gpu_names.index("H100-80GB")]
-    )
 
 
 def test_kueue_style_reasons() -> None:
@@ -230,39 +216,3 @@ def test_batch_rows_match_single_tables() -> None:
         for name in ("fits_now", "fits_empty", "cost", "need_mib", "runtime"):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
         assert a.cheapest_empty == b.cheapest_empty
-
-
-def test_request_validation() -> None:
-    with pytest.raises(PlacementError, match="one value per GPU type"):
-        PlacementRequest("j", [1.0], [1.0], [1.0], [1.0])
-    with pytest.raises(PlacementError, match="multiple of"):
-        _req(10.0, n=3, tensor_parallel=2)
-    with pytest.raises(PlacementError, match="not a GPU type"):
-        _req(10.0, gpu="H100")
-
-
-def test_from_table_aligns_columns_and_defaults() -> None:
-    spec = parse_spec({"id": "x", "model": "llama-3.1-8b", "task": "inference"})
-    names = ("H100-80GB", "A100-40GB")
-    arr = np.array([[20.0, 21.0]])
-    table = PredictionTable(
-        job_ids=("x",),
-        gpu_names=names,
-        peak_vram_gib=arr,
-        peak_vram_upper_gib=arr + 2,
-        runtime_s=np.array([[100.0, 300.0]]),
-        runtime_upper_s=np.array([[120.0, 360.0]]),
-        breakdown_gib={"overhead": np.zeros((1, 2))},
-        step_time_s=np.full((1, 2), np.nan),
-        ttft_s=np.full((1, 2), np.nan),
-        tpot_s=np.full((1, 2), np.nan),
-        fits=np.ones((1, 2), bool),
-        method=("analytical",),
-    )
-    r = PlacementRequest.from_table(spec, table, 0, submit_time_s=5.0)
-    assert r.job_id == "x"
-    assert r.vram_upper_gib[GPU_NAMES.index("H100-80GB")] == 22.0
-    assert r.vram_upper_gib[GPU_NAMES.index("A100-40GB")] == 23.0
-    assert math.isinf(r.vram_upper_gib[GPU_NAMES.index("B200-180GB")])
-    assert r.requested_gpu == "H100-80GB"
-    assert r.submit_time_s == 5.0

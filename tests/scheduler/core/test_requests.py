@@ -1,0 +1,122 @@
+"""Placement requests: validation, building from a PredictionTable, and the one definition of
+the whole GPU a user would request (the live service and the simulator both use it)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from predictor.gpus import GPU_NAMES
+from predictor.prediction import PredictionTable
+from predictor.spec import parse_spec
+from scheduler.core.pool import Pool
+from scheduler.core.requests import HABITUAL_GPU, PlacementRequest, requested_type
+from scheduler.exceptions import PlacementError
+
+MIXED = {
+    "prices": {"H100-80GB": 3.0},
+    "nodes": [
+        {"name": "a40", "gpu": "A100-40GB", "count": 4},
+        {"name": "a80", "gpu": "A100-80GB", "count": 2, "mode": "mig", "mig": "dynamic"},
+        {"name": "h100", "gpu": "H100-80GB", "count": 4},
+        {"name": "h100s", "gpu": "H100-80GB", "count": 1, "mode": "shared"},
+        {"name": "b200", "gpu": "B200-180GB", "count": 2},
+    ],
+}
+
+
+def _req(
+    upper: float | list[float], n: int = 1, runtime: float = 3600.0, **kw: object
+) -> PlacementRequest:
+    ups = [upper] * 5 if isinstance(upper, float | int) else upper
+    return PlacementRequest(
+        str(kw.pop("job_id", "j")),
+        [u * 0.9 for u in ups],
+        ups,
+        [runtime] * 5,
+        [runtime * 1.2] * 5,
+        n_gpus=n,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_from_table_carries_the_busy_fraction() -> None:
+    from predictor.analytical import predict_table
+
+    spec = parse_spec({"id": "s", "model": "qwen2.5-0.5b", "task": "inference", "batch_size": 1})
+    table = predict_table([spec])
+    assert table.busy_frac is not None and np.all((table.busy_frac >= 0) & (table.busy_frac <= 1))
+    req = PlacementRequest.from_table(spec, table, 0)
+    assert req.busy_frac[GPU_NAMES.index("H100-80GB")] == pytest.approx(
+        table.busy_frac[0, table.gpu_names.index("H100-80GB")]
+    )
+
+
+def test_request_validation() -> None:
+    with pytest.raises(PlacementError, match="one value per GPU type"):
+        PlacementRequest("j", [1.0], [1.0], [1.0], [1.0])
+    with pytest.raises(PlacementError, match="multiple of"):
+        _req(10.0, n=3, tensor_parallel=2)
+    with pytest.raises(PlacementError, match="not a GPU type"):
+        _req(10.0, gpu="H100")
+
+
+def test_from_table_aligns_columns_and_defaults() -> None:
+    spec = parse_spec({"id": "x", "model": "llama-3.1-8b", "task": "inference"})
+    names = ("H100-80GB", "A100-40GB")
+    arr = np.array([[20.0, 21.0]])
+    table = PredictionTable(
+        job_ids=("x",),
+        gpu_names=names,
+        peak_vram_gib=arr,
+        peak_vram_upper_gib=arr + 2,
+        runtime_s=np.array([[100.0, 300.0]]),
+        runtime_upper_s=np.array([[120.0, 360.0]]),
+        breakdown_gib={"overhead": np.zeros((1, 2))},
+        step_time_s=np.full((1, 2), np.nan),
+        ttft_s=np.full((1, 2), np.nan),
+        tpot_s=np.full((1, 2), np.nan),
+        fits=np.ones((1, 2), bool),
+        method=("analytical",),
+    )
+    r = PlacementRequest.from_table(spec, table, 0, submit_time_s=5.0)
+    assert r.job_id == "x"
+    assert r.vram_upper_gib[GPU_NAMES.index("H100-80GB")] == 22.0
+    assert r.vram_upper_gib[GPU_NAMES.index("A100-40GB")] == 23.0
+    assert math.isinf(r.vram_upper_gib[GPU_NAMES.index("B200-180GB")])
+    assert r.requested_gpu == "H100-80GB"
+    assert r.submit_time_s == 5.0
+
+
+def _upper(**by_type: float) -> np.ndarray:
+    out = np.full(len(GPU_NAMES), 10.0)
+    for name, v in by_type.items():
+        out[GPU_NAMES.index(name.replace("_", "-"))] = v
+    return out
+
+
+def test_requested_type_is_the_habit_when_the_job_fits_it() -> None:
+    assert requested_type(_upper(), 1) == HABITUAL_GPU == "H100-80GB"
+    assert requested_type(_upper(), 1, "A100-40GB") == "A100-40GB"
+
+
+def test_requested_type_upsizes_to_the_smallest_type_that_holds_the_job() -> None:
+    upper = np.full(len(GPU_NAMES), 100.0)  # no 80 GB card holds it
+    assert requested_type(upper, 1) == "H200-141GB"
+    assert requested_type(np.full(len(GPU_NAMES), 500.0), 1) == HABITUAL_GPU  # nothing does
+
+
+def test_requested_type_wants_a_node_big_enough_for_the_gang() -> None:
+    pool = Pool.from_dict(
+        {
+            "nodes": [
+                {"name": "h", "gpu": "H100-80GB", "count": 2},
+                {"name": "b", "gpu": "B200-180GB", "count": 8},
+            ]
+        }
+    )
+    assert requested_type(_upper(), 2, pool=pool) == "H100-80GB"
+    assert requested_type(_upper(), 4, pool=pool) == "B200-180GB"
+    assert requested_type(_upper(), 4) == "H100-80GB"  # without a pool, only memory counts
