@@ -17,10 +17,11 @@ import math
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._checks import CheckFailure, check_rows, tag_failures
 from ._paths import datasets_dir, shared_dir
 from .exceptions import DataError, SpecError
 from .measurements import measurement_row
@@ -47,6 +48,8 @@ class SkippedRow:
 class Conversion:
     rows: list[dict[str, Any]]
     skipped: list[SkippedRow]
+    #: Rows kept but flagged non-calibratable by a data check (``predictor._checks``).
+    failures: list[CheckFailure] = field(default_factory=list)
 
 
 class _Skip(Exception):
@@ -721,6 +724,8 @@ def write_published(
 ) -> Conversion:
     """Regenerate ``datasets/measured/published.jsonl`` (and its ``skipped`` sidecar)."""
     conv = convert_published(validation_dir)
+    failures = check_rows(conv.rows)
+    tag_failures(conv.rows, failures)
     out = Path(output) if output else datasets_dir() / "measured" / "published.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", encoding="utf-8") as fh:
@@ -731,13 +736,21 @@ def write_published(
         fh.write("id\tfile\treason\n")
         for s in conv.skipped:
             fh.write(f"{s.id}\t{s.file}\t{s.reason}\n")
-    return conv
+    checks_path = out.with_name(out.stem + ".checks.tsv")
+    with checks_path.open("w", encoding="utf-8") as fh:
+        fh.write("id\tcheck\treason\n")
+        for f in failures:
+            fh.write(f"{f.id}\t{f.check}\t{f.reason}\n")
+    return Conversion(conv.rows, conv.skipped, failures)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     conv = write_published(args[0] if args else None)
     print(f"wrote {len(conv.rows)} rows; skipped {len(conv.skipped)}")
+    print(f"{len({f.id for f in conv.failures})} rows fail a data check (non-calibratable):")
+    for f in conv.failures:
+        print(f"  {f.id}\t{f.check}\t{f.reason}")
     return 0
 
 

@@ -1,0 +1,140 @@
+"""Fit the runtime model's efficiency table on measured rows, and score it out of source.
+
+The fit is a robust least-squares on ``log(predicted / measured)`` of every time metric (step
+time, TTFT, TPOT, runtime), with a ridge pulling each fitted parameter towards its quoted prior
+in log space: a parameter no training row informs (an architecture or engine absent from the
+data) keeps its prior instead of drifting. Rows that fail a data check or carry a documented
+quirk never enter a fit.
+
+:func:`cross_validate_efficiencies` is leave-one-source-out: each source's rows are predicted
+by a table fitted on every *other* source, so the errors it reports are out of source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from ._jobarrays import JobArrays, job_arrays
+from ._memory import GIB, MemoryModel, memory_breakdown_gib
+from ._runtime import RuntimeModel, runtime_figures
+from .efficiency import PARAMETERS, Efficiencies, prior_efficiencies
+from .gpus import GPU_NAMES, get_gpu
+from .measurements import Measurement, is_quirk
+
+__all__ = ["TIME_METRICS", "cross_validate_efficiencies", "fit_efficiencies"]
+
+TIME_METRICS: tuple[str, ...] = ("step_time_s", "ttft_s", "tpot_s", "runtime_s")
+#: Prior width in log space: a fitted value 2× from its prior costs as much as one row 2× off.
+PRIOR_SIGMA = 0.7
+#: Robust-loss scale in log space (soft L1): rows ≳ 15% off count linearly, not squared.
+LOSS_SCALE = 0.15
+#: Weight of the prior residuals against the rows' (tuned with the CV below).
+PRIOR_WEIGHT = 1.0
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The time-metric rows of a set of measurements, as arrays the model evaluates fast."""
+
+    j: JobArrays
+    weights_bytes: np.ndarray
+    gpu_col: np.ndarray  # index into GPU_NAMES per job
+    job: np.ndarray  # row → job index
+    metric: np.ndarray  # row → index into TIME_METRICS
+    measured: np.ndarray
+    weight: np.ndarray
+
+
+def _rows(measurements: Sequence[Measurement]) -> _Rows | None:
+    usable = [m for m in measurements if m.gpu is not None and not is_quirk(m)]
+    job, metric, measured, src = [], [], [], []
+    for i, m in enumerate(usable):
+        for k, name in enumerate(TIME_METRICS):
+            v = m.value(name)
+            if v is not None and v > 0:
+                job.append(i)
+                metric.append(k)
+                measured.append(v)
+                src.append(m.source.split(" | ", 1)[0])
+    if not job:
+        return None
+    j = job_arrays([m.spec for m in usable])
+    bd = memory_breakdown_gib(j, (GPU_NAMES[0],), MemoryModel())
+    # Each source counts with the square root of its size, so one large table cannot set
+    # every constant alone and one odd row cannot either.
+    _, inv, counts = np.unique(np.array(src), return_inverse=True, return_counts=True)
+    return _Rows(
+        j=j,
+        weights_bytes=bd["weights"][:, 0] * GIB,
+        gpu_col=np.array([GPU_NAMES.index(m.gpu or "") for m in usable]),
+        job=np.array(job),
+        metric=np.array(metric),
+        measured=np.array(measured),
+        weight=1.0 / np.sqrt(counts[inv]) * np.sqrt(np.mean(counts[inv])),
+    )
+
+
+_GPU_TYPES = None
+
+
+def _predict(rows: _Rows, eff: Efficiencies) -> np.ndarray:
+    global _GPU_TYPES
+    if _GPU_TYPES is None:
+        _GPU_TYPES = [get_gpu(g) for g in GPU_NAMES]
+    figs = runtime_figures(rows.j, _GPU_TYPES, rows.weights_bytes, RuntimeModel(eff))
+    stacked = np.stack([figs[m] for m in TIME_METRICS])  # (metric, job, gpu)
+    return stacked[rows.metric, rows.job, rows.gpu_col[rows.job]]
+
+
+def fit_efficiencies(
+    measurements: Sequence[Measurement],
+    start: Efficiencies | None = None,
+    max_nfev: int = 60,
+) -> Efficiencies:
+    """Fit every ``fitted`` parameter on the time rows of ``measurements``; see module doc."""
+    start = start or prior_efficiencies()
+    rows = _rows(measurements)
+    if rows is None:
+        return start
+    free = [p for p in PARAMETERS if p.fitted]
+    prior = np.log([p.prior for p in free])
+    lo, hi = np.log([p.lo for p in free]), np.log([p.hi for p in free])
+    x0 = np.clip(np.log([start[p.name] for p in free]), lo + 1e-9, hi - 1e-9)
+    names = [p.name for p in free]
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        eff = start.with_values(dict(zip(names, np.exp(x), strict=True)))
+        with np.errstate(all="ignore"):
+            pred = _predict(rows, eff)
+        r = np.log(np.maximum(pred, 1e-12) / rows.measured) * rows.weight
+        r = np.where(np.isfinite(r), r, 10.0)
+        return np.concatenate([r, PRIOR_WEIGHT * (x - prior) / PRIOR_SIGMA])
+
+    sol = least_squares(
+        residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=LOSS_SCALE, max_nfev=max_nfev
+    )
+    fitted = dict(zip(names, (float(v) for v in np.exp(sol.x)), strict=True))
+    return start.with_values(
+        fitted, fitted_on=f"fit on {len(set(rows.job.tolist()))} jobs", n_rows=int(rows.job.size)
+    )
+
+
+def cross_validate_efficiencies(
+    measurements: Sequence[Measurement], groups: Sequence[str], max_nfev: int = 60
+) -> dict[str, Efficiencies]:
+    """One table per source group, each fitted on every *other* group's rows."""
+    groups = list(groups)
+    out: dict[str, Efficiencies] = {}
+    timed = {
+        g
+        for g, m in zip(groups, measurements, strict=True)
+        if any(m.value(k) is not None for k in TIME_METRICS)
+    }
+    for held in sorted(timed):
+        train = [m for g, m in zip(groups, measurements, strict=True) if g != held]
+        out[held] = fit_efficiencies(train, max_nfev=max_nfev)
+    return out
