@@ -21,11 +21,19 @@ from scipy.optimize import least_squares
 from ._jobarrays import JobArrays, job_arrays
 from ._memory import GIB, MemoryModel, memory_breakdown_gib
 from ._runtime import RuntimeModel, runtime_figures
+from .analytical import AnalyticalPredictor
 from .efficiency import PARAMETERS, Efficiencies, prior_efficiencies
-from .gpus import GPU_NAMES, get_gpu
+from .evaluation import EvalReport, PredictedValues, evaluate, predicted_values, source_group
+from .gpus import GPU_NAMES, GpuType, get_gpu
 from .measurements import Measurement, is_quirk
 
-__all__ = ["TIME_METRICS", "cross_validate_efficiencies", "fit_efficiencies"]
+__all__ = [
+    "TIME_METRICS",
+    "cross_validate_efficiencies",
+    "evaluate_out_of_source",
+    "fit_efficiencies",
+    "out_of_source_values",
+]
 
 TIME_METRICS: tuple[str, ...] = ("step_time_s", "ttft_s", "tpot_s", "runtime_s")
 #: Prior width in log space: a fitted value 2× from its prior costs as much as one row 2× off.
@@ -34,6 +42,8 @@ PRIOR_SIGMA = 0.7
 LOSS_SCALE = 0.15
 #: Weight of the prior residuals against the rows' (tuned with the CV below).
 PRIOR_WEIGHT = 1.0
+#: Rows weigh counts**-w per source (0 = every row equal).
+SOURCE_WEIGHTING = 0.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +53,7 @@ class _Rows:
     j: JobArrays
     weights_bytes: np.ndarray
     gpu_col: np.ndarray  # index into GPU_NAMES per job
+    gpus: list[GpuType]  # each job's GPU
     job: np.ndarray  # row → job index
     metric: np.ndarray  # row → index into TIME_METRICS
     measured: np.ndarray
@@ -71,23 +82,20 @@ def _rows(measurements: Sequence[Measurement]) -> _Rows | None:
         j=j,
         weights_bytes=bd["weights"][:, 0] * GIB,
         gpu_col=np.array([GPU_NAMES.index(m.gpu or "") for m in usable]),
+        gpus=[get_gpu(m.gpu or "") for m in usable],
         job=np.array(job),
         metric=np.array(metric),
         measured=np.array(measured),
-        weight=1.0 / np.sqrt(counts[inv]) * np.sqrt(np.mean(counts[inv])),
+        weight=np.ones(len(job))
+        if SOURCE_WEIGHTING == 0
+        else (np.mean(counts[inv]) / counts[inv]) ** SOURCE_WEIGHTING,
     )
 
 
-_GPU_TYPES = None
-
-
 def _predict(rows: _Rows, eff: Efficiencies) -> np.ndarray:
-    global _GPU_TYPES
-    if _GPU_TYPES is None:
-        _GPU_TYPES = [get_gpu(g) for g in GPU_NAMES]
-    figs = runtime_figures(rows.j, _GPU_TYPES, rows.weights_bytes, RuntimeModel(eff))
-    stacked = np.stack([figs[m] for m in TIME_METRICS])  # (metric, job, gpu)
-    return stacked[rows.metric, rows.job, rows.gpu_col[rows.job]]
+    figs = runtime_figures(rows.j, rows.gpus, rows.weights_bytes, RuntimeModel(eff), per_job=True)
+    stacked = np.stack([figs[m][:, 0] for m in TIME_METRICS])  # (metric, job)
+    return stacked[rows.metric, rows.job]
 
 
 def fit_efficiencies(
@@ -105,6 +113,9 @@ def fit_efficiencies(
     lo, hi = np.log([p.lo for p in free]), np.log([p.hi for p in free])
     x0 = np.clip(np.log([start[p.name] for p in free]), lo + 1e-9, hi - 1e-9)
     names = [p.name for p in free]
+    # A tied parameter's prior is on its log-ratio to another: penalise the two offsets' gap.
+    tie = np.array([names.index(p.tie) if p.tie else k for k, p in enumerate(free)])
+    tied = np.array([p.tie is not None for p in free], dtype=float)
 
     def residuals(x: np.ndarray) -> np.ndarray:
         eff = start.with_values(dict(zip(names, np.exp(x), strict=True)))
@@ -112,7 +123,9 @@ def fit_efficiencies(
             pred = _predict(rows, eff)
         r = np.log(np.maximum(pred, 1e-12) / rows.measured) * rows.weight
         r = np.where(np.isfinite(r), r, 10.0)
-        return np.concatenate([r, PRIOR_WEIGHT * (x - prior) / PRIOR_SIGMA])
+        return np.concatenate(
+            [r, PRIOR_WEIGHT * (x - prior - (x - prior)[tie] * tied) / PRIOR_SIGMA]
+        )
 
     sol = least_squares(
         residuals, x0, bounds=(lo, hi), loss="soft_l1", f_scale=LOSS_SCALE, max_nfev=max_nfev
@@ -138,3 +151,38 @@ def cross_validate_efficiencies(
         train = [m for g, m in zip(groups, measurements, strict=True) if g != held]
         out[held] = fit_efficiencies(train, max_nfev=max_nfev)
     return out
+
+
+def out_of_source_values(
+    measurements: Sequence[Measurement], max_nfev: int = 60
+) -> tuple[PredictedValues, dict[str, Efficiencies]]:
+    """Analytical predictions of every row with efficiencies fitted without the row's source.
+
+    VRAM rows keep the default analytical prediction (the memory model is not fitted here).
+    Returns the aligned values and the table each source was predicted with.
+    """
+    groups = [source_group(m) for m in measurements]
+    tables = cross_validate_efficiencies(measurements, groups, max_nfev=max_nfev)
+    base = predicted_values(measurements, AnalyticalPredictor())
+    point = {k: v.copy() for k, v in base.point.items()}
+    upper = {k: v.copy() for k, v in base.upper.items()}
+    for held, eff in tables.items():
+        idx = [i for i, g in enumerate(groups) if g == held]
+        pv = predicted_values(
+            [measurements[i] for i in idx], AnalyticalPredictor(runtime_model=RuntimeModel(eff))
+        )
+        for k in TIME_METRICS:
+            point[k][idx] = pv.point[k]
+            upper[k][idx] = pv.upper[k]
+    return PredictedValues(point, upper, base.gpu_column, base.unexpressed), tables
+
+
+def evaluate_out_of_source(measurements: Sequence[Measurement]) -> EvalReport:
+    """The analytical tier's accuracy with leave-one-source-out efficiency fits."""
+    pv, _ = out_of_source_values(measurements)
+    report = evaluate(measurements, pv, tier="analytical")
+    report.notes.append(
+        "time metrics: efficiency table fitted leave-one-source-out (each source predicted by "
+        "a table that never saw it); VRAM: the analytical memory model (not fitted)"
+    )
+    return report

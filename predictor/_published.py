@@ -610,6 +610,7 @@ def _inference_fields(
     conc = r.get("concurrency")
     batch = _int(r.get("global_batch_size")) or (_int(conc) if isinstance(conc, int) else None)
     fields: dict[str, Any] = {}
+    num_requests: int | None = None
     if workload.startswith("inference_online_serving"):
         if not isinstance(conc, int) or conc > 8:
             raise _Skip(
@@ -656,6 +657,14 @@ def _inference_fields(
         # Static batch: one batch of `batch` sequences runs prefill then `out_len` decode steps.
         runtime = batch * float(out_len) / total
         fields["runtime_s"] = runtime
+        replicas = int(r.get("num_gpus") or 1) // max(
+            int(r.get("tp") or 1) * int(r.get("pp") or 1), 1
+        )
+        if replicas > 1 and batch % replicas == 0:
+            # Data-parallel replicas each run an equal share of the batch at the same time;
+            # JobSpec's batch_size is one replica's.
+            notes.append(f"batch {batch} split over {replicas} data-parallel replicas")
+            num_requests, batch = batch, batch // replicas
         ttft_ms = other_get(r, "ttft_ms")
         if ttft_ms is not None and runtime > ttft_ms / 1e3 and out_len > 1:
             # The batch's wall time minus its prefill leaves out_len − 1 decode steps.
@@ -681,7 +690,7 @@ def _inference_fields(
         batch_size=batch,
         input_len=max(1, round(float(in_len))),
         output_len=max(1, round(float(out_len))) if isinstance(out_len, int | float) else 1,
-        num_requests=batch,
+        num_requests=num_requests or batch,
     )
     if "fp8 kv" in str(r.get("precision") or "").lower():
         spec["kv_cache_dtype"] = "fp8"

@@ -76,10 +76,20 @@ class _Gpus:
     has_fp8: np.ndarray
     has_fp4: np.ndarray
     peak_by_dtype: np.ndarray  # (n_dtypes, n_gpus) FLOP/s
+    per_job: bool = False  # one GPU per job: every row is (n_jobs, 1) instead of (1, n_gpus)
+
+    def arch(self, eff: Efficiencies, prefix: str) -> np.ndarray:
+        """``<prefix>.<architecture>`` for each GPU, shaped like the other rows."""
+        return eff.per_arch(prefix, self.names).reshape(self.bw.shape)
 
 
-def _gpus(gpus: Sequence[GpuType], eff: Efficiencies) -> _Gpus:
-    row = lambda v: np.asarray(v, dtype=np.float64)[None, :]  # noqa: E731
+def _gpus(gpus: Sequence[GpuType], eff: Efficiencies, per_job: bool = False) -> _Gpus:
+    """GPU rows for a jobs × GPUs table, or (``per_job``) one GPU per job, ``(n_jobs, 1)``."""
+
+    def row(v: list[float] | list[bool]) -> np.ndarray:
+        a = np.asarray(v, dtype=np.float64)
+        return a[:, None] if per_job else a[None, :]
+
     pcie = eff["comm.pcie_gbps"]
     return _Gpus(
         names=tuple(g.name for g in gpus),
@@ -91,6 +101,7 @@ def _gpus(gpus: Sequence[GpuType], eff: Efficiencies) -> _Gpus:
         peak_by_dtype=np.array(
             [[g.peak_tflops_for(d.value) * 1e12 for g in gpus] for d in DTYPES], dtype=np.float64
         ),
+        per_job=per_job,
     )
 
 
@@ -99,12 +110,13 @@ def _col(v: np.ndarray) -> np.ndarray:
 
 
 def allreduce_s(nbytes: np.ndarray, group: np.ndarray, link: np.ndarray, eff: Efficiencies):  # type: ignore[no-untyped-def]
-    """Ring all-reduce time: ``2(p−1)`` hop latencies + ``2(p−1)/p`` of the bytes over the link."""
+    """All-reduce of ``nbytes`` over ``group`` GPUs: latency growing with ``log2(p)`` (tree /
+    NVLS algorithms for small messages) plus the ring's ``2(p−1)/p`` of the bytes over the
+    achieved link bandwidth. Zero for a group of one."""
     p = np.maximum(group, 1.0)
-    steps = 2.0 * (p - 1.0)
-    return steps * eff["comm.hop_latency_s"] + (steps / p) * nbytes / (
-        link * eff["comm.link_efficiency"]
-    )
+    latency = eff["comm.latency_s"] + eff["comm.latency_log2_s"] * np.log2(p)
+    ring = 2.0 * (p - 1.0) / p * nbytes / (link * eff["comm.link_efficiency"])
+    return np.where(p > 1.0, latency + ring, 0.0)
 
 
 def _gemm_eff(
@@ -122,8 +134,9 @@ def _gemm_eff(
 
 
 def _attn_eff(j: JobArrays, g: _Gpus, eff: Efficiencies, seq: np.ndarray) -> np.ndarray:
-    fa2 = eff.per_arch("attn.fa2", g.names)
-    fa3 = np.array([[eff[f"attn.fa3.{a}"] if a != "ampere" else 0.0 for a in _archs(g)]])
+    fa2 = g.arch(eff, "attn.fa2")
+    fa3 = np.array([eff[f"attn.fa3.{a}"] if a != "ampere" else 0.0 for a in _archs(g)])
+    fa3 = fa3.reshape(g.bw.shape)
     fused = np.isin(j.framework, _FUSED_ATTENTION)[:, None] & (g.fused_attn > 0)
     return np.where(fused, fa3, fa2) * _col(seq / (seq + eff["attn.knee_seq"]))
 
@@ -142,14 +155,25 @@ def _engine_lookup(j: JobArrays, eff: Efficiencies, kind: str) -> np.ndarray:
     return table[_FRAMEWORK_TO_ENGINE[j.framework.astype(np.int64)]]
 
 
+def _engine_step_s(j: JobArrays, eff: Efficiencies, batch: np.ndarray) -> np.ndarray:
+    """The engine's CPU work in one step: fixed plus per running sequence (sampling, detok)."""
+    return _engine_lookup(j, eff, "step_s") + _engine_lookup(j, eff, "seq_step_s") * batch
+
+
+def _uncaptured(j: JobArrays) -> np.ndarray:
+    """1 where collectives launch without CUDA graphs / custom all-reduce (not an engine)."""
+    return (~np.isin(j.framework, _ENGINES)).astype(np.float64)
+
+
 def _peak(j: JobArrays, g: _Gpus) -> np.ndarray:
-    return g.peak_by_dtype[j.compute_dtype.astype(np.int64)]
+    idx = j.compute_dtype.astype(np.int64)
+    if g.per_job:
+        return g.peak_by_dtype[idx, np.arange(idx.size)][:, None]
+    return g.peak_by_dtype[idx]
 
 
 # ------------------------------------------------------------------------------ training
-def _training_step_s(
-    j: JobArrays, g: _Gpus, eff: Efficiencies
-) -> tuple[np.ndarray, np.ndarray]:
+def _training_step_s(j: JobArrays, g: _Gpus, eff: Efficiencies) -> tuple[np.ndarray, np.ndarray]:
     """Step time and its saturating (busy) part, ``(n, G)`` each."""
     is_peft = np.isin(j.task, [_IDX_T[Task.LORA], _IDX_T[Task.QLORA]])
     ck = j.checkpointing
@@ -159,7 +183,7 @@ def _training_step_s(
     gemm_flops = (np.where(is_peft, 4.0, 6.0) + 2.0 * ck) * j.flop_params * per_gpu
     attn_flops = (3.5 + ck) * 2.0 * j.n_layers * j.seq_len * j.attn_dim * per_gpu
     peak = _peak(j, g)
-    ge = _gemm_eff(j, g, eff, eff.per_arch("gemm", g.names), tokens_mb)
+    ge = _gemm_eff(j, g, eff, g.arch(eff, "gemm"), tokens_mb)
     ge = ge * _col(np.where(np.isin(j.framework, _EAGER), eff["gemm.eager_scale"], 1.0))
     ge = ge * _col(np.where(j.task == _IDX_T[Task.QLORA], eff["gemm.qlora_scale"], 1.0))
     gemm_s = _col(gemm_flops) / (peak * ge)
@@ -168,8 +192,10 @@ def _training_step_s(
     elem_s = _col(elem_bytes) / (g.bw * eff["mem.stream"])
     launch_s = _col(eff["launch.train_s"] * (j.n_layers / pp) * j.grad_accum * (1.0 + ck / 3.0))
     tp_msgs = (4.0 + 2.0 * ck) * (j.n_layers / pp) * j.grad_accum
-    tp_s = eff["comm.tp_exposed_train"] * _col(tp_msgs) * allreduce_s(
-        _col(tokens_mb * j.hidden * j.compute_bytes), _col(tp), g.link, eff
+    tp_s = (
+        eff["comm.tp_exposed_train"]
+        * _col(tp_msgs)
+        * allreduce_s(_col(tokens_mb * j.hidden * j.compute_bytes), _col(tp), g.link, eff)
     )
     inter = _col(j.n_gpus) > _NODE_GPUS
     dp_link = np.where(inter, eff["comm.inter_node_gbps"] * 1e9, g.link)
@@ -201,22 +227,23 @@ def prefill_s(
     peak = _peak(j, g)
     gemm_flops = 2.0 * j.flop_params * tokens / tp
     attn_flops = 2.0 * j.n_layers * batch * input_len**2 * j.attn_dim / tp
-    ge = _gemm_eff(j, g, eff, eff.per_arch("prefill", g.names), tokens)
+    ge = _gemm_eff(j, g, eff, g.arch(eff, "prefill"), tokens)
     gemm_s = _col(gemm_flops) / (peak * ge)
     attn_s = _col(attn_flops) / (peak * _attn_eff(j, g, eff, input_len))
     elem_s = _col(j.n_layers * _elem_bytes_per_token(j, eff) * tokens) / (g.bw * eff["mem.stream"])
     weight_s = _col(weights_bytes_per_gpu * j.pp) / (g.bw * _mbu(j, g, eff))
     busy = np.maximum(gemm_s + attn_s + elem_s, weight_s)
-    tp_s = _col(2.0 * j.n_layers) * allreduce_s(
-        _col(tokens * j.hidden * j.compute_bytes), _col(tp), g.link, eff
+    tp_s = _col(2.0 * j.n_layers) * (
+        allreduce_s(_col(tokens * j.hidden * j.compute_bytes), _col(tp), g.link, eff)
+        + _col(np.where(tp > 1, _uncaptured(j) * eff["comm.uncaptured_latency_s"], 0.0))
     )
-    fixed = _col(eff["launch.prefill_s"] * j.n_layers + _engine_lookup(j, eff, "step_s"))
+    fixed = _col(eff["launch.prefill_s"] * j.n_layers + _engine_step_s(j, eff, batch))
     return busy + tp_s + fixed, busy
 
 
 def _mbu(j: JobArrays, g: _Gpus, eff: Efficiencies) -> np.ndarray:
     scale = np.where(np.isin(j.framework, _EAGER), eff["decode.eager_scale"], 1.0)
-    return eff.per_arch("decode.mbu", g.names) * _col(scale)
+    return g.arch(eff, "decode.mbu") * _col(scale)
 
 
 def decode_step_s(
@@ -252,10 +279,11 @@ def decode_step_s(
         [eff["launch.decode_engine_s"], eff["launch.decode_eager_s"]],
         eff["launch.decode_other_s"],
     )
-    tp_s = _col(2.0 * j.n_layers) * allreduce_s(
-        _col(batch * j.hidden * j.compute_bytes), _col(tp), g.link, eff
+    tp_s = _col(2.0 * j.n_layers) * (
+        allreduce_s(_col(batch * j.hidden * j.compute_bytes), _col(tp), g.link, eff)
+        + _col(np.where(tp > 1, _uncaptured(j) * eff["comm.uncaptured_latency_s"], 0.0))
     )
-    fixed = _col(launch * j.n_layers + _engine_lookup(j, eff, "step_s"))
+    fixed = _col(launch * j.n_layers + _engine_step_s(j, eff, batch))
     return busy + tp_s + fixed, busy
 
 
@@ -265,9 +293,10 @@ def runtime_figures(
     gpus: Sequence[GpuType],
     weights_bytes_per_gpu: np.ndarray,
     rm: RuntimeModel | None = None,
+    per_job: bool = False,
 ) -> dict[str, np.ndarray]:
     """``runtime_s``, ``step_time_s``, ``ttft_s``, ``tpot_s`` and ``busy_frac`` as
-    ``(n_jobs, n_gpus)`` arrays.
+    ``(n_jobs, n_gpus)`` arrays (``per_job``: ``gpus[i]`` is job i's GPU, arrays ``(n, 1)``).
 
     ``weights_bytes_per_gpu`` is the weights term of the memory model (what decode reads).
     NaN marks a figure that does not apply to the task. ``busy_frac`` is the share of the
@@ -279,13 +308,14 @@ def runtime_figures(
     # Training and inference formulas are evaluated for every job and masked at the end, so
     # the branch that does not apply divides by zero-length sequences; silence those NaNs.
     with np.errstate(divide="ignore", invalid="ignore"):
-        return _runtime_figures(j, gpus, weights_bytes_per_gpu, rm.efficiencies)
+        return _runtime_figures(
+            j, _gpus(gpus, rm.efficiencies, per_job), weights_bytes_per_gpu, rm.efficiencies
+        )
 
 
 def _runtime_figures(
-    j: JobArrays, gpus: Sequence[GpuType], weights_bytes_per_gpu: np.ndarray, eff: Efficiencies
+    j: JobArrays, g: _Gpus, weights_bytes_per_gpu: np.ndarray, eff: Efficiencies
 ) -> dict[str, np.ndarray]:
-    g = _gpus(gpus, eff)
     is_infer = _col(j.task == _IDX_T[Task.INFERENCE])
     step_s, train_busy = _training_step_s(j, g, eff)
     ttft, prefill_busy = prefill_s(j, g, eff, weights_bytes_per_gpu, j.batch, j.input_len)

@@ -66,6 +66,9 @@ class Parameter:
     hi: float
     fitted: bool
     source: str
+    #: The prior is on the ratio to this parameter (e.g. Blackwell's GEMM share relative to
+    #: Hopper's), so an architecture without rows follows the ones with rows.
+    tie: str | None = None
 
 
 _FA = "FlashAttention-2/3 papers (Dao 2023; Shah et al. 2024): fwd+bwd share of peak"
@@ -77,8 +80,16 @@ _ENGINE = (
 )
 
 
-def _p(name: str, prior: float, lo: float, hi: float, source: str, fitted: bool = True) -> Parameter:
-    return Parameter(name, prior, lo, hi, fitted, source)
+def _p(
+    name: str,
+    prior: float,
+    lo: float,
+    hi: float,
+    source: str,
+    fitted: bool = True,
+    tie: str | None = None,
+) -> Parameter:
+    return Parameter(name, prior, lo, hi, fitted, source, tie)
 
 
 #: Every constant of the runtime model. Names are ``<class>.<qualifier>``.
@@ -86,7 +97,7 @@ PARAMETERS: tuple[Parameter, ...] = (
     # GEMMs: share of dense peak at large sizes, per architecture; sizes below the knees lose.
     _p("gemm.ampere", 0.70, 0.2, 0.95, _MFU),
     _p("gemm.hopper", 0.62, 0.2, 0.95, _MFU),
-    _p("gemm.blackwell", 0.55, 0.15, 0.95, _MFU + "; B200 kernels less mature"),
+    _p("gemm.blackwell", 0.55, 0.15, 0.95, _MFU + "; B200 kernels less mature", tie="gemm.hopper"),
     _p("gemm.knee_hidden", 400.0, 20.0, 4000.0, "GEMM tile-quantisation/launch knee (prior)"),
     _p("gemm.knee_tokens", 256.0, 16.0, 8192.0, "tokens per GEMM below which tiles idle"),
     _p("gemm.fp8_scale", 0.67, 0.3, 1.0, "dgxc 70B: FP8 MFU 36.2% of FP8 peak vs BF16 54.1%"),
@@ -95,11 +106,18 @@ PARAMETERS: tuple[Parameter, ...] = (
     _p("gemm.eager_scale", 0.8, 0.4, 1.0, "HF/PEFT without compile or fused kernels (prior)"),
     _p("gemm.qlora_scale", 0.65, 0.3, 1.0, "4-bit dequantisation in every matmul (prior)"),
     # Attention kernels: FA2 everywhere; FA3 / cuDNN fused attention on Hopper and Blackwell.
-    _p("attn.fa2.ampere", 0.45, 0.1, 0.9, _FA + ": FA2 ~50-70% of A100 fwd, less bwd"),
+    _p(
+        "attn.fa2.ampere",
+        0.45,
+        0.1,
+        0.9,
+        _FA + ": FA2 ~50-70% of A100 fwd, less bwd",
+        tie="attn.fa2.hopper",
+    ),
     _p("attn.fa2.hopper", 0.30, 0.05, 0.9, _FA + ": FA2 reaches ~35% of H100"),
-    _p("attn.fa2.blackwell", 0.30, 0.05, 0.9, _FA + " (prior, as Hopper)"),
+    _p("attn.fa2.blackwell", 0.30, 0.05, 0.9, _FA + " (prior, as Hopper)", tie="attn.fa2.hopper"),
     _p("attn.fa3.hopper", 0.50, 0.1, 0.9, _FA + ": FA3 ~75% fwd on H100, less bwd"),
-    _p("attn.fa3.blackwell", 0.45, 0.1, 0.9, _FA + " (prior)"),
+    _p("attn.fa3.blackwell", 0.45, 0.1, 0.9, _FA + " (prior)", tie="attn.fa3.hopper"),
     _p("attn.knee_seq", 512.0, 32.0, 8192.0, "short sequences underfill the attention tiles"),
     # Memory-bound elementwise work (norms, activations, residuals, rotary, softmax of logits).
     _p("elem.bytes_scale", 1.0, 0.2, 5.0, "Korthikanti et al. activation bytes as traffic"),
@@ -111,7 +129,15 @@ PARAMETERS: tuple[Parameter, ...] = (
     _p("launch.decode_other_s", 6e-5, 1e-6, 1e-3, "partly captured stacks (prior)"),
     _p("launch.decode_eager_s", 3e-4, 1e-5, 3e-3, "HF eager: Python + launches per layer"),
     # Collectives: ring all-reduce, latency per hop + bytes over the achieved bus bandwidth.
-    _p("comm.hop_latency_s", 8e-6, 1e-6, 1e-4, _NCCL),
+    _p("comm.latency_s", 6e-6, 5e-7, 1e-4, _NCCL + ": fixed part"),
+    _p("comm.latency_log2_s", 3e-6, 1e-7, 5e-5, _NCCL + ": growth per doubling of the group"),
+    _p(
+        "comm.uncaptured_latency_s",
+        2e-5,
+        1e-6,
+        3e-4,
+        "launch + host sync per collective without CUDA graphs / custom all-reduce (prior)",
+    ),
     _p("comm.link_efficiency", 0.75, 0.2, 1.0, "nccl-tests busbw / NVLink peak (prior)"),
     _p("comm.tp_exposed_train", 0.5, 0.05, 1.0, "Megatron overlaps TP comm with GEMMs"),
     _p("comm.dp_exposed", 0.3, 0.01, 1.0, "gradient all-reduce hidden behind backward"),
@@ -119,12 +145,33 @@ PARAMETERS: tuple[Parameter, ...] = (
     _p("comm.pcie_gbps", 32.0, 8.0, 64.0, "PCIe Gen4 x16 one direction", fitted=False),
     # Prefill: GEMM share of peak per architecture (serving engines, bf16).
     _p("prefill.ampere", 0.60, 0.15, 0.95, "prefill GEMM efficiency (prior)"),
-    _p("prefill.hopper", 0.55, 0.15, 0.95, "prefill GEMM efficiency (prior)"),
-    _p("prefill.blackwell", 0.50, 0.1, 0.95, "prefill GEMM efficiency (prior)"),
+    _p("prefill.hopper", 0.55, 0.15, 0.95, "prefill GEMM efficiency (prior)", tie="gemm.hopper"),
+    _p(
+        "prefill.blackwell",
+        0.50,
+        0.1,
+        0.95,
+        "prefill GEMM efficiency (prior)",
+        tie="prefill.hopper",
+    ),
     # Decode: achieved share of HBM bandwidth (MBU) per architecture, then per stack.
-    _p("decode.mbu.ampere", 0.75, 0.3, 0.95, "decode MBU of tuned engines (prior)"),
+    _p(
+        "decode.mbu.ampere",
+        0.75,
+        0.3,
+        0.95,
+        "decode MBU of tuned engines (prior)",
+        tie="decode.mbu.hopper",
+    ),
     _p("decode.mbu.hopper", 0.70, 0.3, 0.95, "decode MBU of tuned engines (prior)"),
-    _p("decode.mbu.blackwell", 0.65, 0.3, 0.95, "decode MBU of tuned engines (prior)"),
+    _p(
+        "decode.mbu.blackwell",
+        0.65,
+        0.3,
+        0.95,
+        "decode MBU of tuned engines (prior)",
+        tie="decode.mbu.hopper",
+    ),
     _p("decode.eager_scale", 0.75, 0.3, 1.0, "HF generate reads weights less efficiently"),
     _p("decode.compute_eff", 0.4, 0.1, 0.9, "large-batch decode GEMMs (prior)"),
     # Serving-engine overheads per framework: per decode/prefill step and per request.
@@ -133,12 +180,18 @@ PARAMETERS: tuple[Parameter, ...] = (
     _p("engine.step_s.trtllm", 5e-4, 1e-5, 2e-2, _ENGINE),
     _p("engine.step_s.hf", 3e-3, 1e-5, 5e-2, _ENGINE),
     _p("engine.step_s.other", 1e-3, 1e-5, 2e-2, _ENGINE),
+    _p("engine.seq_step_s.vllm", 2e-5, 1e-7, 2e-3, _ENGINE + "; per running sequence"),
+    _p("engine.seq_step_s.sglang", 2e-5, 1e-7, 2e-3, _ENGINE + "; per running sequence"),
+    _p("engine.seq_step_s.trtllm", 1e-5, 1e-7, 2e-3, _ENGINE + "; per running sequence"),
+    _p("engine.seq_step_s.hf", 2e-4, 1e-6, 5e-3, _ENGINE + "; per running sequence"),
+    _p("engine.seq_step_s.other", 5e-5, 1e-7, 2e-3, _ENGINE + "; per running sequence"),
     _p("engine.request_s.vllm", 5e-3, 1e-5, 0.1, _ENGINE),
     _p("engine.request_s.sglang", 4e-3, 1e-5, 0.1, _ENGINE),
     _p("engine.request_s.trtllm", 2e-3, 1e-5, 0.1, _ENGINE),
     _p("engine.request_s.hf", 1e-2, 1e-5, 0.2, _ENGINE),
     _p("engine.request_s.other", 3e-3, 1e-5, 0.1, _ENGINE),
 )
+
 
 _BY_NAME: dict[str, Parameter] = {p.name: p for p in PARAMETERS}
 

@@ -53,11 +53,11 @@ from .gpus import GPU_NAMES
 from .spec import JobSpec, parse_spec
 
 __all__ = [
+    "CHECK_TAG",
     "CONFIDENCES",
     "MEASUREMENT_KINDS",
     "METRICS",
     "ORIGINS",
-    "CHECK_TAG",
     "QUIRK_TAG",
     "Measurement",
     "MeasurementRow",

@@ -1,6 +1,7 @@
 """``snugfit eval``: accuracy of each predictor tier on measured data, side by side.
 
-The analytical tier is scored directly. The learned and history tiers are scored with grouped
+The analytical tier's fitted efficiency table is refitted leave-one-source-out, so its time
+figures are out of source too (its memory model is not fitted and is scored directly). The learned and history tiers are scored with grouped
 cross-validation (GroupKFold by source), so each figure says how the tier does on a setup it
 never saw. The computation lives in ``predictor.evaluation`` / ``predictor.learned``; this
 module only renders.
@@ -31,7 +32,6 @@ def _pct(v: float) -> str:
 
 
 def _reports(tier: str, paths: tuple[str, ...], folds: int) -> list[Any]:
-    from predictor.evaluation import evaluate
     from predictor.measurements import load_measurements
 
     ms = load_measurements(list(paths) or None)
@@ -39,9 +39,9 @@ def _reports(tier: str, paths: tuple[str, ...], folds: int) -> list[Any]:
     tiers = ["analytical", "learned", "history"] if tier == "all" else [tier]
     for t in tiers:
         if t == "analytical":
-            from predictor import analytical
+            from predictor._fit import evaluate_out_of_source
 
-            out.append(evaluate(ms, analytical.predict_table, tier="analytical"))
+            out.append(evaluate_out_of_source(ms))
         elif t == "learned":
             from predictor.learned import cross_validate
 
