@@ -710,7 +710,8 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def convert_published(validation_dir: str | Path | None = None) -> Conversion:
-    """Convert every row of the two validation files; order follows the files."""
+    """Convert every row of the two validation files (order follows the files), then run the
+    data checks of :mod:`predictor._checks` and tag the rows that fail them."""
     base = Path(validation_dir) if validation_dir else shared_dir() / "validation"
     rows: list[dict[str, Any]] = []
     skipped: list[SkippedRow] = []
@@ -725,7 +726,10 @@ def convert_published(validation_dir: str | Path | None = None) -> Conversion:
                 skipped.append(SkippedRow(str(r.get("id")), fname, str(exc)))
             except (SpecError, DataError) as exc:
                 skipped.append(SkippedRow(str(r.get("id")), fname, f"invalid spec: {exc}"))
-    return Conversion(rows, skipped)
+    # Rows that contradict physics or their own table are kept, tagged non-calibratable.
+    failures = check_rows(rows)
+    tag_failures(rows, failures)
+    return Conversion(rows, skipped, failures)
 
 
 def write_published(
@@ -733,8 +737,6 @@ def write_published(
 ) -> Conversion:
     """Regenerate ``datasets/measured/published.jsonl`` (and its ``skipped`` sidecar)."""
     conv = convert_published(validation_dir)
-    failures = check_rows(conv.rows)
-    tag_failures(conv.rows, failures)
     out = Path(output) if output else datasets_dir() / "measured" / "published.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", encoding="utf-8") as fh:
@@ -748,9 +750,9 @@ def write_published(
     checks_path = out.with_name(out.stem + ".checks.tsv")
     with checks_path.open("w", encoding="utf-8") as fh:
         fh.write("id\tcheck\treason\n")
-        for f in failures:
+        for f in conv.failures:
             fh.write(f"{f.id}\t{f.check}\t{f.reason}\n")
-    return Conversion(conv.rows, conv.skipped, failures)
+    return conv
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,7 @@ prior comes from. Parameters marked ``fitted`` are refitted on the measured rows
 :func:`fit_efficiencies` (a ridge towards the prior in log space, so a parameter that no row
 informs stays at its prior); ``quoted`` ones keep the quoted value.
 
-``python -m predictor.efficiency`` refits on every calibratable measured row and writes
+``python -m predictor._fit`` refits on every calibratable measured row and writes
 ``datasets/artifacts/efficiencies.json``, which :func:`default_efficiencies` loads. Accuracy is
 only ever reported out of source (:func:`cross_validate_efficiencies`, leave one source out).
 """
@@ -17,7 +17,6 @@ only ever reported out of source (:func:`cross_validate_efficiencies`, leave one
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -262,23 +261,3 @@ def efficiency_table_text(eff: Efficiencies | None = None) -> str:
         kind = "fitted" if p.fitted else "quoted"
         lines.append(f"{p.name:28s} {eff[p.name]:11.4g} {p.prior:11.4g}  {kind:7s} {p.source}")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Refit on every calibratable measured row and write the artifact."""
-    from ._fit import fit_efficiencies
-    from .measurements import load_measurements
-
-    args = sys.argv[1:] if argv is None else argv
-    out = Path(args[0]) if args else artifact_path()
-    eff = fit_efficiencies(load_measurements())
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(eff.to_dict(), indent=1, sort_keys=True) + "\n")
-    default_efficiencies.cache_clear()
-    print(efficiency_table_text(eff))
-    print(f"wrote {out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

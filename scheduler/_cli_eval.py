@@ -1,10 +1,10 @@
 """``snugfit eval``: accuracy of each predictor tier on measured data, side by side.
 
-The analytical tier's fitted efficiency table is refitted leave-one-source-out, so its time
-figures are out of source too (its memory model is not fitted and is scored directly). The learned and history tiers are scored with grouped
-cross-validation (GroupKFold by source), so each figure says how the tier does on a setup it
-never saw. The computation lives in ``predictor.evaluation`` / ``predictor.learned``; this
-module only renders.
+The analytical tier's efficiency table is refitted leave-one-source-out, so its time figures
+are out of source (its memory model is not fitted and is scored directly). The learned and
+history tiers are scored with grouped cross-validation (GroupKFold by source), so each figure
+says how the tier does on a setup it never saw. The computation lives in
+``predictor.evaluation`` / ``predictor.learned``; this module only renders.
 """
 
 from __future__ import annotations
@@ -43,9 +43,11 @@ def _reports(tier: str, paths: tuple[str, ...], folds: int) -> list[Any]:
 
             out.append(evaluate_out_of_source(ms))
         elif t == "learned":
+            from predictor._fit import OutOfSourceAnalytical
             from predictor.learned import cross_validate
 
-            out.append(cross_validate(ms, n_splits=folds).report)
+            base = OutOfSourceAnalytical.from_measurements(ms)
+            out.append(cross_validate(ms, n_splits=folds, base=base).report)
         else:
             from predictor.history import cross_validate_history
 
