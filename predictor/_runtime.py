@@ -109,7 +109,9 @@ def _col(v: np.ndarray) -> np.ndarray:
     return np.asarray(v, dtype=np.float64)[..., None]
 
 
-def allreduce_s(nbytes: np.ndarray, group: np.ndarray, link: np.ndarray, eff: Efficiencies):  # type: ignore[no-untyped-def]
+def allreduce_s(
+    nbytes: np.ndarray, group: np.ndarray, link: np.ndarray, eff: Efficiencies
+) -> np.ndarray:
     """All-reduce of ``nbytes`` over ``group`` GPUs: latency growing with ``log2(p)`` (tree /
     NVLS algorithms for small messages) plus the ring's ``2(p−1)/p`` of the bytes over the
     achieved link bandwidth. Zero for a group of one."""

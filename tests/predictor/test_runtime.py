@@ -234,11 +234,11 @@ def test_fit_explains_the_rows_and_keeps_uninformed_priors() -> None:
         preds = AnalyticalPredictor(runtime_model=RuntimeModel(eff)).predict(
             [m.spec for m in rows], ["H100-80GB"]
         )
-        return float(
-            np.mean(
-                [abs(p.step_time_s / m.step_time_s - 1) for m, p in zip(rows, preds, strict=True)]
-            )
-        )
+        errs = [
+            abs((p.step_time_s or 0.0) / (m.step_time_s or 1.0) - 1)
+            for m, p in zip(rows, preds, strict=True)
+        ]
+        return float(np.mean(errs))
 
     # The prior still pulls, but the fit removes most of the error.
     assert mape(fitted) < 0.4 * mape(efficiency.prior_efficiencies())
