@@ -18,7 +18,7 @@ from predictor._fit import OutOfSourceAnalytical, out_of_source_values
 from predictor._runtime import RuntimeModel
 from predictor.analytical import AnalyticalPredictor
 from predictor.efficiency import prior_efficiencies
-from predictor.evaluation import evaluate, source_group
+from predictor.evaluation import evaluate
 from predictor.history import cross_validate_history
 from predictor.learned import cross_validate
 from predictor.measurements import load_measurements
@@ -43,10 +43,7 @@ def main() -> None:
             tier="analytical_prior",
         ),
     ]
-    oos = OutOfSourceAnalytical(
-        {str(m.spec.id): g for m, g in zip(ms, [source_group(m) for m in ms], strict=True)},
-        tables,
-    )
+    oos = OutOfSourceAnalytical.from_measurements(ms, tables)
     cv = cross_validate(ms, n_splits=5, base=oos)
     reports.append(cv.report)
     reports.append(cross_validate_history(ms))

@@ -181,10 +181,12 @@ def out_of_source_values(
     return PredictedValues(point, upper, base.gpu_column, base.unexpressed), tables
 
 
-def evaluate_out_of_source(measurements: Sequence[Measurement]) -> EvalReport:
+def evaluate_out_of_source(
+    measurements: Sequence[Measurement], oos: OutOfSourceAnalytical | None = None
+) -> EvalReport:
     """The analytical tier's accuracy with leave-one-source-out efficiency fits."""
-    pv, _ = out_of_source_values(measurements)
-    report = evaluate(measurements, pv, tier="analytical")
+    oos = oos or OutOfSourceAnalytical.from_measurements(measurements)
+    report = evaluate(measurements, oos, tier="analytical")
     report.notes.append(
         "time metrics: efficiency table fitted leave-one-source-out (each source predicted by "
         "a table that never saw it); VRAM: the analytical memory model (not fitted)"
@@ -196,18 +198,40 @@ def evaluate_out_of_source(measurements: Sequence[Measurement]) -> EvalReport:
 class OutOfSourceAnalytical:
     """A table predictor for CV of tiers built on the analytical one (the learned tier).
 
-    A spec whose id belongs to a measured row of source S gets the time figures of the table
-    fitted without S; any other spec gets the default analytical prediction.
+    A spec that is one of the measured rows' own specs (the same object, or the same non-null
+    ``id``) gets the time figures of the table fitted without that row's source; any other
+    spec gets the default analytical prediction.
     """
 
-    group_of_spec: dict[str, str]
+    group_of_object: dict[int, str]
+    group_of_id: dict[str, str]
     tables: dict[str, Efficiencies]
+    _keep: tuple[JobSpec, ...] = ()  # keeps the keyed objects alive, so their ids stay theirs
 
     @classmethod
-    def from_measurements(cls, measurements: Sequence[Measurement]) -> OutOfSourceAnalytical:
+    def from_measurements(
+        cls, measurements: Sequence[Measurement], tables: dict[str, Efficiencies] | None = None
+    ) -> OutOfSourceAnalytical:
         groups = [source_group(m) for m in measurements]
-        tables = cross_validate_efficiencies(measurements, groups)
-        return cls({str(m.spec.id): g for m, g in zip(measurements, groups, strict=True)}, tables)
+        if tables is None:
+            tables = cross_validate_efficiencies(measurements, groups)
+        ids: dict[str, str | None] = {}
+        for m, g in zip(measurements, groups, strict=True):
+            if m.spec.id is not None:
+                # An id two sources share is ambiguous: neither may use it.
+                ids[m.spec.id] = g if ids.get(m.spec.id, g) == g else None
+        return cls(
+            {id(m.spec): g for m, g in zip(measurements, groups, strict=True)},
+            {k: v for k, v in ids.items() if v is not None},
+            tables,
+            tuple(m.spec for m in measurements),
+        )
+
+    def _group(self, spec: JobSpec) -> str | None:
+        g = self.group_of_object.get(id(spec))
+        if g is None and spec.id is not None:
+            g = self.group_of_id.get(spec.id)
+        return g
 
     def predict_table(
         self, specs: Sequence[JobSpec], gpus: Sequence[str] | None = None
@@ -216,8 +240,8 @@ class OutOfSourceAnalytical:
         arrays = {k: getattr(table, k).copy() for k in _TABLE_TIME_FIELDS}
         by_group: dict[str, list[int]] = {}
         for i, s in enumerate(specs):
-            g = self.group_of_spec.get(str(s.id))
-            if g in self.tables:
+            g = self._group(s)
+            if g is not None and g in self.tables:
                 by_group.setdefault(g, []).append(i)
         for g, idx in by_group.items():
             sub = AnalyticalPredictor(runtime_model=RuntimeModel(self.tables[g])).predict_table(

@@ -251,13 +251,19 @@ def default_efficiencies() -> Efficiencies:
 
 
 def efficiency_table_text(eff: Efficiencies | None = None) -> str:
-    """A plain-text table of every parameter: value, prior, fitted or quoted, and source."""
+    """A plain-text table of every parameter: value, prior, kind and source.
+
+    Kind: ``fitted`` (refitted and moved), ``prior`` (refitted, but no row moved it),
+    ``quoted`` (never refitted).
+    """
     eff = eff or default_efficiencies()
     lines = [
         f"runtime-model efficiencies ({eff.fitted_on}; {eff.n_rows} measured rows)",
         f"{'parameter':28s} {'value':>11s} {'prior':>11s}  {'kind':7s} source",
     ]
     for p in PARAMETERS:
-        kind = "fitted" if p.fitted else "quoted"
+        # A fitted parameter that no row informs stays at its prior: say so.
+        moved = abs(eff[p.name] / p.prior - 1.0) > 1e-3
+        kind = ("fitted" if moved else "prior") if p.fitted else "quoted"
         lines.append(f"{p.name:28s} {eff[p.name]:11.4g} {p.prior:11.4g}  {kind:7s} {p.source}")
     return "\n".join(lines)

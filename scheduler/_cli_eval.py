@@ -37,17 +37,21 @@ def _reports(tier: str, paths: tuple[str, ...], folds: int) -> list[Any]:
     ms = load_measurements(list(paths) or None)
     out = []
     tiers = ["analytical", "learned", "history"] if tier == "all" else [tier]
+    oos = None
+    if "analytical" in tiers or "learned" in tiers:
+        from predictor._fit import OutOfSourceAnalytical
+
+        # Efficiencies refitted once per held-out source, shared by both tiers.
+        oos = OutOfSourceAnalytical.from_measurements(ms)
     for t in tiers:
         if t == "analytical":
             from predictor._fit import evaluate_out_of_source
 
-            out.append(evaluate_out_of_source(ms))
+            out.append(evaluate_out_of_source(ms, oos))
         elif t == "learned":
-            from predictor._fit import OutOfSourceAnalytical
             from predictor.learned import cross_validate
 
-            base = OutOfSourceAnalytical.from_measurements(ms)
-            out.append(cross_validate(ms, n_splits=folds, base=base).report)
+            out.append(cross_validate(ms, n_splits=folds, base=oos).report)
         else:
             from predictor.history import cross_validate_history
 

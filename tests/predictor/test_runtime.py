@@ -245,3 +245,26 @@ def test_fit_explains_the_rows_and_keeps_uninformed_priors() -> None:
     assert fitted["engine.step_s.vllm"] == pytest.approx(
         efficiency.prior_efficiencies()["engine.step_s.vllm"], rel=0.01
     )
+
+
+def test_out_of_source_predictor_uses_the_table_that_left_the_source_out() -> None:
+    from predictor._fit import OutOfSourceAnalytical
+
+    spec = {"model": MODEL, "task": "pretrain", "batch_size": 4, "seq_len": 2048}
+    m = parse_measurement(
+        measurement_row(
+            id="row-a",
+            origin="published",
+            source="src-a | x",
+            spec={**spec, "id": "a"},
+            gpu="H100-80GB",
+            step_time_s=1.0,
+        )
+    )
+    slow = efficiency.prior_efficiencies().with_values({"gemm.hopper": 0.2})
+    oos = OutOfSourceAnalytical.from_measurements([m], {"src-a": slow})
+    other = parse_spec({**spec, "id": "b"})
+    t = oos.predict_table([m.spec, other], ["H100-80GB"])
+    assert t.step_time_s[0, 0] > 1.5 * t.step_time_s[1, 0]  # row a: the held-out table
+    default = predict([other], ["H100-80GB"])[0].step_time_s
+    assert t.step_time_s[1, 0] == pytest.approx(default)  # anything else: the default
