@@ -18,8 +18,8 @@ efficiency from :mod:`predictor.efficiency`:
 
 Prefill (TTFT) is compute-bound but never faster than reading the weights once; a decode step
 (TPOT) is the larger of reading weights + KV cache at the achieved bandwidth (MBU) and the
-batch's GEMMs, plus its fixed costs. :func:`prefill_s` and :func:`decode_step_s` take arrays of
-any broadcastable shape; :mod:`predictor.engine` exposes them for one model at a time.
+batch's GEMMs, plus its fixed costs. :func:`prefill_s` and :func:`decode_step_s` take one batch
+and length per job; :mod:`predictor.engine` exposes them for one model at a time.
 """
 
 from __future__ import annotations
