@@ -150,10 +150,21 @@ def models_command(as_json: bool) -> None:
 
 
 @click.command("gpus")
-def gpus_command() -> None:
+@click.option(
+    "--efficiencies",
+    is_flag=True,
+    help="Print the runtime model's efficiency table (fitted and quoted) instead.",
+)
+def gpus_command(efficiencies: bool) -> None:
     """List GPU types: memory, bandwidth, peaks, MIG profiles and prices."""
     from rich.console import Console
     from rich.table import Table
+
+    if efficiencies:
+        from predictor.efficiency import efficiency_table_text
+
+        click.echo(efficiency_table_text())
+        return
 
     t = Table(title="GPU catalogue (dense peaks)")
     for c in ("GPU", "memory GiB", "HBM GB/s", "BF16 TFLOPS", "FP8", "FP4", "$/h", "MIG profiles"):

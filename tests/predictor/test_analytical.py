@@ -125,5 +125,7 @@ def test_busy_fraction_separates_launch_bound_from_saturating_jobs() -> None:
     t = predict_table([small, served])
     assert t.busy_frac is not None
     assert np.all((t.busy_frac >= 0) & (t.busy_frac <= 1))
-    # Eager small-batch decoding is launch-bound; a big vLLM batch saturates HBM.
-    assert np.all(t.busy_frac[0] < 0.3) and np.all(t.busy_frac[1] > 0.8)
+    # Eager small-batch decoding is launch-bound; a big vLLM batch mostly saturates HBM (the
+    # engine's per-step CPU work, which a MIG slice does not stretch, is the rest).
+    assert np.all(t.busy_frac[0] < 0.3) and np.all(t.busy_frac[1] > 0.5)
+    assert np.all(t.busy_frac[1] > 3 * t.busy_frac[0])
