@@ -8,6 +8,7 @@ contract; :meth:`ServingPlan.to_contract` is the one place that JSON is built.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,7 +132,7 @@ class ServingPlan:
         assert self.spec.framework is not None and self.spec.max_model_len is not None
         return engine_flags(
             self.spec.framework,
-            self.spec.model_name,
+            _checkpoint(self.spec),
             o.shape.tp,
             o.max_batch,
             self.spec.max_model_len,
@@ -146,6 +147,14 @@ class ServingPlan:
             "chosen": self.chosen,
             "options": [o.to_contract() for o in self.options],
         }
+
+
+def _checkpoint(spec: JobSpec) -> str:
+    """What the engine loads: the Hugging Face repo id when the spec or catalogue names one."""
+    if isinstance(spec.model, str) and "/" in spec.model:
+        return spec.model
+    found = re.search(r"huggingface\.co/([\w.-]+/[\w.-]+)", spec.arch.source)
+    return found.group(1) if found else spec.model_name
 
 
 def _evaluate(spec: JobSpec, shape: Shape, constants: PerfConstants) -> PlanOption | str:
