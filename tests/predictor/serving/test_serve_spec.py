@@ -94,3 +94,10 @@ def test_predict_answers_a_serve_spec_as_one_replica() -> None:
     got, ref = analytical.predict([s, inf], ["H100-80GB"])
     assert got.fits and got.peak_vram_gib == pytest.approx(ref.peak_vram_gib)
     assert got.tpot_s == pytest.approx(ref.tpot_s) and got.runtime_s > 0
+
+
+def test_tiered_predictor_answers_a_serve_spec() -> None:
+    from predictor.tiered import default_predictor
+
+    (got,) = default_predictor().predict([parse_spec({**SERVE, "id": "svc"})], ["A100-80GB"])
+    assert got.fits and got.tpot_s is not None and got.step_time_s is None
