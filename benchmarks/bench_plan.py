@@ -135,7 +135,7 @@ def _published() -> list[dict[str, Any]]:
 
 def main() -> None:
     load = os.getloadavg()
-    out = {
+    out: dict[str, Any] = {
         "label": "predicted (analytical serving model), not measured",
         "load_average_1m": round(load[0], 2),
         "deployments": {k: _deployment(k, v) for k, v in DEPLOYMENTS.items()},

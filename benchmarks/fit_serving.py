@@ -123,7 +123,7 @@ def fit(rows: list[dict], start: PerfConstants = PERF, passes: int = 3) -> PerfC
     for _ in range(passes):
         for name, grid in _GRID.items():
             for value in grid:
-                cand = replace(best, **{name: value})
+                cand = replace(best, **{name: value})  # type: ignore[arg-type]
                 loss = _loss(rows, cand)
                 if loss < best_loss:
                     best, best_loss = cand, loss

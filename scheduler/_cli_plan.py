@@ -36,8 +36,8 @@ def render_plan(p: ServingPlan, out: TextIO | None = None, max_rows: int = 15) -
         f"TPOT <= {spec.slo_tpot_s} s ({spec.framework.value if spec.framework else ''})"
     )
     t = Table(title=title)
-    cols = ("#", "GPU", "TP", "weights/kv", "batch", "replicas", "max tok/s", "tok/s@SLO")
-    cols += ("TTFT p95", "TPOT p95", "$/h", "$/1M tok", "Wh/1M", "cold", "status")
+    cols: tuple[str, ...] = ("#", "GPU", "TP", "weights/kv", "batch", "replicas", "max tok/s")
+    cols += ("tok/s@SLO", "TTFT p95", "TPOT p95", "$/h", "$/1M tok", "Wh/1M", "cold", "status")
     for c in cols:
         t.add_column(c, justify="left" if c in ("GPU", "status", "weights/kv") else "right")
     for k, o in enumerate(p.options[:max_rows]):
