@@ -237,7 +237,15 @@ def _miss(spec: JobSpec, light: LoadPoint) -> tuple[str, float]:
 
 
 def _sort_key(o: PlanOption) -> tuple[float, ...]:
-    return (o.usd_per_hour, -o.throughput_at_slo_tok_s, o.n_gpus, o.cold_start_s)
+    # Cheapest first; at equal cost keep the more precise weights (quality is the user's
+    # call, so never trade it away for nothing), then the most headroom at the SLO.
+    return (
+        round(o.usd_per_hour, 6),
+        -o.shape.weight.bits,
+        -o.throughput_at_slo_tok_s,
+        o.n_gpus,
+        o.cold_start_s,
+    )
 
 
 def _explain(options: list[PlanOption], spec: JobSpec) -> tuple[int | None, str]:
@@ -263,8 +271,10 @@ def _explain(options: list[PlanOption], spec: JobSpec) -> tuple[int | None, str]
             status = f"MISSES SLO: {o.miss}"
         elif o.usd_per_hour > b.usd_per_hour:
             status = f"costlier: ${o.usd_per_hour:.2f}/h vs ${b.usd_per_hour:.2f}/h"
+        elif o.shape.weight.bits < b.shape.weight.bits:
+            status = f"same cost, lower-precision weights ({o.shape.weight.value})"
         else:
-            status = "same cost, lower throughput at SLO or more GPUs"
+            status = "same cost, less headroom at the SLO or more GPUs"
         object.__setattr__(o, "status", status)
     reason = (
         f"{b.shape.label} x{b.replicas} replica(s) meets TTFT p95 {b.point.ttft_p95_s:.3g} s / "
