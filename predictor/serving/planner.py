@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..exceptions import SpecError
@@ -248,40 +248,55 @@ def _sort_key(o: PlanOption) -> tuple[float, ...]:
     )
 
 
-def _explain(options: list[PlanOption], spec: JobSpec) -> tuple[int | None, str]:
-    """Set every option's status; return the chosen index and the headline reason."""
+def _explain(
+    options: list[PlanOption], spec: JobSpec, skipped: list[tuple[str, str]]
+) -> tuple[list[PlanOption], int | None, str]:
+    """Give every option its status; return them, the chosen index and the headline reason."""
     meeting = [k for k, o in enumerate(options) if o.meets_slo]
     if not meeting:
-        for o in options:
-            object.__setattr__(o, "status", f"MISSES SLO: {o.miss}")
+        out = [replace(o, status=f"MISSES SLO: {o.miss}") for o in options]
         if not options:
-            return None, "no deployment shape fits this model (see the skipped shapes)"
+            first = f" ({skipped[0][0]}: {skipped[0][1]})" if skipped else ""
+            return (
+                out,
+                None,
+                (
+                    f"no deployment shape can run {spec.model_name}: {len(skipped)} considered, "
+                    f"none fits or is supported{first}. Allow other `allowed_weight_dtypes`, GPU "
+                    "types (--gpu / `gpu`) or a larger `tensor_parallel`"
+                ),
+            )
         near = min(options, key=lambda o: o.miss_ratio)
-        return None, (
-            f"no option meets the SLO (slo_ttft_s={spec.slo_ttft_s}, slo_tpot_s="
-            f"{spec.slo_tpot_s}); nearest is {near.shape.label}: {near.miss}. Relax the target "
-            "named there, or allow more weight formats (`allowed_weight_dtypes`) or GPU types"
+        return (
+            out,
+            None,
+            (
+                f"no option meets the SLO (slo_ttft_s={spec.slo_ttft_s}, slo_tpot_s="
+                f"{spec.slo_tpot_s}); nearest is {near.shape.label}: {near.miss}. Relax the target "
+                "named there, or allow more weight formats (`allowed_weight_dtypes`) or GPU types"
+            ),
         )
     best = min(meeting, key=lambda k: _sort_key(options[k]))
     b = options[best]
+    out = []
     for k, o in enumerate(options):
         if k == best:
             status = "CHOSEN"
         elif not o.meets_slo:
             status = f"MISSES SLO: {o.miss}"
-        elif o.usd_per_hour > b.usd_per_hour:
+        elif round(o.usd_per_hour, 6) > round(b.usd_per_hour, 6):
             status = f"costlier: ${o.usd_per_hour:.2f}/h vs ${b.usd_per_hour:.2f}/h"
         elif o.shape.weight.bits < b.shape.weight.bits:
             status = f"same cost, lower-precision weights ({o.shape.weight.value})"
         else:
             status = "same cost, less headroom at the SLO or more GPUs"
-        object.__setattr__(o, "status", status)
+        out.append(replace(o, status=status))
     reason = (
         f"{b.shape.label} x{b.replicas} replica(s) meets TTFT p95 {b.point.ttft_p95_s:.3g} s / "
         f"TPOT p95 {b.point.tpot_p95_s * 1e3:.3g} ms at {spec.request_rate:g} req/s for "
         f"${b.usd_per_hour:.2f}/h (${b.usd_per_million_tokens:.3g} per 1M output tokens)"
     )
-    return best, reason
+    return out, best, reason
 
 
 def plan(
@@ -303,7 +318,7 @@ def plan(
         else:
             options.append(got)
     options.sort(key=lambda o: (not o.meets_slo, *_sort_key(o)))
-    chosen, reason = _explain(options, spec)
+    options, chosen, reason = _explain(options, spec, skipped)
     return ServingPlan(spec, tuple(options), chosen, reason, tuple(skipped))
 
 

@@ -144,3 +144,9 @@ def test_cli_bad_input_is_one_clear_error(tmp_path: Path) -> None:
     f.write_text("{model: llama-3.1-8b, task: inference}\n")
     res = CliRunner().invoke(plan_command, ["--input", str(f)])
     assert res.exit_code != 0 and "plans `serve` jobs" in res.output
+
+
+def test_no_runnable_shape_says_why() -> None:
+    p = plan(parse_spec({**CHAT_8B, "weight_dtype": "fp4"}), ["H100-80GB"])
+    assert p.chosen is None and not p.options
+    assert "no deployment shape can run" in p.reason and "FP4 tensor cores" in p.reason
