@@ -7,7 +7,8 @@
 * Power per GPU = idle + utilisation × (TDP − idle) (the issue's model). TDP is from
   ``../shared/validation/gpu_specs.md`` via the GPU catalogue. ``IDLE_FRACTION_OF_TDP`` = 0.2 is
   an ASSUMPTION (the order of idle draw nvidia-smi shows on SXM boards), not a sourced figure.
-  Utilisation = share of time a step is running × the bottleneck's busy share in a step.
+  Utilisation = share of time a step is running × the achieved share of the bottleneck's peak
+  (HBM bandwidth or FLOP/s) during a step.
 * Cold start = weight bytes per GPU / ``LOAD_BANDWIDTH_GBPS`` + ``ENGINE_INIT_S``: both are
   ASSUMPTIONS (2 GB/s per GPU from local NVMe or a warm object-store cache; ~30 s of engine
   start-up, CUDA-graph capture and warm-up), configurable by callers.

@@ -231,13 +231,13 @@ class ReplicaPerf:
         return self.iteration_s(0.0, prompt_tokens, prompt_tokens)
 
     def roofline_share(self, decode_seqs: float, mean_ctx: float, prefill_tokens: float) -> float:
-        """The bottleneck resource's busy share during a step, for the power model (0..1)."""
+        """Achieved share of the bottleneck's peak (HBM bandwidth or FLOP/s) during a step,
+        the utilisation of the power model (0..1)."""
         step = self.iteration_s(decode_seqs, mean_ctx, prefill_tokens)
-        c = self.constants
         read = self.weight_bytes + decode_seqs * mean_ctx * self.kv_bytes_token
         mem = read / self.bandwidth
         flops = self.flops_per_token * (decode_seqs + prefill_tokens) / self.tp
-        return min(1.0, max(mem, flops / self.peak_flops) / step / max(c.decode_mbu, 1e-9))
+        return min(1.0, max(mem, flops / self.peak_flops) / step)
 
     @property
     def _gemm_dtype(self) -> str:

@@ -191,8 +191,9 @@ def _evaluate(spec: JobSpec, shape: Shape, constants: PerfConstants) -> PlanOpti
     n_rep = replicas or 1
     price = n_rep * shape.tp * shape.slot.price_usd_per_hour
     served_tok_s = spec.request_rate * o
+    # Busy when at least one request runs: P(N >= 1) of the Poisson running set.
     util = (
-        min(1.0, point.running)
+        -math.expm1(-point.running)
         * perf.roofline_share(max(point.running, 1.0), i + o / 2.0, point.rate * point.step_s * i)
         if point.stable
         else 1.0
