@@ -79,7 +79,7 @@ def _published() -> list[dict[str, Any]]:
         rows.append(
             {
                 "case": case,
-                "predicted": round(predicted, 1),
+                "predicted": float(f"{predicted:.4g}"),
                 "published": figure,
                 "ratio": round(predicted / figure, 3),
             }
@@ -130,6 +130,26 @@ def _published() -> list[dict[str, Any]]:
         metrum[gpu] = got["output_tok_s"]
         add(f"Metrum Maverick vLLM 8x{gpu} 1024 concurrent", metrum[gpu], figure)
     add("Metrum B200/H200 ratio", metrum["B200-180GB"] / metrum["H200-141GB"], 9870.0 / 6694.0)
+    for model, gpu, tp, rate, tpot, ttft in (
+        ("llama-3.1-70b", "H100-80GB", 4, 4.0, 0.02358, 0.17915),
+        ("llama-3.1-70b", "H100-80GB", 4, 8.0, 0.02915, 0.20712),
+        ("llama-3.1-8b", "A100-80GB", 1, 4.0, 0.01414, 0.10048),
+    ):
+        spec = {
+            "model": model,
+            "task": "serve",
+            "request_rate": rate,
+            "input_len": 230,
+            "output_len": 194,
+            "gpu": gpu,
+            "tensor_parallel": tp,
+            "slo_ttft_s": None,
+            "slo_tpot_s": None,
+        }
+        (o,) = [x for x in plan(parse_spec(spec)).options if x.shape.slot.mig is None]
+        case = f"SGLang bench of vLLM 0.6.0, {model} {tp}x{gpu} {rate:g} req/s"
+        add(f"{case}: mean step vs median TPOT (s)", o.point.step_s, tpot)
+        add(f"{case}: TTFT p95 vs median TTFT (s)", o.point.ttft_p95_s, ttft)
     return rows
 
 

@@ -10,6 +10,8 @@ states the gap and why.
 
 from __future__ import annotations
 
+import pytest
+
 from predictor.serving import plan, replica_throughput
 from predictor.spec import parse_spec
 
@@ -130,3 +132,41 @@ def test_metrum_llama4_maverick_8xb200_vs_8xh200_vllm() -> None:
     # a client-bound benchmark). One source cannot pin a framework x model efficiency; the
     # B200/H200 ratio, which drives the choice, holds.
     assert 3.0 < b / 9870.0 < 5.5 and 3.0 < h / 6694.0 < 5.5, (b, h)
+
+
+@pytest.mark.parametrize(
+    ("model", "gpu", "tp", "rate", "tpot_median_s", "ttft_median_s"),
+    [
+        # ../shared/validation rows sglang_bench_vllm060-0006, -0008 and -0002: vLLM 0.6.0,
+        # ShareGPT, Poisson arrivals, bf16; medians.
+        ("llama-3.1-70b", "H100-80GB", 4, 4.0, 0.02358, 0.17915),
+        ("llama-3.1-70b", "H100-80GB", 4, 8.0, 0.02915, 0.20712),
+        ("llama-3.1-8b", "A100-80GB", 1, 4.0, 0.01414, 0.10048),
+    ],
+)
+def test_latency_at_rate_against_sglang_benchmark_of_vllm(
+    model: str, gpu: str, tp: int, rate: float, tpot_median_s: float, ttft_median_s: float
+) -> None:
+    # ShareGPT mean output 194 tokens = 3,700.64 tok/s / 19.04 req/s (row -0012); the mean
+    # input (230) is an assumption, the row does not give it.
+    spec = parse_spec(
+        {
+            "model": model,
+            "task": "serve",
+            "request_rate": rate,
+            "input_len": 230,
+            "output_len": 194,
+            "gpu": gpu,
+            "tensor_parallel": tp,
+            "slo_ttft_s": None,
+            "slo_tpot_s": None,
+        }
+    )
+    (o,) = [x for x in plan(spec).options if x.shape.slot.mig is None]
+    assert o.replicas == 1
+    # The mean step time at the load is the median TPOT's estimate: within 25% (-15%..+10%).
+    assert _close(o.point.step_s, tpot_median_s), o.point.step_s
+    # Stated gap: predicted TTFT *p95* is 40-55 ms, below vLLM 0.6.0's measured *median*
+    # (100-207 ms). The model has no per-request front-end cost (HTTP, tokenising, vLLM 0.6's
+    # scheduler); SGLang on the same 70B workload measured a 54 ms median (row -0005).
+    assert o.point.ttft_p95_s < ttft_median_s
