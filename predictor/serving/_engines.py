@@ -31,6 +31,7 @@ __all__ = [
     "KvBudget",
     "engine_flags",
     "kv_budget",
+    "tokens_per_sequence",
 ]
 
 GIB = float(1024**3)
@@ -157,13 +158,12 @@ def engine_flags(
     sglang += ["--kv-cache-dtype", "fp8_e4m3" if kv is DType.FP8 else "auto"]
     if weight in _SGLANG_QUANT:
         sglang += ["--quantization", _SGLANG_QUANT[weight]]
-    # TensorRT-LLM takes the weight format from the (ModelOpt-quantised) checkpoint and the KV
-    # dtype from kv_cache_config in the extra LLM-API options file.
+    # TensorRT-LLM reads the weight format and the KV-cache dtype from the quantised checkpoint
+    # (ModelOpt's quant_algo / kv_cache_quant_algo), so there is no flag for either: serve the
+    # FP8 / NVFP4 ModelOpt checkpoint of the model.
     trt = ["trtllm-serve", model, "--tp_size", str(tp), "--max_batch_size", str(max_batch)]
     trt += ["--max_seq_len", str(max_model_len), "--kv_cache_free_gpu_memory_fraction"]
     trt += [f"{_MEMORY_FRACTION[Framework.TRTLLM]:.2f}"]
-    if kv is DType.FP8:
-        trt += ["--extra_llm_api_options", "kv_cache_config: {dtype: fp8}"]
     out = {"vllm": vllm, "sglang": sglang, "trtllm": trt}
     if framework is Framework.HF:
         hf = ["text-generation-launcher", "--model-id", model, "--num-shard", str(tp)]
