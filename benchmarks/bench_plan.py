@@ -2,8 +2,10 @@
 checks of issue 15 (all predicted, i.e. modelled, not measured here).
 
 Writes ``benchmarks/results/plan.json``: for each deployment the chosen option and its
-runner-up with every contract number, the options that met the SLO, the planning time, and the
-prediction-vs-published table of ``tests/predictor/serving/test_published_orderings.py``.
+runner-up with every contract number, the options that met the SLO, the planning time, the
+latency-throughput frontier and $ per 1M tokens of the cheapest option per GPU type (the data
+for the report chart of issue 15 item 6), and the prediction-vs-published table of
+``tests/predictor/serving/test_published_orderings.py``.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_plan.py
 """
@@ -16,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from predictor.serving import plan, replica_throughput
+from predictor.serving import plan, plan_frontiers, replica_throughput
 from predictor.spec import parse_spec
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -65,6 +67,7 @@ def _deployment(name: str, raw: dict[str, Any]) -> dict[str, Any]:
         "runner_up": contract["options"][runner] if runner is not None else None,
         "reason": p.reason,
         "engine_flags": p.engine_flags(),
+        "frontier_per_gpu_type": plan_frontiers(p),
         "n_options": len(p.options),
         "n_meeting_slo": len(meeting),
         "plan_seconds": round(elapsed, 3),

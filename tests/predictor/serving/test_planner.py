@@ -150,3 +150,14 @@ def test_no_runnable_shape_says_why() -> None:
     p = plan(parse_spec({**CHAT_8B, "weight_dtype": "fp4"}), ["H100-80GB"])
     assert p.chosen is None and not p.options
     assert "no deployment shape can run" in p.reason and "FP4 tensor cores" in p.reason
+
+
+def test_frontier_trades_latency_for_throughput(chat_plan) -> None:  # type: ignore[no-untyped-def]
+    from predictor.serving import frontier, plan_frontiers
+
+    pts = frontier(chat_plan.best, 512, 256)
+    assert len(pts) >= 5
+    assert [p.tok_s_per_gpu for p in pts] == sorted(p.tok_s_per_gpu for p in pts)
+    assert pts[-1].tpot_p95_s > pts[0].tpot_p95_s
+    per_type = plan_frontiers(chat_plan)
+    assert chat_plan.best.gpu in per_type and all(v["points"] for v in per_type.values())
