@@ -73,6 +73,11 @@ def check_serve_spec(spec: JobSpec, set_: Callable[[str, Any], None]) -> None:
     set_("n_gpus", spec.tensor_parallel)
 
     arch = spec.arch
+    if arch.encoder_only:
+        raise SpecError(
+            f"`model` {arch.name} is encoder-only and generates no tokens; `serve` plans text "
+            "generation. Use task `inference` for embedding or classification jobs"
+        )
     tier = default_slo(arch.n_active_params_b)
     if "slo_ttft_s" not in given:
         set_("slo_ttft_s", tier.ttft_s)

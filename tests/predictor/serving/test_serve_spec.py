@@ -59,6 +59,7 @@ def test_serve_spec_round_trips_through_json() -> None:
         ({"slo_tpot_s": 0}, ["`slo_tpot_s` must be > 0"]),
         ({"kv_cache_dtype": "int4"}, ["`kv_cache_dtype` int4", "fp8"]),
         ({"framework": "deepspeed"}, ["`framework` 'deepspeed'", "vllm"]),
+        ({"model": "bert-base-uncased"}, ["encoder-only", "task `inference`"]),
         (
             {"weight_dtype": "fp8", "allowed_weight_dtypes": ["bf16"]},
             ["`weight_dtype` fp8 is not in `allowed_weight_dtypes`"],
