@@ -149,7 +149,8 @@ def _published() -> list[dict[str, Any]]:
             "slo_ttft_s": None,
             "slo_tpot_s": None,
         }
-        (o,) = [x for x in plan(parse_spec(spec)).options if x.shape.slot.mig is None]
+        options = plan(parse_spec(spec)).options
+        (o,) = [x for x in options if x.shape.slot.mig is None and x.shape.tp == tp]
         case = f"SGLang bench of vLLM 0.6.0, {model} {tp}x{gpu} {rate:g} req/s"
         add(f"{case}: mean step vs median TPOT (s)", o.point.step_s, tpot)
         add(f"{case}: TTFT p95 vs median TTFT (s)", o.point.ttft_p95_s, ttft)

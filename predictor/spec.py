@@ -305,7 +305,8 @@ class JobSpec(BaseModel):
         if self.compute_dtype is None:
             object.__setattr__(self, "compute_dtype", _default_compute(weight))
         if not task.is_training:
-            if self.kv_cache_dtype is None:
+            # A serve spec's unset KV dtype follows each planned weight format (serving._options).
+            if self.kv_cache_dtype is None and task is not Task.SERVE:
                 kv = self.compute_dtype if self.compute_dtype != DType.FP4 else DType.FP8
                 object.__setattr__(self, "kv_cache_dtype", kv)
             if self.num_requests is None and task is Task.INFERENCE:

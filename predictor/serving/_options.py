@@ -2,7 +2,7 @@
 
 A shape is a whole-GPU type with tensor parallelism 1, 2, 4 or 8 (one NVLink node), or a MIG
 slice at TP 1 (MIG instances share no NVLink, so a replica never spans slices). ``--gpu`` or a
-pinned ``gpu``/``tensor_parallel``/``weight_dtype`` narrows the set. Shapes that cannot run
+pinned ``gpu``, ``tensor_parallel`` > 1 or ``weight_dtype`` narrows the set. Shapes that cannot run
 (dtype unsupported, KV heads not divisible) are returned with the reason instead.
 """
 
@@ -42,7 +42,7 @@ def _kv_for(spec: JobSpec, weight: DType) -> DType:
     # An explicit kv_cache_dtype holds for every option; otherwise the cache follows the
     # checkpoint: fp8/fp4 checkpoints (ModelOpt, as in the TRT-LLM perf overview) ship an fp8
     # KV cache, 16-bit ones keep a bf16 cache.
-    if "kv_cache_dtype" in spec.model_fields_set and spec.kv_cache_dtype is not None:
+    if spec.kv_cache_dtype is not None:
         return spec.kv_cache_dtype
     return DType.FP8 if weight in (DType.FP8, DType.FP4) else DType.BF16
 
@@ -52,8 +52,9 @@ def enumerate_shapes(
 ) -> tuple[list[Shape], list[tuple[str, str]]]:
     """Runnable shapes, and ``(label, reason)`` for the ones that cannot run."""
     names = [spec.gpu] if spec.gpu else list(gpus or GPU_NAMES)
-    tp_pinned = "tensor_parallel" in spec.model_fields_set
-    tps = (spec.tensor_parallel,) if tp_pinned else TP_SIZES
+    # TP > 1 pins the shape; TP 1 is the default (and what a dumped spec carries), so it
+    # leaves every TP size open.
+    tps = (spec.tensor_parallel,) if spec.tensor_parallel > 1 else TP_SIZES
     arch = spec.arch
     fw = spec.framework
     assert fw is not None

@@ -4,8 +4,10 @@ Defaults: ``framework`` vllm; ``n_gpus`` = ``tensor_parallel`` (one replica; the
 chooses how many); ``slo_ttft_s``/``slo_tpot_s`` the MLPerf interactive tier of the model's size
 when *unset* (an explicit ``null`` means no target on that metric); ``max_model_len`` =
 ``min(model context, max(4096, 2 × (input_len + output_len)))``; ``allowed_weight_dtypes`` =
-``[weight_dtype]`` (quantisation is the user's call on quality). An explicit ``batch_size``
+``[weight_dtype]`` (quantisation is the user's call on quality). A ``batch_size`` above 1
 caps the running batch (``--max-num-seqs``); otherwise the planner sizes it from the KV cache.
+``tensor_parallel`` above 1 pins the TP size. An unset ``kv_cache_dtype`` follows each planned
+weight format (fp8 for fp8/fp4 checkpoints, else bf16).
 """
 
 from __future__ import annotations

@@ -165,7 +165,7 @@ def _evaluate(spec: JobSpec, shape: Shape, constants: PerfConstants) -> PlanOpti
     assert spec.max_model_len is not None
     perf = replica_perf(arch, shape.slot, shape.tp, shape.weight, shape.kv, fw, constants)
     cap = ENGINE_BATCH_CAP[fw]
-    if spec.task is Task.SERVE and "batch_size" in spec.model_fields_set:
+    if spec.batch_size > 1:  # 1 is the JobSpec default: no cap
         cap = min(cap, spec.batch_size)
     mem = kv_budget(arch, shape.slot, shape.tp, fw, perf.weight_bytes, perf.kv_bytes_token, cap)
     if mem.kv_tokens < spec.max_model_len:

@@ -161,3 +161,16 @@ def test_frontier_trades_latency_for_throughput(chat_plan) -> None:  # type: ign
     assert pts[-1].tpot_p95_s > pts[0].tpot_p95_s
     per_type = plan_frontiers(chat_plan)
     assert chat_plan.best.gpu in per_type and all(v["points"] for v in per_type.values())
+
+
+def test_a_dumped_spec_plans_the_same() -> None:
+    """Specs round-trip through JSON (the client and Redis store them so): the defaults a dump
+    writes out (tensor_parallel 1, batch_size 1, filled SLOs and weight dtype) pin nothing."""
+    spec = parse_spec(
+        {**CHAT_8B, "model": "llama-3.3-70b", "allowed_weight_dtypes": ["bf16", "fp8"]}
+    )
+    again = parse_spec(json.loads(json.dumps(spec.to_dict())))
+    a, b = plan(spec).to_contract(), plan(again).to_contract()
+    assert a == b and len({o["tensor_parallel"] for o in a["options"]}) > 1
+    kv = {(o["weight_dtype"], o["kv_cache_dtype"]) for o in b["options"]}
+    assert kv == {("bf16", "bf16"), ("fp8", "fp8")}

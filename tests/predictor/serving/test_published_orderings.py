@@ -40,9 +40,8 @@ def _max_load(gpu: str, tp: int, weight: str, model: str, i: int, o: int, fw: st
             "slo_tpot_s": None,
         }
     )
-    whole = [x for x in plan(spec).options if x.shape.slot.mig is None]
-    assert len(whole) == 1
-    return whole[0].max_throughput_tok_s
+    (o,) = [x for x in plan(spec).options if x.shape.slot.mig is None and x.shape.tp == tp]
+    return o.max_throughput_tok_s
 
 
 def test_trtllm_perf_overview_llama33_70b_1000_1000_max_load() -> None:
@@ -162,7 +161,7 @@ def test_latency_at_rate_against_sglang_benchmark_of_vllm(
             "slo_tpot_s": None,
         }
     )
-    (o,) = [x for x in plan(spec).options if x.shape.slot.mig is None]
+    (o,) = [x for x in plan(spec).options if x.shape.slot.mig is None and x.shape.tp == tp]
     assert o.replicas == 1
     # The mean step time at the load is the median TPOT's estimate: within 25% (-15%..+10%).
     assert _close(o.point.step_s, tpot_median_s), o.point.step_s
