@@ -20,6 +20,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "predict": ("scheduler.cli.predict", "Predict peak VRAM and runtime per GPU type (offline)."),
     "models": ("scheduler.cli.predict", "List the model catalogue."),
     "gpus": ("scheduler.cli.predict", "List the GPU catalogue with MIG profiles and prices."),
+    "plan": ("scheduler.cli.plan", "Plan an LLM deployment by latency SLO at the lowest cost."),
     "eval": ("scheduler.cli.eval", "Evaluate predictor accuracy on measured data."),
     "train": ("scheduler.cli.train", "Train the learned predictor tier and write an artifact."),
     "simulate": ("scheduler.cli.simulate", "Run placement policies in the simulator."),
