@@ -172,7 +172,8 @@ def main() -> None:
         print(f"{name}: {d['reason']}")
         if r:
             print(
-                f"  runner-up: {r['gpu']} TP{r['tensor_parallel']} {r['weight_dtype']} "
+                f"  runner-up: {r['gpu']} {r['mig_profile'] or ''} TP{r['tensor_parallel']} "
+                f"{r['weight_dtype']} "
                 f"x{r['replicas']} ${r['usd_per_hour']}/h ({r['status']})"
             )
         del c

@@ -8,11 +8,19 @@ with its numbers and the reason it lost); ``ServingPlan.to_contract()`` is the
 
 from ._slo import SloTier, default_slo
 from .frontier import FrontierPoint, frontier, plan_frontiers
-from .planner import CONTRACT_OPTION_KEYS, PlanOption, ServingPlan, plan, plan_many
+from .planner import (
+    CONTRACT_OPTION_KEYS,
+    EXTRA_OPTION_KEYS,
+    PlanOption,
+    ServingPlan,
+    plan,
+    plan_many,
+)
 from .replica import replica_throughput
 
 __all__ = [
     "CONTRACT_OPTION_KEYS",
+    "EXTRA_OPTION_KEYS",
     "FrontierPoint",
     "PlanOption",
     "ServingPlan",

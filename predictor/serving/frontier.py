@@ -49,8 +49,8 @@ def plan_frontiers(p: ServingPlan) -> dict[str, dict[str, object]]:
     assert spec.input_len is not None and spec.output_len is not None
     best: dict[str, PlanOption] = {}
     for o in p.options:
-        if o.meets_slo and o.gpu not in best:
-            best[o.gpu] = o  # options are sorted cheapest first
+        if o.meets_slo and o.where not in best:
+            best[o.where] = o  # options are sorted cheapest first
     return {
         gpu: {
             "shape": o.shape.label,

@@ -28,7 +28,14 @@ from ._options import Shape, enumerate_shapes
 from ._perf import PERF, PerfConstants, ReplicaPerf, replica_perf
 from ._queueing import LoadPoint, load_point, max_rate, rate_at_slo
 
-__all__ = ["CONTRACT_OPTION_KEYS", "PlanOption", "ServingPlan", "plan", "plan_many"]
+__all__ = [
+    "CONTRACT_OPTION_KEYS",
+    "EXTRA_OPTION_KEYS",
+    "PlanOption",
+    "ServingPlan",
+    "plan",
+    "plan_many",
+]
 
 #: Keys of each option in the ``snugfit plan --json`` contract, in order.
 CONTRACT_OPTION_KEYS: tuple[str, ...] = (
@@ -51,6 +58,10 @@ CONTRACT_OPTION_KEYS: tuple[str, ...] = (
     "status",
 )
 
+#: Keys each option carries after the contract ones (extra keys are allowed by the contract;
+#: ``gpu`` stays the bare catalogue type, so a MIG slice is named here).
+EXTRA_OPTION_KEYS: tuple[str, ...] = ("mig_profile",)
+
 
 @dataclass(frozen=True)
 class PlanOption:
@@ -72,8 +83,19 @@ class PlanOption:
 
     @property
     def gpu(self) -> str:
-        s = self.shape.slot
-        return s.gpu.name if s.mig is None else f"{s.gpu.name} MIG {s.mig.name}"
+        """The catalogue GPU type (the contract's ``gpu``), also for a MIG slice of one."""
+        return self.shape.slot.gpu.name
+
+    @property
+    def mig_profile(self) -> str | None:
+        mig = self.shape.slot.mig
+        return None if mig is None else mig.name
+
+    @property
+    def where(self) -> str:
+        """The slot for people: the type, or the type and its MIG profile."""
+        mig = self.mig_profile
+        return self.gpu if mig is None else f"{self.gpu} MIG {mig}"
 
     @property
     def meets_slo(self) -> bool:
@@ -105,6 +127,7 @@ class PlanOption:
             "cold_start_s": num(self.cold_start_s, 1),
             "meets_slo": self.meets_slo,
             "status": self.status,
+            "mig_profile": self.mig_profile,
         }
 
 
@@ -141,7 +164,7 @@ class ServingPlan:
         )
 
     def to_contract(self) -> dict[str, Any]:
-        """The ``snugfit plan --json`` object for this job (exactly the contract keys)."""
+        """The ``snugfit plan --json`` object for this job (the contract keys, then the extras)."""
         return {
             "id": self.spec.id,
             "chosen": self.chosen,

@@ -44,7 +44,7 @@ def render_plan(p: ServingPlan, out: TextIO | None = None, max_rows: int = 15) -
         mark = "[bold green]" if k == p.chosen else ""
         t.add_row(
             f"{mark}{k}",
-            f"{mark}{o.gpu}",
+            f"{mark}{o.where}",
             str(o.shape.tp),
             f"{o.shape.weight.value}/{o.shape.kv.value}",
             str(o.max_batch),

@@ -1,16 +1,15 @@
-"""The planner: enumerate, price, choose, explain; and the `snugfit plan --json` contract."""
+"""The planner: enumerate, price, choose, explain; and the `snugfit plan --json` contract
+(the CLI itself is tested in tests/scheduler/cli/test_plan.py)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from predictor.serving import CONTRACT_OPTION_KEYS, plan
+from predictor.gpus import GPU_NAMES
+from predictor.serving import CONTRACT_OPTION_KEYS, EXTRA_OPTION_KEYS, plan
 from predictor.spec import parse_spec
-from scheduler.cli.plan import plan_command
 
 CHAT_8B = {
     "id": "chat-8b",
@@ -60,11 +59,19 @@ def test_numbers_are_consistent(chat_plan) -> None:  # type: ignore[no-untyped-d
         assert o.replicas * o.throughput_at_slo_tok_s >= served * 0.999
 
 
-def test_contract_json_has_exactly_the_keys(chat_plan) -> None:  # type: ignore[no-untyped-def]
+def test_contract_json_has_the_keys_and_bare_gpu_types(chat_plan) -> None:  # type: ignore[no-untyped-def]
     c = chat_plan.to_contract()
     assert set(c) == {"id", "chosen", "options"} and c["id"] == "chat-8b" and c["chosen"] == 0
     for o in c["options"]:
-        assert tuple(o) == CONTRACT_OPTION_KEYS
+        assert tuple(o) == CONTRACT_OPTION_KEYS + EXTRA_OPTION_KEYS
+        # An outside check reads `gpu` as a catalogue type; a MIG slice is named beside it.
+        assert o["gpu"] in GPU_NAMES
+    migs = {(o.gpu, o.mig_profile) for o in chat_plan.options if o.shape.slot.mig is not None}
+    assert migs and all(
+        m == o.shape.slot.mig.name for o in chat_plan.options if (m := o.mig_profile)
+    )
+    assert {(o["gpu"], o["mig_profile"]) for o in c["options"] if o["mig_profile"]} == migs
+    assert any(o["mig_profile"] is None for o in c["options"])
     json.dumps(c)
 
 
@@ -119,31 +126,6 @@ def test_engine_flags_realise_the_chosen_option() -> None:
     ):
         assert vllm[vllm.index(flag) + 1] == value
     assert "--tp" in flags["sglang"] and "--max_batch_size" in flags["trtllm"]
-
-
-def test_cli_json_one_line_per_job_and_table(tmp_path: Path) -> None:
-    f = tmp_path / "serve.yaml"
-    f.write_text(
-        "- {id: a, model: llama-3.1-8b, task: serve, request_rate: 2}\n"
-        "- {id: b, model: llama-3.1-8b, task: serve, request_rate: 50, slo_ttft_s: null}\n"
-    )
-    res = CliRunner().invoke(plan_command, ["--input", str(f), "--json", "--gpu", "H100-80GB"])
-    assert res.exit_code == 0, res.output
-    lines = [json.loads(x) for x in res.output.splitlines()]
-    assert [x["id"] for x in lines] == ["a", "b"]
-    assert all(o["gpu"].startswith("H100-80GB") for x in lines for o in x["options"])
-    table = CliRunner().invoke(plan_command, ["--input", str(f)])
-    assert table.exit_code == 0 and "CHOSEN" in table.output and "vllm serve" in table.output
-
-
-def test_cli_bad_input_is_one_clear_error(tmp_path: Path) -> None:
-    f = tmp_path / "bad.yaml"
-    f.write_text("{model: llama-3.1-8b, task: serve, request_rate: 0}\n")
-    res = CliRunner().invoke(plan_command, ["--input", str(f)])
-    assert res.exit_code != 0 and "`request_rate` must be > 0" in res.output
-    f.write_text("{model: llama-3.1-8b, task: inference}\n")
-    res = CliRunner().invoke(plan_command, ["--input", str(f)])
-    assert res.exit_code != 0 and "plans `serve` jobs" in res.output
 
 
 def test_no_runnable_shape_says_why() -> None:
