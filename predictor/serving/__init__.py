@@ -6,6 +6,7 @@ with its numbers and the reason it lost); ``ServingPlan.to_contract()`` is the
 ``snugfit plan --json`` object. The performance maths sits behind ``_perf`` (see its docstring).
 """
 
+from ._engines import ENGINE_PLACEHOLDERS
 from ._slo import SloTier, default_slo
 from .frontier import FrontierPoint, frontier, plan_frontiers
 from .planner import (
@@ -20,6 +21,7 @@ from .replica import replica_throughput
 
 __all__ = [
     "CONTRACT_OPTION_KEYS",
+    "ENGINE_PLACEHOLDERS",
     "EXTRA_OPTION_KEYS",
     "FrontierPoint",
     "PlanOption",

@@ -27,9 +27,11 @@ from ._perf import Slot
 
 __all__ = [
     "ENGINE_BATCH_CAP",
+    "ENGINE_PLACEHOLDERS",
     "PREFILL_CHUNK_TOKENS",
     "KvBudget",
     "engine_flags",
+    "engine_values",
     "kv_budget",
     "tokens_per_sequence",
 ]
@@ -134,6 +136,39 @@ _SGLANG_QUANT: dict[DType, str] = {
     DType.INT8: "w8a8_int8",
     DType.INT4: "awq",
 }
+
+
+#: Names of the values a replica's ``command`` may use as ``{placeholders}`` (and as
+#: ``SNUGFIT_<NAME_UPPER>`` environment variables); the worker substitutes them.
+ENGINE_PLACEHOLDERS: tuple[str, ...] = (
+    "gpu_memory_utilization",
+    "mem_fraction_static",
+    "kv_cache_free_gpu_memory_fraction",
+    "tensor_parallel_size",
+    "max_num_seqs",
+    "max_model_len",
+    "kv_cache_dtype",
+    "quantization",
+)
+
+
+def engine_values(
+    framework: Framework, tp: int, max_batch: int, max_model_len: int, weight: DType, kv: DType
+) -> dict[str, str]:
+    """The placeholder values that realise one option, as strings (vLLM's spelling for the
+    dtypes; ``quantization`` is empty for unquantised weights). ``framework`` picks the
+    quantisation method's name where engines differ."""
+    quant = (_SGLANG_QUANT if framework is Framework.SGLANG else _VLLM_QUANT).get(weight, "")
+    return {
+        "gpu_memory_utilization": f"{_MEMORY_FRACTION[Framework.VLLM]:.2f}",
+        "mem_fraction_static": f"{_MEMORY_FRACTION[Framework.SGLANG]:.2f}",
+        "kv_cache_free_gpu_memory_fraction": f"{_MEMORY_FRACTION[Framework.TRTLLM]:.2f}",
+        "tensor_parallel_size": str(tp),
+        "max_num_seqs": str(max_batch),
+        "max_model_len": str(max_model_len),
+        "kv_cache_dtype": "fp8" if kv is DType.FP8 else "auto",
+        "quantization": quant,
+    }
 
 
 def engine_flags(

@@ -21,6 +21,7 @@ from ._engines import (
     PREFILL_CHUNK_TOKENS,
     KvBudget,
     engine_flags,
+    engine_values,
     kv_budget,
     tokens_per_sequence,
 )
@@ -156,6 +157,23 @@ class ServingPlan:
         return engine_flags(
             self.spec.framework,
             _checkpoint(self.spec),
+            o.shape.tp,
+            o.max_batch,
+            self.spec.max_model_len,
+            o.shape.weight,
+            o.shape.kv,
+        )
+
+    def engine_values(self, k: int | None = None) -> dict[str, str]:
+        """Placeholder values (``_engines.ENGINE_PLACEHOLDERS``) of option ``k`` (default: the
+        chosen one); empty when there is none."""
+        k = self.chosen if k is None else k
+        if k is None:
+            return {}
+        o = self.options[k]
+        assert self.spec.framework is not None and self.spec.max_model_len is not None
+        return engine_values(
+            self.spec.framework,
             o.shape.tp,
             o.max_batch,
             self.spec.max_model_len,
