@@ -6,16 +6,16 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import click
 
 from predictor.exceptions import PredictorError
 from predictor.gpus import GPU_NAMES
 from predictor.serving import ServingPlan, plan
-from predictor.spec import load_specs
+from predictor.spec import JobSpec, load_specs
 
-__all__ = ["plan_command", "render_plan"]
+__all__ = ["contract_table", "plan_command", "plan_title", "render_plan"]
 
 
 def _s(x: float, unit: str = "s") -> str:
@@ -24,43 +24,60 @@ def _s(x: float, unit: str = "s") -> str:
     return f"{x * 1e3:.0f} ms" if unit == "ms" else f"{x:.3g} s"
 
 
-def render_plan(p: ServingPlan, out: TextIO | None = None, max_rows: int = 15) -> None:
-    """The SkyPilot-style options table for one job, its engine flags and skipped shapes."""
-    from rich.console import Console
+def _num(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def contract_table(
+    title: str, options: list[dict[str, Any]], chosen: int | None, max_rows: int = 15
+) -> Any:
+    """The SkyPilot-style options table from ``snugfit plan --json`` option objects (the one
+    rendering of a plan: live from the planner, or as a deployment stored it)."""
     from rich.table import Table
 
-    spec = p.spec
-    title = (
-        f"snugfit plan {spec.id or ''}: {spec.model_name} at {spec.request_rate:g} req/s, "
-        f"{spec.input_len}/{spec.output_len} tokens, p95 TTFT <= {spec.slo_ttft_s} s, "
-        f"TPOT <= {spec.slo_tpot_s} s ({spec.framework.value if spec.framework else ''})"
-    )
     t = Table(title=title)
     cols: tuple[str, ...] = ("#", "GPU", "TP", "weights/kv", "batch", "replicas", "max tok/s")
     cols += ("tok/s@SLO", "TTFT p95", "TPOT p95", "$/h", "$/1M tok", "Wh/1M", "cold", "status")
     for c in cols:
         t.add_column(c, justify="left" if c in ("GPU", "status", "weights/kv") else "right")
-    for k, o in enumerate(p.options[:max_rows]):
-        mark = "[bold green]" if k == p.chosen else ""
+    for k, o in enumerate(options[:max_rows]):
+        mark = "[bold green]" if k == chosen else ""
+        where = o["gpu"] + (f" MIG {o['mig_profile']}" if o.get("mig_profile") else "")
         t.add_row(
             f"{mark}{k}",
-            f"{mark}{o.where}",
-            str(o.shape.tp),
-            f"{o.shape.weight.value}/{o.shape.kv.value}",
-            str(o.max_batch),
-            str(o.replicas) if o.replicas is not None else "-",
-            f"{o.max_throughput_tok_s:,.0f}",
-            f"{o.throughput_at_slo_tok_s:,.0f}",
-            _s(o.point.ttft_p95_s),
-            _s(o.point.tpot_p95_s, "ms"),
-            f"{o.usd_per_hour:.2f}",
-            f"{o.usd_per_million_tokens:.3f}",
-            f"{o.wh_per_million_tokens:,.0f}",
-            f"{o.cold_start_s:.0f} s",
-            f"{mark}{o.status}",
+            f"{mark}{where}",
+            str(o["tensor_parallel"]),
+            f"{o['weight_dtype']}/{o['kv_cache_dtype']}",
+            str(o["max_batch"]),
+            str(o["replicas"]) if o["replicas"] is not None else "-",
+            _num(o["max_throughput_tok_s"], ",.0f"),
+            _num(o["throughput_at_slo_tok_s"], ",.0f"),
+            _s(o["ttft_p95_s"] if o["ttft_p95_s"] is not None else float("inf")),
+            _s(o["tpot_p95_s"] if o["tpot_p95_s"] is not None else float("inf"), "ms"),
+            _num(o["usd_per_hour"], ".2f"),
+            _num(o["usd_per_million_tokens"], ".3f"),
+            _num(o["wh_per_million_tokens"], ",.0f"),
+            _num(o["cold_start_s"], ".0f") + " s",
+            f"{mark}{o['status']}",
         )
+    return t
+
+
+def plan_title(spec: JobSpec) -> str:
+    return (
+        f"snugfit plan {spec.id or ''}: {spec.model_name} at {spec.request_rate:g} req/s, "
+        f"{spec.input_len}/{spec.output_len} tokens, p95 TTFT <= {spec.slo_ttft_s} s, "
+        f"TPOT <= {spec.slo_tpot_s} s ({spec.framework.value if spec.framework else ''})"
+    )
+
+
+def render_plan(p: ServingPlan, out: TextIO | None = None, max_rows: int = 15) -> None:
+    """The options table for one job, its engine flags and skipped shapes."""
+    from rich.console import Console
+
+    options = p.to_contract()["options"]
     console = Console(file=out or sys.stdout, width=200)
-    console.print(t)
+    console.print(contract_table(plan_title(p.spec), options, p.chosen, max_rows))
     if len(p.options) > max_rows:
         console.print(f"... {len(p.options) - max_rows} more options (use --json for all)")
     console.print(("chosen: " if p.chosen is not None else "[red]no option: [/]") + p.reason)
