@@ -44,7 +44,8 @@ def _summary_lines(view: Any) -> list[str]:
     lines = [
         f"{view.id}: {view.state}, {view.replicas} replica(s) of {where} TP{o['tensor_parallel']} "
         f"{o['weight_dtype']}/kv-{o['kv_cache_dtype']} at {view.request_rate:g} req/s, "
-        f"${per_replica * view.replicas:.2f}/h; ends {_when(view.expires_at)}",
+        f"${per_replica * view.replicas:.2f}/h; "
+        + (f"ends {_when(view.expires_at)}" if view.state == "active" else view.reason),
         "  replicas: " + (", ".join(f"{n} {s}" for s, n in sorted(states.items())) or "none"),
         "  engine: " + " ".join(f"{k}={v!r}" for k, v in view.engine.items()),
     ]

@@ -109,6 +109,25 @@ def plan_for_pool(spec: JobSpec, pool: Pool | None) -> tuple[ServingPlan, int | 
     )
 
 
+def _pool_contract(p: ServingPlan, k: int, pool: Pool | None) -> dict[str, Any]:
+    """The plan's contract object with option ``k`` chosen and every status said against the
+    pool: options no node can host say so, the others are priced against ``k``."""
+    contract = p.to_contract()
+    contract["chosen"] = k
+    best = p.options[k]
+    for j, (o, c) in enumerate(zip(p.options, contract["options"], strict=True)):
+        if j == k:
+            c["status"] = "CHOSEN"
+        elif not o.meets_slo:
+            continue
+        elif not hostable(o, pool):
+            need = f"MIG {o.mig_profile}" if o.mig_profile else f"{o.n_gpus} GPU(s) in one node"
+            c["status"] = f"not in this pool: no {o.gpu} node with {need}"
+        elif round(o.usd_per_hour, 6) > round(best.usd_per_hour, 6):
+            c["status"] = f"costlier: ${o.usd_per_hour:.2f}/h vs ${best.usd_per_hour:.2f}/h"
+    return contract
+
+
 def _slot_gib(o: PlanOption) -> float:
     # Exactly the pool's capacity of the slot (whole GPU or MIG slice), as the pool floors it.
     return math.floor(o.shape.slot.memory_gib * _MIB) / _MIB
@@ -264,12 +283,13 @@ class Deployments:
             return dep_id
         spec = spec.model_copy(update={"id": dep_id})
         t = time.time() if now is None else now
-        p, k, reason = plan_for_pool(spec, self._pool())
+        pool = self._pool()
+        p, k, reason = plan_for_pool(spec, pool)
         if k is None:
             raise ServiceError(f"deployment {dep_id!r} cannot be placed: {reason}")
         o = p.options[k]
         assert o.replicas is not None
-        contract = p.to_contract()
+        contract = _pool_contract(p, k, pool)
         contract.update(
             reason=reason,
             engine_flags=p.engine_flags() if k == p.chosen else {},

@@ -46,6 +46,8 @@ def test_submit_scale_status_explain_cancel(tmp_path: Path, env: dict[str, str])
     assert res.exit_code == 0, res.output
     assert "snugfit plan chat" in res.output and "CHOSEN" in res.output
     assert "vllm serve" in res.output and f"{scaled['replicas']} replica(s)" in res.output
+    # The planner's own pick (a MIG slice or another type) is not in this H100-only pool.
+    assert "not in this pool" in res.output and res.output.count("CHOSEN") == 1
     res = run(cli, ["serve", "scale", "chat", "--rate", "0"])
     assert res.exit_code == 0 and "cold start" in res.output, res.output
     res = run(cli, ["cancel", "chat"])
