@@ -231,7 +231,10 @@ class SchedulerService:
                 continue
             placed.append((p.placed_at, jid, p.attempt))
             if not self.store.enqueued(p.node, jid, p.attempt):
-                items.append((p.node, jid, p.attempt, {"snugfit_job": jid, "recovered": True}))
+                meta: dict[str, Any] = {"snugfit_job": jid, "recovered": True}
+                if p.engine is not None:
+                    meta["engine"] = p.engine
+                items.append((p.node, jid, p.attempt, meta))
         for placed_at, jid, att in sorted(placed):
             self._placed[jid] = (att, placed_at)
         if items:

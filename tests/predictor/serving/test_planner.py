@@ -156,3 +156,18 @@ def test_a_dumped_spec_plans_the_same() -> None:
     assert a == b and len({o["tensor_parallel"] for o in a["options"]}) > 1
     kv = {(o["weight_dtype"], o["kv_cache_dtype"]) for o in b["options"]}
     assert kv == {("bf16", "bf16"), ("fp8", "fp8")}
+
+
+def test_engine_values_are_the_chosen_flags_by_placeholder_name() -> None:
+    from predictor.serving import ENGINE_PLACEHOLDERS
+
+    p = plan(parse_spec({**CHAT_8B, "model": "llama-3.3-70b", "weight_dtype": "fp8"}))
+    values = p.engine_values()
+    assert tuple(values) == ENGINE_PLACEHOLDERS
+    vllm = p.engine_flags()["vllm"]
+    for name in ("tensor_parallel_size", "gpu_memory_utilization", "max_num_seqs"):
+        flag = "--" + name.replace("_", "-")
+        assert values[name] == vllm[vllm.index(flag) + 1]
+    assert values["quantization"] == "fp8" and values["kv_cache_dtype"] == "fp8"
+    assert plan(parse_spec(CHAT_8B)).engine_values()["quantization"] == ""
+    assert plan(parse_spec({**CHAT_8B, "slo_tpot_s": 0.001})).engine_values() == {}
