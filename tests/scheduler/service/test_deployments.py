@@ -247,3 +247,23 @@ def _drain(w: NodeWorker) -> None:
         ).work(burst=True)
     finally:
         set_context(None)
+
+
+def test_a_mig_replica_gets_its_planned_slice(redis_url: str) -> None:
+    store = RedisStore(redis.Redis.from_url(redis_url))
+    mig = Pool.from_dict(
+        {
+            "name": "mig",
+            "nodes": [{"name": "m", "gpu": "A100-80GB", "mode": "mig", "mig": "dynamic"}],
+        }
+    )
+    svc = SchedulerService(store, mig, leader_election=False)
+    svc.step()
+    h = _deploy(store, request_rate=2.0, slo_ttft_s=0.5, slo_tpot_s=0.05)
+    o = h.view().option
+    assert o["gpu"] == "A100-80GB" and o["mig_profile"] is not None
+    svc.step()
+    for rid in h.view().replica_states:
+        p = Client(store=store).get(rid).placement
+        assert p is not None and p.kind == "mig" and p.mig_profile == o["mig_profile"]
+    svc.assert_consistent()
