@@ -192,7 +192,8 @@ def _job_row(spec: JobSpec) -> tuple[float, ...]:
         a.layer_params,
         a.is_moe,
         a.encoder_only,
-        TASKS.index(task),
+        # A `serve` replica is predicted as inference at `batch_size` concurrent sequences.
+        TASKS.index(Task.INFERENCE if task is Task.SERVE else task),
         FRAMEWORKS.index(framework),
         OPTIMIZERS.index(optimizer),
         _QBYTES[weight],
@@ -205,7 +206,7 @@ def _job_row(spec: JobSpec) -> tuple[float, ...]:
         spec.seq_len or 0,
         spec.input_len or 0,
         spec.output_len or 0,
-        spec.num_requests or 0,
+        spec.num_requests or (spec.batch_size if task is Task.SERVE else 0),
         spec.steps or 0,
         1.0 if spec.gradient_checkpointing else 0.0,
         lora,

@@ -42,6 +42,7 @@ MIN_FAMILY_SCORES = 30
 
 _FAMILIES = {
     "inference": "inference",
+    "serve": "inference",  # a serve replica is predicted as inference (see _jobarrays)
     "lora": "peft",
     "qlora": "peft",
     "full_finetune": "training",

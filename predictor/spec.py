@@ -42,10 +42,11 @@ class Task(StrEnum):
     LORA = "lora"
     QLORA = "qlora"
     PRETRAIN = "pretrain"
+    SERVE = "serve"  # a long-running deployment planned by SLO (predictor.serving)
 
     @property
     def is_training(self) -> bool:
-        return self is not Task.INFERENCE
+        return self not in (Task.INFERENCE, Task.SERVE)
 
     @property
     def is_peft(self) -> bool:
@@ -124,6 +125,14 @@ _TRAINING_ONLY = (
     "zero_stage",
 )
 _PEFT_ONLY = ("lora_rank", "lora_target")
+_SERVE_ONLY = (
+    "request_rate",
+    "slo_ttft_s",
+    "slo_tpot_s",
+    "max_model_len",
+    "allowed_weight_dtypes",
+    "duration_s",
+)
 
 # Documented defaults, applied only to fields that apply to the task.
 TASK_DEFAULTS: dict[str, Any] = {
@@ -161,6 +170,17 @@ def _default_compute(weight: DType) -> DType:
     return DType.BF16
 
 
+def _check_serve(spec: JobSpec) -> None:
+    """Validate and fill a ``serve`` spec in place (the frozen model is still being built).
+
+    The rules and defaults live in :mod:`predictor.serving._specrules` so this file stays a
+    thin contract; that module imports nothing from here at import time.
+    """
+    from .serving._specrules import check_serve_spec
+
+    check_serve_spec(spec, lambda name, value: object.__setattr__(spec, name, value))
+
+
 class JobSpec(BaseModel):
     """One job, as submitted. See DESIGN.md "JobSpec" for the contract."""
 
@@ -192,6 +212,13 @@ class JobSpec(BaseModel):
     command: list[str] | None = None
     priority: int = 0
     deadline_s: float | None = Field(default=None, gt=0)
+    # `serve` deployments (see predictor.serving and ``_check_serve``).
+    request_rate: float | None = None
+    slo_ttft_s: float | None = None
+    slo_tpot_s: float | None = None
+    max_model_len: int | None = None
+    allowed_weight_dtypes: tuple[DType, ...] | None = None
+    duration_s: float | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -215,10 +242,33 @@ class JobSpec(BaseModel):
             )
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_dtypes(cls, data: Any) -> Any:
+        value = data.get("allowed_weight_dtypes") if isinstance(data, Mapping) else None
+        if value is None:
+            return data
+        if isinstance(value, str) or not isinstance(value, list | tuple):
+            raise SpecError(
+                f"`allowed_weight_dtypes` must be a list of dtypes; got {value!r}. "
+                "Example: ['bf16', 'fp8']"
+            )
+        names = [d.value for d in DType]
+        for item in value:
+            if str(getattr(item, "value", item)) not in names:
+                raise SpecError(
+                    f"`allowed_weight_dtypes`: unknown dtype {item!r}; use {', '.join(names)}"
+                )
+        return data
+
     @model_validator(mode="after")
     def _check_and_fill(self) -> JobSpec:
         task = self.task
         inapplicable: list[str] = []
+        if task is not Task.SERVE:
+            inapplicable += [f for f in _SERVE_ONLY if getattr(self, f) is not None]
+        else:
+            inapplicable += [f for f in ("num_requests",) if getattr(self, f) is not None]
         if task.is_training:
             inapplicable += [f for f in _INFERENCE_ONLY if getattr(self, f) is not None]
             if not task.is_peft:
@@ -233,7 +283,8 @@ class JobSpec(BaseModel):
                 "input_len": "training jobs use `seq_len`",
                 "lora_rank": "use task `lora` or `qlora`, or drop the field",
                 "lora_target": "use task `lora` or `qlora`, or drop the field",
-            }.get(f, "remove it")
+                "num_requests": "a `serve` deployment takes `request_rate` and `duration_s`",
+            }.get(f, "use task `serve`, or drop the field" if f in _SERVE_ONLY else "remove it")
             raise SpecError(
                 f"`{f}` does not apply to `{task.value}` jobs (got {getattr(self, f)!r}); {fix}"
             )
@@ -247,15 +298,18 @@ class JobSpec(BaseModel):
             if getattr(self, f) is None and f in TASK_DEFAULTS:
                 object.__setattr__(self, f, TASK_DEFAULTS[f])
 
+        if task is Task.SERVE:
+            _check_serve(self)
         weight = self.weight_dtype or (DType.NF4 if task is Task.QLORA else DType.BF16)
         object.__setattr__(self, "weight_dtype", weight)
         if self.compute_dtype is None:
             object.__setattr__(self, "compute_dtype", _default_compute(weight))
         if not task.is_training:
-            if self.kv_cache_dtype is None:
+            # A serve spec's unset KV dtype follows each planned weight format (serving._options).
+            if self.kv_cache_dtype is None and task is not Task.SERVE:
                 kv = self.compute_dtype if self.compute_dtype != DType.FP4 else DType.FP8
                 object.__setattr__(self, "kv_cache_dtype", kv)
-            if self.num_requests is None:
+            if self.num_requests is None and task is Task.INFERENCE:
                 object.__setattr__(self, "num_requests", self.batch_size)
 
         if task is Task.QLORA and weight not in (DType.NF4, DType.INT4, DType.FP4):
