@@ -349,9 +349,9 @@ class JobSpec(BaseModel):
         if task.is_peft and self.adapter_dtype is None:
             fp32 = fw in (None, Framework.HF, Framework.PEFT, Framework.OTHER)
             compute = self.compute_dtype or DType.BF16
-            object.__setattr__(
-                self, "adapter_dtype", DType.FP32 if fp32 else _default_compute(compute)
-            )
+            if compute not in (DType.FP32, DType.BF16, DType.FP16):
+                compute = DType.BF16  # fp8/fp4 recipes keep their adapters in bf16
+            object.__setattr__(self, "adapter_dtype", DType.FP32 if fp32 else compute)
         if self.adapter_dtype is not None and self.adapter_dtype not in (
             DType.FP32,
             DType.BF16,

@@ -36,16 +36,23 @@ def _reports(tier: str, paths: tuple[str, ...], folds: int) -> list[Any]:
 
     ms = load_measurements(list(paths) or None)
     out = []
-    tiers = ["analytical", "learned", "history"] if tier == "all" else [tier]
+    tiers = ["analytical", "traced", "learned", "history"] if tier == "all" else [tier]
     for t in tiers:
         if t == "analytical":
             from predictor import analytical
 
             out.append(evaluate(ms, analytical.predict_table, tier="analytical"))
+        elif t == "traced":
+            from predictor.traced.evaluation import traced_reports
+
+            out.extend(traced_reports(ms, workers=2))
         elif t == "learned":
             from predictor.learned import cross_validate
+            from predictor.traced.evaluation import warm_measured
 
-            out.append(cross_validate(ms, n_splits=folds).report)
+            # Corrections of the best base: traced where there is a trace, else analytical.
+            base = warm_measured(ms, workers=2)
+            out.append(cross_validate(ms, n_splits=folds, base=base).report)
         else:
             from predictor.history import cross_validate_history
 
@@ -118,7 +125,7 @@ def _render(reports: list[Any], console: Any) -> None:
 @click.command(name="eval")
 @click.option(
     "--tier",
-    type=click.Choice(["analytical", "learned", "history", "all"]),
+    type=click.Choice(["analytical", "traced", "learned", "history", "all"]),
     default="analytical",
     show_default=True,
     help="Which predictor tier to score.",

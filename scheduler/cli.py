@@ -20,6 +20,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "predict": ("scheduler._cli_predict", "Predict peak VRAM and runtime per GPU type (offline)."),
     "models": ("scheduler._cli_predict", "List the model catalogue."),
     "gpus": ("scheduler._cli_predict", "List the GPU catalogue with MIG profiles and prices."),
+    "trace": ("scheduler._cli_trace", "Trace jobs on the CPU to warm the traced tier's cache."),
     "eval": ("scheduler._cli_eval", "Evaluate predictor accuracy on measured data."),
     "train": ("scheduler._cli_train", "Train the learned predictor tier and write an artifact."),
     "simulate": ("scheduler._cli_simulate", "Run placement policies in the simulator."),

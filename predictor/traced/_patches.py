@@ -156,13 +156,19 @@ class AutocastEmulation(TorchFunctionMode):
 
 # ------------------------------------------------------------------------------ bitsandbytes
 class _DequantMatmul(torch.autograd.Function):
-    """bitsandbytes' 4-bit/8-bit matmul: dequantise into a transient weight, save no input."""
+    """bitsandbytes' 4-bit/8-bit matmul: dequantise into a transient weight per call.
+
+    Like ``MatMul4Bit`` in the bitsandbytes releases the published QLoRA runs used, it saves
+    its input for backward even though the quantised weight never trains.
+    """
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, qweight: torch.Tensor, shape: Any, dtype: Any) -> Any:
         ctx.shape, ctx.dtype = shape, dtype
+        x = x.to(dtype)
+        ctx.save_for_backward(x)
         w = torch.empty(shape, dtype=dtype, device=x.device)
-        return x.to(dtype) @ w.t()
+        return x @ w.t()
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
