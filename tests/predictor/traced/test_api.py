@@ -105,3 +105,14 @@ def test_failed_trace_is_recorded_and_answered_analytically(tmp_path: Any) -> No
     assert (out.status, out.reason) == ("failed", "boom")
     t = TracedPredictor(cache=TraceCache(tmp_path)).predict_table([spec])
     assert set(t.method) == {"analytical"}
+
+
+def test_wait_for_trace_answers_a_cache_hit_or_an_excluded_job_at_once(tmp_path: Any) -> None:
+    from predictor.traced import wait_for_trace
+
+    spec = parse_spec({"model": TINY, "task": "full_finetune"})
+    cache = TraceCache(tmp_path)
+    cache.put(fingerprint(spec), {"status": "ok", "summary": {"allocated_gib": 1.0}})
+    assert wait_for_trace(spec, budget_s=0.0, cache=cache).status == "cached"
+    vllm = parse_spec({"model": TINY, "task": "inference", "framework": "vllm"})
+    assert wait_for_trace(vllm, budget_s=0.0, cache=cache).status == "unsupported"
