@@ -30,23 +30,61 @@ ROOT = Path(__file__).resolve().parent.parent
 
 TEMPLATES: list[dict[str, Any]] = [
     {"model": "llama-3.2-1b", "task": "full_finetune", "batch_size": 4, "seq_len": 2048},
-    {"model": "llama-3.2-1b", "task": "inference", "batch_size": 8, "input_len": 1024,
-     "output_len": 128},
+    {
+        "model": "llama-3.2-1b",
+        "task": "inference",
+        "batch_size": 8,
+        "input_len": 1024,
+        "output_len": 128,
+    },
     {"model": "llama-3.2-3b", "task": "lora", "batch_size": 4, "seq_len": 768, "lora_rank": 32},
-    {"model": "llama-3.2-3b", "task": "full_finetune", "batch_size": 2, "seq_len": 4096,
-     "framework": "torchtune"},
+    {
+        "model": "llama-3.2-3b",
+        "task": "full_finetune",
+        "batch_size": 2,
+        "seq_len": 4096,
+        "framework": "torchtune",
+    },
     {"model": "llama-3.1-8b", "task": "lora", "batch_size": 2, "seq_len": 2048},
     {"model": "llama-3.1-8b", "task": "qlora", "batch_size": 4, "seq_len": 2048},
-    {"model": "llama-3.1-8b", "task": "full_finetune", "batch_size": 1, "seq_len": 2048,
-     "gradient_checkpointing": True},
-    {"model": "llama-3.1-8b", "task": "inference", "batch_size": 8, "input_len": 1024,
-     "output_len": 128},
-    {"model": "qwen2.5-7b", "task": "lora", "batch_size": 4, "seq_len": 1024,
-     "gradient_checkpointing": True},
-    {"model": "mistral-7b", "task": "inference", "batch_size": 16, "input_len": 512,
-     "output_len": 256},
-    {"model": "llama-3.1-70b", "task": "lora", "batch_size": 1, "seq_len": 2048, "n_gpus": 8,
-     "zero_stage": 3, "framework": "fsdp", "gradient_checkpointing": True},
+    {
+        "model": "llama-3.1-8b",
+        "task": "full_finetune",
+        "batch_size": 1,
+        "seq_len": 2048,
+        "gradient_checkpointing": True,
+    },
+    {
+        "model": "llama-3.1-8b",
+        "task": "inference",
+        "batch_size": 8,
+        "input_len": 1024,
+        "output_len": 128,
+    },
+    {
+        "model": "qwen2.5-7b",
+        "task": "lora",
+        "batch_size": 4,
+        "seq_len": 1024,
+        "gradient_checkpointing": True,
+    },
+    {
+        "model": "mistral-7b",
+        "task": "inference",
+        "batch_size": 16,
+        "input_len": 512,
+        "output_len": 256,
+    },
+    {
+        "model": "llama-3.1-70b",
+        "task": "lora",
+        "batch_size": 1,
+        "seq_len": 2048,
+        "n_gpus": 8,
+        "zero_stage": 3,
+        "framework": "fsdp",
+        "gradient_checkpointing": True,
+    },
     {"model": "llama-3.1-8b", "task": "inference", "framework": "vllm", "batch_size": 32},
 ]
 
@@ -66,10 +104,22 @@ def _cold(home: Path) -> dict[str, Any]:
     specs = [parse_spec(t) for t in TEMPLATES]
     t0 = time.perf_counter()
     with TracePool(workers=1, timeout_s=600) as pool:
-        warm = parse_spec({"model": {"name": "t", "n_layers": 1, "hidden_size": 32,
-                                     "n_heads": 2, "n_kv_heads": 1, "head_dim": 16,
-                                     "intermediate_size": 64, "vocab_size": 64},
-                           "task": "lora", "seq_len": 8})
+        warm = parse_spec(
+            {
+                "model": {
+                    "name": "t",
+                    "n_layers": 1,
+                    "hidden_size": 32,
+                    "n_heads": 2,
+                    "n_kv_heads": 1,
+                    "head_dim": 16,
+                    "intermediate_size": 64,
+                    "vocab_size": 64,
+                },
+                "task": "lora",
+                "seq_len": 8,
+            }
+        )
         pool.submit(warm.to_dict()).result()
     import_s = time.perf_counter() - t0
     cache = TraceCache(home / "traces")
@@ -79,16 +129,25 @@ def _cold(home: Path) -> dict[str, Any]:
     jobs = []
     for t, o in zip(TEMPLATES, outs, strict=True):
         s = o.summary or {}
-        jobs.append({
-            "job": t, "status": o.status, "reason": o.reason.splitlines()[0] if o.reason else "",
-            "trace_s": round(float(s.get("trace_s", 0.0)), 2),
-            "worker_wall_s": round(o.wall_s, 2),
-            "reserved_gib": round(float(s.get("reserved_gib", 0.0)), 3) if s else None,
-            "allocated_gib": round(float(s.get("allocated_gib", 0.0)), 3) if s else None,
-            "gemm_tflop": round(float(s.get("flops", {}).get("gemm", 0.0)) / 1e12, 2) if s else None,
-        })
-    return {"worker_first_trace_incl_imports_s": round(import_s, 2),
-            "cold_total_s": round(total, 2), "jobs": jobs}
+        jobs.append(
+            {
+                "job": t,
+                "status": o.status,
+                "reason": o.reason.splitlines()[0] if o.reason else "",
+                "trace_s": round(float(s.get("trace_s", 0.0)), 2),
+                "worker_wall_s": round(o.wall_s, 2),
+                "reserved_gib": round(float(s.get("reserved_gib", 0.0)), 3) if s else None,
+                "allocated_gib": round(float(s.get("allocated_gib", 0.0)), 3) if s else None,
+                "gemm_tflop": round(float(s.get("flops", {}).get("gemm", 0.0)) / 1e12, 2)
+                if s
+                else None,
+            }
+        )
+    return {
+        "worker_first_trace_incl_imports_s": round(import_s, 2),
+        "cold_total_s": round(total, 2),
+        "jobs": jobs,
+    }
 
 
 def _cached(home: Path) -> dict[str, Any]:
@@ -117,10 +176,17 @@ print(json.dumps({"hit": hit is not None and hit.get("status") == "ok", "method"
                   "predict_one_job_ms": one * 1e3, "import_s": imp}))
 """
     env = {**os.environ, "SNUGFIT_HOME": str(home), "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", code, json.dumps(TEMPLATES[4])], env=env,
-                         capture_output=True, text=True, check=True)
-    return {k: round(v, 4) if isinstance(v, float) else v
-            for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
+    out = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(TEMPLATES[4])],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return {
+        k: round(v, 4) if isinstance(v, float) else v
+        for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()
+    }
 
 
 def _predict_10k(home: Path, n_jobs: int) -> dict[str, Any]:
@@ -129,8 +195,16 @@ def _predict_10k(home: Path, n_jobs: int) -> dict[str, Any]:
     path = home / "jobs.jsonl"
     path.write_text("".join(json.dumps(j) + "\n" for j in jobs))
     env = {**os.environ, "SNUGFIT_HOME": str(home), "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-c", "from scheduler.cli import main; main()", "predict",
-           "--input", str(path), "--output", str(home / "preds.jsonl")]
+    cmd = [
+        sys.executable,
+        "-c",
+        "from scheduler.cli import main; main()",
+        "predict",
+        "--input",
+        str(path),
+        "--output",
+        str(home / "preds.jsonl"),
+    ]
     walls = []
     for _ in range(3):
         t0 = time.perf_counter()
@@ -140,8 +214,13 @@ def _predict_10k(home: Path, n_jobs: int) -> dict[str, Any]:
     methods: dict[str, int] = {}
     for r in rows:
         methods[r["method"]] = methods.get(r["method"], 0) + 1
-    return {"jobs": n_jobs, "predictions": len(rows), "wall_s_runs": [round(w, 2) for w in walls],
-            "wall_s_best": round(min(walls), 2), "methods": methods}
+    return {
+        "jobs": n_jobs,
+        "predictions": len(rows),
+        "wall_s_runs": [round(w, 2) for w in walls],
+        "wall_s_best": round(min(walls), 2),
+        "methods": methods,
+    }
 
 
 def main() -> None:
@@ -155,9 +234,15 @@ def main() -> None:
         cold = _cold(home)
         cached = _cached(home)
         predict = _predict_10k(home, args.jobs)
-    result = {"benchmark": "trace", "uptime_before": load_before, "uptime_after": _uptime(),
-              "cold": cold, "cached": cached, "predict_10k_x5": predict,
-              "goals": {"cold_8b_s": 5.0, "cached_ms": 1.0, "predict_10k_x5_s": 3.0}}
+    result = {
+        "benchmark": "trace",
+        "uptime_before": load_before,
+        "uptime_after": _uptime(),
+        "cold": cold,
+        "cached": cached,
+        "predict_10k_x5": predict,
+        "goals": {"cold_8b_s": 5.0, "cached_ms": 1.0, "predict_10k_x5_s": 3.0},
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "trace.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))

@@ -134,10 +134,7 @@ class ConformalUpper:
         self._check()
         base = getattr(self, "base_quantiles_", {})
         return np.array(
-            [
-                self.quantiles_.get(f, base.get(_base_of(f), self.pooled_quantile_))
-                for f in families
-            ]
+            [self.quantiles_.get(f, base.get(_base_of(f), self.pooled_quantile_)) for f in families]
         )
 
     def upper(self, point: np.ndarray, families: Sequence[str]) -> np.ndarray:

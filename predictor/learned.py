@@ -621,9 +621,7 @@ class LearnedPredictor:
         if len(specs) == 0:
             return t
         c = self.corrections(specs, t)
-        fams = [
-            base_family(s.task.value, _is_traced(t.method[i])) for i, s in enumerate(specs)
-        ]
+        fams = [base_family(s.task.value, _is_traced(t.method[i])) for i, s in enumerate(specs)]
         ovh = t.breakdown_gib["overhead"]
         tensors = t.peak_vram_gib - ovh
         scale = np.exp(c["peak_vram_gib"])
@@ -669,7 +667,9 @@ class LearnedPredictor:
             tpot_s=tpot,
             fits=upper <= capacity,
             method=tuple(
-                _traced_method(self.job_method(s)) if _is_traced(t.method[i]) else self.job_method(s)
+                _traced_method(self.job_method(s))
+                if _is_traced(t.method[i])
+                else self.job_method(s)
                 for i, s in enumerate(specs)
             ),
             busy_frac=t.busy_frac,

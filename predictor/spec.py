@@ -343,9 +343,7 @@ class JobSpec(BaseModel):
             # peft's prepare_model_for_kbit_training (and torchtune's QLoRA recipes) turn it on.
             object.__setattr__(self, "gradient_checkpointing", True)
         if self.chunked_loss is None:
-            object.__setattr__(
-                self, "chunked_loss", fw in (Framework.TORCHTUNE, Framework.UNSLOTH)
-            )
+            object.__setattr__(self, "chunked_loss", fw in (Framework.TORCHTUNE, Framework.UNSLOTH))
         if task.is_peft and self.adapter_dtype is None:
             fp32 = fw in (None, Framework.HF, Framework.PEFT, Framework.OTHER)
             compute = self.compute_dtype or DType.BF16

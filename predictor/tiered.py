@@ -7,8 +7,9 @@ the tier per job: ``analytical``, ``traced``, ``analytical+conformal:<version>``
 ``traced+conformal:<version>`` (only the upper bounds come from the artifact),
 ``learned:<version>`` / ``traced+learned:<version>`` (a learned correction changed the point)
 or ``history:<n> runs`` (a job answered by history on some GPU types). Prediction never waits
-for a trace: jobs not in the cache get the analytical base (``snugfit trace`` warms it). When history replaces a peak, the tensor components
-of ``breakdown_gib`` are rescaled so they still sum to it, as the contract requires.
+for a trace: jobs not in the cache get the analytical base (``snugfit trace`` warms it). When
+history replaces a peak, the tensor components of ``breakdown_gib`` are rescaled so they still
+sum to it, as the contract requires.
 """
 
 from __future__ import annotations

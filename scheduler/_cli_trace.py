@@ -1,4 +1,7 @@
-"""``snugfit trace --input jobs.jsonl``: warm the traced tier's cache (logic in predictor.traced)."""
+"""``snugfit trace --input jobs.jsonl``: warm the traced tier's cache.
+
+The logic lives in ``predictor.traced``; this module only parses options and prints.
+"""
 
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ def trace_command(
     for i, o in enumerate(outs):
         peak = o.summary["reserved_gib"] if o.summary else None
         if as_json:
-            row = {"id": o.id or f"job-{i}", "status": o.status, "key": o.key}
+            row: dict[str, object] = {"id": o.id or f"job-{i}", "status": o.status, "key": o.key}
             row.update({"reserved_gib": peak, "reason": o.reason or None, "wall_s": o.wall_s})
             click.echo(json.dumps(row))
         else:

@@ -100,7 +100,10 @@ def _entry(summary: dict[str, Any] | None, status: str, reason: str = "") -> dic
 def _outcome_from_cache(spec: JobSpec, key: str, hit: dict[str, Any]) -> TraceOutcome:
     ok = hit.get("status") == "ok"
     return TraceOutcome(
-        spec.id, key, "cached" if ok else hit.get("status", "failed"), hit.get("reason", ""),
+        spec.id,
+        key,
+        "cached" if ok else hit.get("status", "failed"),
+        hit.get("reason", ""),
         hit.get("summary") if ok else None,
     )
 
@@ -118,9 +121,9 @@ def _record(cache: TraceCache, key: str, fut: Future[dict[str, Any]]) -> tuple[s
     return "ok", "", summary
 
 
-def _pending(specs: Sequence[JobSpec], cache: TraceCache, force: bool) -> tuple[
-    list[TraceOutcome | None], dict[str, JobSpec]
-]:
+def _pending(
+    specs: Sequence[JobSpec], cache: TraceCache, force: bool
+) -> tuple[list[TraceOutcome | None], dict[str, JobSpec]]:
     out: list[TraceOutcome | None] = []
     todo: dict[str, JobSpec] = {}
     available = is_available()
@@ -195,7 +198,7 @@ def wait_for_trace(
     prediction of the job uses it). Placement then uses whatever the predictor answers.
     """
     cache = cache or TraceCache()
-    out, todo = _pending([spec], cache, force=False)
+    out, _todo = _pending([spec], cache, force=False)
     if out[0] is not None:
         return out[0]
     key = fingerprint(spec)

@@ -16,7 +16,7 @@ from typing import Any
 from ..models import ModelArch
 from .exceptions import TraceUnsupported
 
-__all__ = ["build_meta_model", "hf_family", "hf_config"]
+__all__ = ["build_meta_model", "hf_config", "hf_family"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -121,7 +121,9 @@ def hf_config(arch: ModelArch) -> Any:
         "norm_topk_prob": family == "qwen3_moe",
     }
     if family == "qwen2_moe":
-        kw["shared_expert_intermediate_size"] = arch.n_shared_experts * arch.expert_intermediate_size
+        kw["shared_expert_intermediate_size"] = (
+            arch.n_shared_experts * arch.expert_intermediate_size
+        )
     elif arch.n_shared_experts:
         raise TraceUnsupported(f"{arch.name}: Qwen3-MoE has no shared experts")
     return AutoConfig.for_model(family, **kw)

@@ -18,12 +18,11 @@ from __future__ import annotations
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 __all__ = ["OpCost", "StorageTracker"]
 
@@ -48,6 +47,18 @@ class OpCost:
 
     flops: float = 0.0
     bytes: float = 0.0
+
+
+def _tensors(items: Any) -> list[torch.Tensor]:
+    """Tensors among ``items`` and one level of nested lists/tuples (aten's argument shapes);
+    cheaper than a pytree flatten on every op."""
+    out: list[torch.Tensor] = []
+    for x in items:
+        if isinstance(x, torch.Tensor):
+            out.append(x)
+        elif isinstance(x, tuple | list):
+            out.extend(y for y in x if isinstance(y, torch.Tensor))
+    return out
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -100,6 +111,9 @@ class StorageTracker(TorchDispatchMode):
             self._refs.pop(handle, None)
             self.events.append((0, handle, self.alloc_bytes[handle]))
 
+    def _finaliser(self, cdata: int, handle: int) -> Any:
+        return lambda _ref: self._on_free(cdata, handle)
+
     def track(self, t: torch.Tensor, label: str | None = None) -> int | None:
         """Register ``t``'s storage if new (tensors made before the mode, too); label it."""
         if not isinstance(t, torch.Tensor) or t.device.type != "meta":
@@ -115,9 +129,7 @@ class StorageTracker(TorchDispatchMode):
             self.alloc_bytes[handle] = n
             self.alloc_phase[handle] = self.phase
             self.events.append((1, handle, n))
-            self._refs[handle] = weakref.ref(
-                st, lambda _r, c=cdata, h=handle, s=self: s._on_free(c, h)
-            )
+            self._refs[handle] = weakref.ref(st, self._finaliser(cdata, handle))
         if label is not None:
             self.label[handle] = label
         return handle
@@ -138,13 +150,14 @@ class StorageTracker(TorchDispatchMode):
         return sum(self.alloc_bytes[h] for h in self._live.values())
 
     # -- the mode
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
+    def __torch_dispatch__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: Any = None
+    ) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        outs, _ = tree_flatten(out)
+        outs = _tensors(out if isinstance(out, tuple | list) else (out,))
         for t in outs:
-            if isinstance(t, torch.Tensor):
-                self.track(t)
+            self.track(t)
         self._count(func, args, outs)
         return out
 
@@ -155,17 +168,7 @@ class StorageTracker(TorchDispatchMode):
             cls, flops = "attention", _attn_flops(func, args)
         else:
             cls, flops = "other", 0.0
-        ins, _ = tree_flatten(args)
-        moved = sum(_nbytes(t) for t in ins if isinstance(t, torch.Tensor))
-        moved += sum(_nbytes(t) for t in outs if isinstance(t, torch.Tensor))
+        moved = sum(_nbytes(t) for t in _tensors(args)) + sum(_nbytes(t) for t in outs)
         c = self.costs[cls]
         c.flops += flops
         c.bytes += moved
-
-
-@dataclass
-class Timeline:
-    """Events plus the final category of each allocation (filled in by the step)."""
-
-    events: list[tuple[int, int, int]] = field(default_factory=list)
-    category: dict[int, str] = field(default_factory=dict)

@@ -134,7 +134,9 @@ class AutocastEmulation(TorchFunctionMode):
             self._cache[id(x)] = y
         return y
 
-    def __torch_function__(self, func: Any, types: Any, args: tuple = (), kwargs: Any = None) -> Any:
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: Any = None
+    ) -> Any:
         kwargs = kwargs or {}
         if func in _LOW:
             args = tuple(self._cast(a, self.dtype) for a in args)
@@ -205,7 +207,7 @@ class QuantLinearStub(torch.nn.Linear):
         )
         setattr(w, self.SHAPE_ONLY, True)
         self.weight = w
-        self.bias = bias
+        self.bias = bias  # type: ignore[assignment]
         self.compute_dtype = compute_dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,7 @@ parent's threads or Redis connections. Keep the pool small: each worker holds 0.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import queue
 import threading
@@ -85,10 +86,8 @@ class _Worker:
 
     def close(self) -> None:
         if self.proc is not None and self.proc.is_alive():
-            try:
+            with contextlib.suppress(BrokenPipeError, OSError):
                 self.conn.send(None)
-            except (BrokenPipeError, OSError):
-                pass
             self.proc.join(5)
         self.kill()
 

@@ -10,8 +10,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from predictor.spec import parse_spec  # noqa: E402
-from predictor.traced import TraceCache, TracedPredictor, trace_specs  # noqa: E402
+from predictor.spec import parse_spec
+from predictor.traced import TraceCache, TracedPredictor, trace_specs
 
 pytestmark = pytest.mark.torch
 

@@ -47,16 +47,14 @@ def _live_by_category(spec: Any) -> tuple[dict[str, int], Any]:
 
 def test_full_finetune_weights_grads_and_adamw_states() -> None:
     spec = {"model": TINY, "task": "full_finetune", "batch_size": 2, "seq_len": 32}
-    totals, tl = _live_by_category(spec)
+    _totals, tl = _live_by_category(spec)
     assert tl.n_params == N_PARAMS
     weights = [n for op, h, n in tl.events if op and tl.category[h] == "weights"]
     # bf16 parameters, plus small buffers (rotary inv_freq and its original copy, fp32)
     assert N_PARAMS * 2 <= sum(weights) <= N_PARAMS * 2 + 1024
     grads = sum(n for op, h, n in tl.events if op and tl.category[h] == "gradients")
     assert grads == N_PARAMS * 2
-    states = [
-        n for op, h, n in tl.events if op and tl.category[h] == "optimizer" and n >= 64
-    ]
+    states = [n for op, h, n in tl.events if op and tl.category[h] == "optimizer" and n >= 64]
     # exp_avg and exp_avg_sq in the parameter dtype, allocated before the first micro-batch
     assert sum(states[: 2 * len(weights) - 2]) >= 2 * N_PARAMS * 2 - 2 * HD
 
@@ -71,8 +69,13 @@ def test_lora_trains_only_adapters_in_their_dtype() -> None:
 
 def test_inference_kv_cache_at_final_length() -> None:
     b, inp, out = 3, 20, 5
-    spec = {"model": TINY, "task": "inference", "batch_size": b, "input_len": inp,
-            "output_len": out}
+    spec = {
+        "model": TINY,
+        "task": "inference",
+        "batch_size": b,
+        "input_len": inp,
+        "output_len": out,
+    }
     tl = run_trace(parse_spec(spec))
     live: dict[int, int] = {}
     peak_kv = 0
@@ -81,9 +84,7 @@ def test_inference_kv_cache_at_final_length() -> None:
             live[h] = n
         else:
             live.pop(h, None)
-        peak_kv = max(
-            peak_kv, sum(v for k, v in live.items() if tl.category[k] == "kv_cache")
-        )
+        peak_kv = max(peak_kv, sum(v for k, v in live.items() if tl.category[k] == "kv_cache"))
     final = 2 * L * KVH * HD * 2 * b * (inp + out)
     # Concatenation briefly holds one layer's old and new K or V.
     assert final <= peak_kv <= final + 2 * KVH * HD * 2 * b * (inp + out)
@@ -96,8 +97,14 @@ def test_summary_breakdown_sums_to_allocated_and_shards() -> None:
     assert sum(s.breakdown_gib.values()) == pytest.approx(s.allocated_gib)
     assert s.reserved_gib >= s.allocated_gib
     z3 = parse_spec(
-        {"model": TINY, "task": "full_finetune", "batch_size": 2, "seq_len": 32, "n_gpus": 4,
-         "zero_stage": 3}
+        {
+            "model": TINY,
+            "task": "full_finetune",
+            "batch_size": 2,
+            "seq_len": 32,
+            "n_gpus": 4,
+            "zero_stage": 3,
+        }
     )
     s3 = summarise(tl.events, tl.category, z3)
     assert s3.allocated_gib < s.allocated_gib
