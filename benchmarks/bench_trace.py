@@ -156,9 +156,11 @@ import json, sys, time
 t0 = time.perf_counter()
 from predictor.spec import parse_spec
 from predictor.traced import TraceCache, TracedPredictor, fingerprint
+from predictor.traced.cache import library_versions
 imp = time.perf_counter() - t0
 spec = parse_spec(json.loads(sys.argv[1]))
 cache = TraceCache()
+t0 = time.perf_counter(); library_versions(); versions = time.perf_counter() - t0
 t0 = time.perf_counter(); hit = cache.get(fingerprint(spec)); first = time.perf_counter() - t0
 n = 2000
 t0 = time.perf_counter()
@@ -172,6 +174,7 @@ for _ in range(200):
     t = p.predict_table([spec], ["H100-80GB"])
 one = (time.perf_counter() - t0) / 200
 print(json.dumps({"hit": hit is not None and hit.get("status") == "ok", "method": t.method[0],
+                  "version_metadata_once_ms": versions * 1e3,
                   "first_lookup_ms": first * 1e3, "warm_lookup_ms": warm * 1e3,
                   "predict_one_job_ms": one * 1e3, "import_s": imp}))
 """
@@ -210,6 +213,30 @@ def _predict_10k(home: Path, n_jobs: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         subprocess.run(cmd, env=env, check=True, capture_output=True)
         walls.append(time.perf_counter() - t0)
+    code = r"""
+import json, sys, time
+from predictor import analytical
+from predictor.gpus import GPU_NAMES
+from predictor.spec import load_specs
+from predictor.traced import TracedPredictor
+specs = load_specs(sys.argv[1])
+t0 = time.perf_counter(); analytical.predict_table(specs, GPU_NAMES); a = time.perf_counter() - t0
+t0 = time.perf_counter(); t = TracedPredictor().predict_table(specs, GPU_NAMES)
+tr = time.perf_counter() - t0
+print(json.dumps({"analytical_table_s": a, "traced_table_s": tr,
+                  "traced_jobs": sum(m == "traced" for m in t.method)}))
+"""
+    inproc = (
+        subprocess.run(
+            [sys.executable, "-c", code, str(path)],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     rows = [json.loads(line) for line in (home / "preds.jsonl").read_text().splitlines()]
     methods: dict[str, int] = {}
     for r in rows:
