@@ -247,6 +247,7 @@ print(json.dumps({"analytical_table_s": a, "traced_table_s": tr,
         "wall_s_runs": [round(w, 2) for w in walls],
         "wall_s_best": round(min(walls), 2),
         "methods": methods,
+        "in_process": {k: round(v, 3) for k, v in json.loads(inproc).items()},
     }
 
 
