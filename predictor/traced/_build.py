@@ -138,4 +138,8 @@ def build_meta_model(arch: ModelArch, dtype: Any, attn_implementation: str) -> A
     auto = AutoModelForMaskedLM if config.model_type == "bert" else AutoModelForCausalLM
     with torch.device("meta"):
         model = auto.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
+    if arch.is_moe:
+        from ._patches import use_uniform_experts
+
+        use_uniform_experts(model)
     return model

@@ -31,6 +31,7 @@ __all__ = [
 ]
 
 ATTN_IMPLEMENTATION = "snugfit_trace"
+EXPERTS_IMPLEMENTATION = "snugfit_uniform"
 _installed = False
 
 
@@ -68,7 +69,55 @@ def install() -> None:
 
     AttentionInterface.register(ATTN_IMPLEMENTATION, flash_attention)
     masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+        ALL_EXPERTS_FUNCTIONS.register(EXPERTS_IMPLEMENTATION, uniform_experts)
+    except ImportError:  # older transformers: per-expert nn.Linear modules, no interface
+        pass
     _installed = True
+
+
+def uniform_experts(
+    self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+) -> torch.Tensor:
+    """MoE experts with routing spread evenly (meta tensors carry no router decisions).
+
+    Like transformers' batched/grouped kernels, each token is replicated once per selected
+    expert; every expert then runs on an equal share of the ``tokens × top_k`` rows, so the
+    saved gate/up/activation tensors have their expected total size.
+    """
+    if not getattr(self, "has_gate", True) or not getattr(self, "is_concatenated", True):
+        raise NotImplementedError("uniform experts: only concatenated gate/up experts")
+    k = top_k_index.size(-1)
+    n_tokens, hidden = hidden_states.shape
+    n_exp = self.num_experts
+    x = hidden_states.repeat_interleave(k, dim=0)
+    rows = x.shape[0]
+    sizes = [rows // n_exp + (1 if i < rows % n_exp else 0) for i in range(n_exp)]
+    weights = top_k_weights.reshape(-1, 1)
+    outs = []
+    start = 0
+    for e, chunk in enumerate(x.split(sizes)):
+        if chunk.shape[0] == 0:
+            continue
+        w_gu, w_d = self.gate_up_proj[e], self.down_proj[e]
+        if getattr(self, "is_transposed", False):
+            w_gu, w_d = w_gu.t(), w_d.t()
+        gate, up = torch.nn.functional.linear(chunk, w_gu).chunk(2, dim=-1)
+        y = torch.nn.functional.linear(self.act_fn(gate) * up, w_d)
+        outs.append(y * weights[start : start + chunk.shape[0]])
+        start += chunk.shape[0]
+    out = torch.cat(outs).view(n_tokens, k, hidden).sum(dim=1)
+    return out.to(hidden_states.dtype)
+
+
+def use_uniform_experts(model: Any) -> None:
+    """Point every experts module of ``model`` at :func:`uniform_experts`."""
+    for m in model.modules():
+        cfg = getattr(m, "config", None)
+        if hasattr(m, "gate_up_proj") and cfg is not None and hasattr(m, "num_experts"):
+            cfg._experts_implementation = EXPERTS_IMPLEMENTATION
 
 
 # ------------------------------------------------------------------------------ autocast

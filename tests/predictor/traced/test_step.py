@@ -108,3 +108,22 @@ def test_summary_breakdown_sums_to_allocated_and_shards() -> None:
     )
     s3 = summarise(tl.events, tl.category, z3)
     assert s3.allocated_gib < s.allocated_gib
+
+
+def test_moe_routes_tokens_evenly_to_top_k_experts() -> None:
+    def gemm_flops(top_k: int) -> float:
+        moe = {**TINY, "n_experts": 4, "n_active_experts": top_k, "family": "mixtral"}
+        spec = {
+            "model": moe,
+            "task": "inference",
+            "batch_size": 2,
+            "input_len": 16,
+            "output_len": 2,
+        }
+        return run_trace(parse_spec(spec)).costs["gemm"].flops
+
+    one, two = gemm_flops(1), gemm_flops(2)
+    # Expert MLP FLOPs double with top-2 routing (attention and the LM head do not change).
+    per_token_expert = 2 * 3 * H * FFN * L
+    tokens = 2 * 16 + 2 * 1
+    assert two - one == pytest.approx(per_token_expert * tokens, rel=0.02)
