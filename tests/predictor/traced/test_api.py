@@ -116,3 +116,14 @@ def test_wait_for_trace_answers_a_cache_hit_or_an_excluded_job_at_once(tmp_path:
     assert wait_for_trace(spec, budget_s=0.0, cache=cache).status == "cached"
     vllm = parse_spec({"model": TINY, "task": "inference", "framework": "vllm"})
     assert wait_for_trace(vllm, budget_s=0.0, cache=cache).status == "unsupported"
+
+
+def test_without_torch_the_tier_reports_itself_unavailable(tmp_path: Any, monkeypatch: Any) -> None:
+    import predictor.traced._api as api
+
+    monkeypatch.setattr(api, "is_available", lambda: False)
+    spec = parse_spec({"model": TINY, "task": "full_finetune"})
+    (out,) = trace_specs([spec], cache=TraceCache(tmp_path))
+    assert out.status == "unavailable" and "snugfit[trace]" in out.reason
+    t = TracedPredictor(cache=TraceCache(tmp_path)).predict_table([spec])
+    assert set(t.method) == {"analytical"}
