@@ -55,7 +55,7 @@ class Timeline:
     category: dict[int, str]
     costs: dict[str, OpCost] = field(default_factory=dict)
     n_params: int = 0
-    n_trainable: int = 0
+    phase: dict[int, str] = field(default_factory=dict)  # phase each allocation happened in
 
 
 def _td(d: DType | None) -> torch.dtype:
@@ -138,11 +138,17 @@ def _optimizer_states(spec: JobSpec, params: list[Any], tr: StorageTracker) -> A
             if opt in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
                 # bitsandbytes: two uint8 moments plus one fp32 absmax per 256-element block.
                 n = p.numel()
-                states += [torch.empty(n, dtype=torch.uint8) for _ in range(2)]
-                states += [torch.empty(math.ceil(n / 256), dtype=torch.float32) for _ in range(2)]
+                states += [torch.empty(n, dtype=torch.uint8, device="meta") for _ in range(2)]
+                blocks = math.ceil(n / 256)
+                states += [
+                    torch.empty(blocks, dtype=torch.float32, device="meta") for _ in range(2)
+                ]
             elif opt is Optimizer.ADAFACTOR:
                 if p.dim() >= 2:
-                    states += [torch.empty(p.shape[0]), torch.empty(p.shape[-1])]
+                    states += [
+                        torch.empty(p.shape[0], device="meta"),
+                        torch.empty(p.shape[-1], device="meta"),
+                    ]
                 else:
                     states.append(torch.empty_like(p, dtype=torch.float32))
         for s in states:
@@ -359,7 +365,13 @@ def _timeline(tr: StorageTracker, n_params: int) -> Timeline:
     }
     for h, phase in tr.alloc_phase.items():
         cat[h] = tr.label.get(h) or by_phase.get(phase, "activations")
-    return Timeline(events=list(tr.events), category=cat, costs=dict(tr.costs), n_params=n_params)
+    return Timeline(
+        events=list(tr.events),
+        category=cat,
+        costs=dict(tr.costs),
+        n_params=n_params,
+        phase=dict(tr.alloc_phase),
+    )
 
 
 def run_trace(spec: JobSpec) -> Timeline:

@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 #: Bump when the tracer's semantics change, so old cache entries are not used.
-TRACER_VERSION = "2"
+TRACER_VERSION = "3"
 
 # Spec fields that do not change per-GPU memory: they never enter the fingerprint.
 _IGNORED = ("id", "gpu", "command", "priority", "deadline_s", "steps", "num_requests")

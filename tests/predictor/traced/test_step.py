@@ -127,3 +127,20 @@ def test_moe_routes_tokens_evenly_to_top_k_experts() -> None:
     per_token_expert = 2 * 3 * H * FFN * L
     tokens = 2 * 16 + 2 * 1
     assert two - one == pytest.approx(per_token_expert * tokens, rel=0.02)
+
+
+def test_8bit_adamw_states_are_two_bytes_per_parameter() -> None:
+    spec = {
+        "model": TINY,
+        "task": "full_finetune",
+        "batch_size": 1,
+        "seq_len": 8,
+        "optimizer": "adamw_8bit",
+    }
+    tl = run_trace(parse_spec(spec))
+    states = sum(
+        n
+        for op, h, n in tl.events
+        if op and tl.category[h] == "optimizer" and tl.phase[h] == "optimizer_state"
+    )
+    assert 2 * N_PARAMS <= states <= 2 * N_PARAMS * 1.02
