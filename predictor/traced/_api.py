@@ -202,8 +202,21 @@ def wait_for_trace(
     if out[0] is not None:
         return out[0]
     key = fingerprint(spec)
-    fut = _shared_pool(timeout_s).submit(spec.to_dict())
-    fut.add_done_callback(lambda f: _record(cache, key, f))
+    with _shared_lock:
+        inflight: dict[str, Future[dict[str, Any]]] = _shared.setdefault("inflight", {})
+        fut = inflight.get(key)
+    if fut is None:
+        # One trace per job even when several submits wait for it at once.
+        fut = _shared_pool(timeout_s).submit(spec.to_dict())
+        with _shared_lock:
+            inflight[key] = fut
+
+        def done(f: Future[dict[str, Any]]) -> None:
+            _record(cache, key, f)
+            with _shared_lock:
+                inflight.pop(key, None)
+
+        fut.add_done_callback(done)
     try:
         fut.result(timeout=budget_s)
     except FutureTimeout:
