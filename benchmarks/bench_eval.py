@@ -1,10 +1,12 @@
-"""Accuracy benchmark: analytical vs learned vs history on measured data only.
+"""Accuracy benchmark: analytical vs traced vs learned vs history on measured data only.
 
 Learned and history figures are grouped cross-validation by source (a setup never seen). The
 analytical tier's time figures use efficiency tables fitted leave-one-source-out
 (``analytical``); ``analytical_prior`` is the same roofline with every efficiency at its quoted
 prior (nothing fitted), for comparison. The learned tier is cross-validated on top of the
 out-of-source analytical predictions.
+traced tier fits nothing, so it is scored directly, over all peak-VRAM rows and over the rows
+it covers; its traces are cached under ``$SNUGFIT_HOME`` (the first run traces ~60 jobs).
 Writes ``benchmarks/results/eval.json``. Run: ``.venv/bin/python benchmarks/bench_eval.py``.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from predictor._fit import OutOfSourceAnalytical, out_of_source_values
 from predictor._runtime import RuntimeModel
@@ -22,6 +25,8 @@ from predictor.evaluation import evaluate
 from predictor.history import cross_validate_history
 from predictor.learned import cross_validate
 from predictor.measurements import load_measurements
+from predictor.traced import is_available
+from predictor.traced.evaluation import traced_reports, warm_measured
 
 
 def _load() -> str:
@@ -44,7 +49,11 @@ def main() -> None:
         ),
     ]
     oos = OutOfSourceAnalytical.from_measurements(ms, tables)
-    cv = cross_validate(ms, n_splits=5, base=oos)
+    base: Any = oos
+    if is_available():
+        reports += traced_reports(ms, workers=2)
+        base = warm_measured(ms, workers=2, analytical=oos)
+    cv = cross_validate(ms, n_splits=5, base=base)
     reports.append(cv.report)
     reports.append(cross_validate_history(ms))
     wall_s = time.perf_counter() - t0

@@ -233,6 +233,11 @@ class OutOfSourceAnalytical:
             g = self.group_of_id.get(spec.id)
         return g
 
+    @property
+    def memory_model(self) -> MemoryModel:
+        """The analytical memory model (memory is not fitted, so it is the same in every fold)."""
+        return AnalyticalPredictor().memory_model
+
     def predict_table(
         self, specs: Sequence[JobSpec], gpus: Sequence[str] | None = None
     ) -> PredictionTable:

@@ -115,6 +115,7 @@ class LoraTarget(StrEnum):
     QV = "qv"
 
 
+_TRAINING_FIDELITY = ("activation_offload", "chunked_loss")
 _INFERENCE_ONLY = ("input_len", "output_len", "num_requests", "kv_cache_dtype")
 _TRAINING_ONLY = (
     "seq_len",
@@ -123,8 +124,9 @@ _TRAINING_ONLY = (
     "optimizer",
     "gradient_checkpointing",
     "zero_stage",
+    *_TRAINING_FIDELITY,
 )
-_PEFT_ONLY = ("lora_rank", "lora_target")
+_PEFT_ONLY = ("lora_rank", "lora_target", "adapter_dtype")
 _SERVE_ONLY = (
     "request_rate",
     "slo_ttft_s",
@@ -144,6 +146,7 @@ TASK_DEFAULTS: dict[str, Any] = {
     "optimizer": Optimizer.ADAMW,
     "gradient_checkpointing": False,
     "zero_stage": 0,
+    "activation_offload": False,
     "lora_rank": 16,
     "lora_target": LoraTarget.ALL_LINEAR,
 }
@@ -182,7 +185,16 @@ def _check_serve(spec: JobSpec) -> None:
 
 
 class JobSpec(BaseModel):
-    """One job, as submitted. See DESIGN.md "JobSpec" for the contract."""
+    """One job, as submitted. See DESIGN.md "JobSpec" for the contract.
+
+    ``seq_len`` (training) is the longest padded or packed sequence one micro-batch step
+    sees: the length activations and logits are sized by, not the dataset's mean length.
+
+    ``zero_stage`` > 0 without ``framework`` is predicted as PyTorch FSDP / ZeRO without fp32
+    master weights (optimizer states in the parameter dtype). DeepSpeed keeps fp32 master
+    weights and fp32 states, 3× the optimizer memory of bf16 states: set
+    ``framework: deepspeed`` for it.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
 
@@ -219,6 +231,16 @@ class JobSpec(BaseModel):
     max_model_len: int | None = None
     allowed_weight_dtypes: tuple[DType, ...] | None = None
     duration_s: float | None = None
+    # Memory fidelity (second wave). `compile`: the job runs under torch.compile or a compiled
+    # stack (fused norms/SwiGLU; the traced tier then defers to the analytical one).
+    # `activation_offload`: saved activations live in host memory. `chunked_loss`: the loss
+    # upcasts one chunk of logits at a time (default on for torchtune and Unsloth).
+    # `adapter_dtype`: dtype of LoRA adapters and their optimizer states (default fp32 for
+    # hf/peft/other as in PEFT, else the compute dtype).
+    compile: bool | None = None
+    activation_offload: bool | None = None
+    chunked_loss: bool | None = None
+    adapter_dtype: DType | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -298,6 +320,7 @@ class JobSpec(BaseModel):
             if getattr(self, f) is None and f in TASK_DEFAULTS:
                 object.__setattr__(self, f, TASK_DEFAULTS[f])
 
+        self._fill_fidelity_defaults()
         if task is Task.SERVE:
             _check_serve(self)
         weight = self.weight_dtype or (DType.NF4 if task is Task.QLORA else DType.BF16)
@@ -361,6 +384,38 @@ class JobSpec(BaseModel):
                 f"of {arch.name}"
             )
         return self
+
+    def _fill_fidelity_defaults(self) -> None:
+        """Defaults that depend on the framework, documented in the README ("Predicting")."""
+        task, fw = self.task, self.framework
+        if self.compile is None:
+            # torchtune and HF run eagerly unless told otherwise; Unsloth's kernels are compiled.
+            object.__setattr__(self, "compile", fw is Framework.UNSLOTH)
+        if not task.is_training:
+            return
+        if task is Task.QLORA and "gradient_checkpointing" not in self._explicit:
+            # peft's prepare_model_for_kbit_training (and torchtune's QLoRA recipes) turn it on.
+            object.__setattr__(self, "gradient_checkpointing", True)
+        if self.chunked_loss is None:
+            object.__setattr__(self, "chunked_loss", fw in (Framework.TORCHTUNE, Framework.UNSLOTH))
+        if task.is_peft and self.adapter_dtype is None:
+            fp32 = fw in (None, Framework.HF, Framework.PEFT, Framework.OTHER)
+            compute = self.compute_dtype or DType.BF16
+            if compute not in (DType.FP32, DType.BF16, DType.FP16):
+                compute = DType.BF16  # fp8/fp4 recipes keep their adapters in bf16
+            object.__setattr__(self, "adapter_dtype", DType.FP32 if fp32 else compute)
+        if self.adapter_dtype is not None and self.adapter_dtype not in (
+            DType.FP32,
+            DType.BF16,
+            DType.FP16,
+        ):
+            raise SpecError(
+                f"`adapter_dtype` must be fp32, bf16 or fp16; got {self.adapter_dtype.value}"
+            )
+
+    @property
+    def _explicit(self) -> set[str]:
+        return set(self.model_fields_set)
 
     # Derived quantities, used throughout the predictor.
     @property

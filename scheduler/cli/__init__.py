@@ -21,6 +21,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("scheduler.cli.predict", "List the model catalogue."),
     "gpus": ("scheduler.cli.predict", "List the GPU catalogue with MIG profiles and prices."),
     "plan": ("scheduler.cli.plan", "Plan an LLM deployment by latency SLO at the lowest cost."),
+    "trace": ("scheduler.cli.trace", "Trace jobs on the CPU to warm the traced tier's cache."),
     "eval": ("scheduler.cli.eval", "Evaluate predictor accuracy on measured data."),
     "train": ("scheduler.cli.train", "Train the learned predictor tier and write an artifact."),
     "simulate": ("scheduler.cli.simulate", "Run placement policies in the simulator."),

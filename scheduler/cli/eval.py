@@ -38,7 +38,7 @@ def _reports(tier: str, paths: tuple[str, ...], folds: int) -> list[Any]:
 
     ms = load_measurements(list(paths) or None)
     out = []
-    tiers = ["analytical", "learned", "history"] if tier == "all" else [tier]
+    tiers = ["analytical", "traced", "learned", "history"] if tier == "all" else [tier]
     oos = None
     if "analytical" in tiers or "learned" in tiers:
         from predictor._fit import OutOfSourceAnalytical
@@ -50,10 +50,18 @@ def _reports(tier: str, paths: tuple[str, ...], folds: int) -> list[Any]:
             from predictor._fit import evaluate_out_of_source
 
             out.append(evaluate_out_of_source(ms, oos))
+        elif t == "traced":
+            from predictor.traced.evaluation import traced_reports
+
+            out.extend(traced_reports(ms, workers=2))
         elif t == "learned":
             from predictor.learned import cross_validate
+            from predictor.traced.evaluation import warm_measured
 
-            out.append(cross_validate(ms, n_splits=folds, base=oos).report)
+            # Corrections of the best base: traced peaks where a trace exists, else the
+            # analytical tier with its out-of-source time figures.
+            base = warm_measured(ms, workers=2, analytical=oos)
+            out.append(cross_validate(ms, n_splits=folds, base=base).report)
         else:
             from predictor.history import cross_validate_history
 
@@ -126,7 +134,7 @@ def _render(reports: list[Any], console: Any) -> None:
 @click.command(name="eval")
 @click.option(
     "--tier",
-    type=click.Choice(["analytical", "learned", "history", "all"]),
+    type=click.Choice(["analytical", "traced", "learned", "history", "all"]),
     default="analytical",
     show_default=True,
     help="Which predictor tier to score.",

@@ -25,8 +25,10 @@ def _load_predictor(tier: str):  # type: ignore[no-untyped-def]
 
         return analytical
     from predictor.tiered import TieredPredictor
+    from predictor.traced import TracedPredictor
 
-    return TieredPredictor.default()
+    # `traced` waits for the traces the cache lacks; `auto` answers those analytically.
+    return TieredPredictor.default(traced=TracedPredictor(wait=tier == "traced"))
 
 
 def render_predictions(
@@ -88,10 +90,10 @@ def _human_seconds(s: float) -> str:
 )
 @click.option(
     "--tier",
-    type=click.Choice(["auto", "analytical"]),
+    type=click.Choice(["auto", "analytical", "traced"]),
     default="auto",
     show_default=True,
-    help="auto = learned + history where available, else analytical.",
+    help="auto = learned + history + cached traces, else analytical; traced = wait for traces.",
 )
 def predict_command(
     input_path: Path, gpu: str | None, output: Path | None, fmt: str, tier: str
