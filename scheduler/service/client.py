@@ -27,6 +27,7 @@ from predictor.gpus import GPU_NAMES
 from predictor.prediction import Prediction, PredictionTable
 from predictor.spec import JobSpec, load_specs, parse_spec
 from scheduler.core.decision import Decision
+from scheduler.core.rules import MAX_OOM_RETRIES, MAX_RETRIES
 from scheduler.exceptions import JobFailedError, JobNotFoundError, SchedulerError, ServiceError
 from scheduler.service.store.keys import TERMINAL_STATES, JobState
 from scheduler.service.store.protocol import Store
@@ -37,8 +38,9 @@ __all__ = ["DEFAULT_MAX_OOM_RETRIES", "DEFAULT_MAX_RETRIES", "Client", "JobHandl
 
 log = logging.getLogger("snugfit.client")
 
-DEFAULT_MAX_RETRIES = 2
-DEFAULT_MAX_OOM_RETRIES = 3
+# The shared rules' caps (scheduler.core.rules), so the simulator gives up where the store does.
+DEFAULT_MAX_RETRIES = MAX_RETRIES
+DEFAULT_MAX_OOM_RETRIES = MAX_OOM_RETRIES
 _WAIT_POLL_S = 0.05
 _SUBMIT_CHUNK = 2000
 

@@ -25,9 +25,9 @@ from predictor.analytical import predict_table
 from scheduler.core.decision import Decision
 from scheduler.core.loop import SchedulerCore
 from scheduler.core.pool import Pool, load_pool
+from scheduler.core.rules import OOM_GROWTH
 from scheduler.policies.registry import get_policy
-from scheduler.sim.feedback import FeedbackHistory
-from scheduler.sim.simulator import OOM_GROWTH, Simulator, simulate
+from scheduler.sim.simulator import Simulator, simulate
 from scheduler.sim.truth import ResidualModel
 from scheduler.sim.workload import Workload, generate_workload
 
@@ -199,18 +199,32 @@ def test_truth_is_consistent_per_fingerprint() -> None:
     assert np.std(means) > 0.03  # while fingerprints differ systematically
 
 
-def test_feedback_history_bounds() -> None:
-    h = FeedbackHistory()
-    assert h.vram("x") is None
-    h.record("x", 1.2, 0.8)
-    point, upper = h.vram("x")  # type: ignore[misc]
-    assert point == pytest.approx(1.2)
-    assert upper == pytest.approx(1.2 * (1 + h.margin + h.margin_per_run))
-    for v in (1.0, 1.1, 1.15):
-        h.record("x", v, None)
-    _, upper4 = h.vram("x")  # type: ignore[misc]
-    assert upper4 == pytest.approx(1.2 * (1 + h.margin + h.margin_per_run / 4))
-    assert h.runtime("x") == (pytest.approx(0.8), pytest.approx(0.8 * 1.1))
+def test_oom_is_censored_in_the_history() -> None:
+    # Every job uses 1.5x its prediction: the history must learn a floor above the limit each
+    # OOM died at, never the true peak (the live worker cannot see it either).
+    pool = Pool.from_dict(SHARED_ONLY)
+    wl = _small_workload(5, days=0.1, recurrence_share=0.0)
+    sim, out = _checked_run(
+        pool, "rightsize", wl, 5, residuals=_constant_residuals(1.5), feedback=True
+    )
+    assert out["oom_kills"] > 0
+    floors = [
+        x for per in sim.history.predictor._ratios.values() for _, _, f in per.values() for x in f
+    ]
+    assert floors and all(x < 1.5 for x in floors)  # a limit, below the true 1.5x peak
+
+
+def test_oom_retry_cap_fails_the_job() -> None:
+    # A job that needs 3x its prediction on a shared GPU (limit = reservation) OOMs until the
+    # cap, as the live store does: MAX_OOM_RETRIES requeues, then failed.
+    from scheduler.core.rules import MAX_OOM_RETRIES
+
+    pool = Pool.from_dict(SHARED_ONLY)
+    wl = _small_workload(5, days=0.05, recurrence_share=0.0)
+    sim, _ = _checked_run(pool, "rightsize", wl, 5, residuals=_constant_residuals(40.0))
+    failed = [j for j in sim.jobs.values() if j.failed]
+    assert failed
+    assert all(j.oom_kills == MAX_OOM_RETRIES + 1 for j in failed)
 
 
 def test_tick_interval_batches_scheduling_passes() -> None:
