@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from predictor.analytical import predict_table
-from scheduler.policies.registry import get_policy
 from scheduler.core.pool import synthetic_pool
+from scheduler.policies.registry import get_policy
 from scheduler.sim.simulator import Simulator
 from scheduler.sim.workload import generate_workload, load_mix
 

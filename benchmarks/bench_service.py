@@ -36,10 +36,10 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from scheduler.service.client import Client  # noqa: E402
-from scheduler.service.store.redis_store import RedisStore  # noqa: E402
 from scheduler.core.pool import Pool, synthetic_pool  # noqa: E402
+from scheduler.service.client import Client  # noqa: E402
 from scheduler.service.leader import SchedulerService  # noqa: E402
+from scheduler.service.store.redis_store import RedisStore  # noqa: E402
 
 
 def spec(i: int) -> dict[str, Any]:

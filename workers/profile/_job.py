@@ -19,8 +19,8 @@ from contextlib import contextmanager, nullcontext
 from typing import Any
 
 from predictor.spec import DType, JobSpec, Optimizer, Task, parse_spec
-from workers.profile._model import UnsupportedJob, attn_implementation, build_model
 from workers.nvml import Nvml, PeakSampler, index_for_uuid, open_nvml
+from workers.profile._model import UnsupportedJob, attn_implementation, build_model
 
 __all__ = ["TRAIN_WARMUP_STEPS", "environment", "run_job"]
 

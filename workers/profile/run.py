@@ -31,7 +31,6 @@ from typing import Any
 from predictor.gpus import GPU_NAMES, gpu_catalogue
 from predictor.measurements import append_measurement, measurement_row
 from predictor.spec import JobSpec, load_specs, parse_spec
-
 from workers.exceptions import ProfileError
 
 __all__ = [

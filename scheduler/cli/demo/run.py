@@ -182,44 +182,7 @@ def run_demo(cfg: DemoConfig, console: Any | None = None) -> DemoResult:
             "PYTHONUNBUFFERED": "1",
         }
         logs = out_dir / "logs"
-        logs.mkdir(exist_ok=True)
-        procs.start(
-            "scheduler",
-            snugfit_argv(
-                "scheduler",
-                "--pool",
-                str(cfg.pool_path),
-                "--policy",
-                cfg.policy,
-                "--simulated",
-                "--log-file",
-                str(out_dir / "placement-log.jsonl"),
-            ),
-            env,
-            logs / "scheduler.log",
-        )
-        n_workers = 0
-        for k, node in enumerate(pool.nodes):
-            per = cfg.workers_per_node or min(_slots(pool, k), 3)
-            for j in range(per):
-                procs.start(
-                    f"worker {node.name}/{j}",
-                    snugfit_argv(
-                        "worker",
-                        "--node",
-                        node.name,
-                        "--pool",
-                        str(cfg.pool_path),
-                        "--simulate",
-                        "--time-scale",
-                        repr(scale),
-                        "--history",
-                        str(home / "history.jsonl"),
-                    ),
-                    env,
-                    logs / f"worker-{node.name}-{j}.log",
-                )
-                n_workers += 1
+        n_workers = _start_services(cfg, pool, scale, env, out_dir, home, procs)
         con.print(
             f"started embedded Redis ({url}), 1 scheduler and {n_workers} simulated workers "
             f"for {len(pool.nodes)} nodes; logs in {logs}"
@@ -240,6 +203,58 @@ def run_demo(cfg: DemoConfig, console: Any | None = None) -> DemoResult:
         )
     return _finish(cfg, con, out_dir, pool, wl, live, sim_by_policy, attempts, records, scale,
                    states, t0, time.monotonic() - t_wall)  # fmt: skip
+
+
+def _start_services(
+    cfg: DemoConfig,
+    pool: Pool,
+    scale: float,
+    env: Mapping[str, str],
+    out_dir: Path,
+    home: Path,
+    procs: ProcessGroup,
+) -> int:
+    """Start the scheduler and the simulated workers; returns how many workers started."""
+    logs = out_dir / "logs"
+    logs.mkdir(exist_ok=True)
+    procs.start(
+        "scheduler",
+        snugfit_argv(
+            "scheduler",
+            "--pool",
+            str(cfg.pool_path),
+            "--policy",
+            cfg.policy,
+            "--simulated",
+            "--log-file",
+            str(out_dir / "placement-log.jsonl"),
+        ),
+        env,
+        logs / "scheduler.log",
+    )
+    n_workers = 0
+    for k, node in enumerate(pool.nodes):
+        per = cfg.workers_per_node or min(_slots(pool, k), 3)
+        for j in range(per):
+            procs.start(
+                f"worker {node.name}/{j}",
+                snugfit_argv(
+                    "worker",
+                    "--node",
+                    node.name,
+                    "--pool",
+                    str(cfg.pool_path),
+                    "--simulate",
+                    "--time-scale",
+                    repr(scale),
+                    "--history",
+                    str(home / "history.jsonl"),
+                ),
+                env,
+                logs / f"worker-{node.name}-{j}.log",
+            )
+            n_workers += 1
+    return n_workers
 
 
 def _stop_redis(home: Path) -> None:
@@ -374,60 +389,17 @@ def _finish(
     t0: float,
     wall_s: float,
 ) -> DemoResult:
-    from scheduler.cli.render import comparison_table
-    from scheduler.cli.report import JobRow, ReportData, write_report
+    from scheduler.cli.report import ReportData, write_report
 
     base = sim[_BASELINE]
     live_name = f"snugfit live ({cfg.policy})"
-    base_name = f"{_BASELINE} baseline (simulated)"
-    columns = [(live_name, live), (f"{cfg.policy} (simulated)", sim[cfg.policy]), (base_name, base)]
-    con.print(
-        comparison_table(
-            columns,
-            title=f"{len(wl)} jobs, seed {cfg.seed}, pool {pool.name}: live run vs the "
-            f"'{_BASELINE}' baseline",
-        )
-    )
-    note = (
-        f"The '{_BASELINE}' baseline (each user asks for a whole GPU, FIFO) and the "
-        f"'{cfg.policy} (simulated)' column come from the discrete-event simulator on the same "
-        f"workload and seed; the live column is measured from the placement log of the real "
-        f"scheduler and simulated workers (time scale {scale:.3g} s per workload second, so "
-        f"each real second of scheduling latency reads as {1 / scale / 3600:.1f} workload hours "
-        f"of queueing delay)."
-    )
-    con.print(note, style="dim")
-    if base.get("cost_usd") and live.get("cost_usd") is not None:
-        saved = 1 - float(live["cost_usd"]) / float(base["cost_usd"])
-        style = "bold green" if saved > 0 else "bold red"
-        con.print(
-            f"[{style}]cost {-saved:+.0%} vs {_BASELINE}[/] "
-            f"(${float(live['cost_usd']):,.0f} vs ${float(base['cost_usd']):,.0f}), "
-            f"GPU-hours {live.get('gpu_hours') or 0:,.0f} vs {base.get('gpu_hours') or 0:,.0f}"
-        )
-    rows = []
-    for a in attempts:
-        if math.isnan(a.start):
-            continue
-        o = a.option
-        end = a.end if not math.isnan(a.end) else a.start
-        rows.append(
-            JobRow(
-                job_id=a.job_id,
-                gpu_type=str(o.get("gpu_type")),
-                kind=str(o.get("kind")),
-                node=str(o.get("node")),
-                gpus=tuple(int(g) for g in o.get("gpu_indices") or ()),
-                start_s=(a.start - t0) / scale,
-                end_s=(end - t0) / scale,
-                reserved_gib=float(o.get("reserved_gib") or 0.0),
-                predicted_gib=o.get("vram_gib"),
-                actual_gib=a.peak_gib if not a.oom else None,
-                cost_usd=o.get("cost_usd"),
-                state="oom" if a.oom else a.state,
-                label=_option_label(o),
-            )
-        )
+    columns = [
+        (live_name, live),
+        (f"{cfg.policy} (simulated)", sim[cfg.policy]),
+        (f"{_BASELINE} baseline (simulated)", base),
+    ]
+    note = _print_comparison(cfg, con, pool, len(wl), columns, live, base, scale)
+    rows = _report_rows(attempts, t0, scale)
     labels = {g: f"{pool.nodes[int(pool.gpu_node[g])].name}/{g}" for g in range(pool.n_gpus)}
     costs = {live_name: float(live.get("cost_usd") or 0.0)}
     for name, m in sim.items():
@@ -467,6 +439,76 @@ def _finish(
     return DemoResult(
         out_dir, report, summary_path, live, base, sim, scale, wall_s, len(wl), dict(states)
     )
+
+
+def _print_comparison(
+    cfg: DemoConfig,
+    con: Any,
+    pool: Pool,
+    n_jobs: int,
+    columns: list[tuple[str, dict[str, Any]]],
+    live: dict[str, Any],
+    base: dict[str, Any],
+    scale: float,
+) -> str:
+    """Print live vs simulated side by side, with what each column is; returns that note."""
+    from scheduler.cli.render import comparison_table
+
+    con.print(
+        comparison_table(
+            columns,
+            title=f"{n_jobs} jobs, seed {cfg.seed}, pool {pool.name}: live run vs the "
+            f"'{_BASELINE}' baseline",
+        )
+    )
+    note = (
+        f"The '{_BASELINE}' baseline (each user asks for a whole GPU, FIFO) and the "
+        f"'{cfg.policy} (simulated)' column come from the discrete-event simulator on the same "
+        f"workload and seed; the live column is measured from the placement log of the real "
+        f"scheduler and simulated workers (time scale {scale:.3g} s per workload second, so "
+        f"each real second of scheduling latency reads as {1 / scale / 3600:.1f} workload hours "
+        f"of queueing delay)."
+    )
+    con.print(note, style="dim")
+    if base.get("cost_usd") and live.get("cost_usd") is not None:
+        saved = 1 - float(live["cost_usd"]) / float(base["cost_usd"])
+        style = "bold green" if saved > 0 else "bold red"
+        con.print(
+            f"[{style}]cost {-saved:+.0%} vs {_BASELINE}[/] "
+            f"(${float(live['cost_usd']):,.0f} vs ${float(base['cost_usd']):,.0f}), "
+            f"GPU-hours {live.get('gpu_hours') or 0:,.0f} vs {base.get('gpu_hours') or 0:,.0f}"
+        )
+    return note
+
+
+def _report_rows(attempts: list[Attempt], t0: float, scale: float) -> list[Any]:
+    """One report row per attempt that started, on the workload clock."""
+    from scheduler.cli.report import JobRow
+
+    rows = []
+    for a in attempts:
+        if math.isnan(a.start):
+            continue
+        o = a.option
+        end = a.end if not math.isnan(a.end) else a.start
+        rows.append(
+            JobRow(
+                job_id=a.job_id,
+                gpu_type=str(o.get("gpu_type")),
+                kind=str(o.get("kind")),
+                node=str(o.get("node")),
+                gpus=tuple(int(g) for g in o.get("gpu_indices") or ()),
+                start_s=(a.start - t0) / scale,
+                end_s=(end - t0) / scale,
+                reserved_gib=float(o.get("reserved_gib") or 0.0),
+                predicted_gib=o.get("vram_gib"),
+                actual_gib=a.peak_gib if not a.oom else None,
+                cost_usd=o.get("cost_usd"),
+                state="oom" if a.oom else a.state,
+                label=_option_label(o),
+            )
+        )
+    return rows
 
 
 def _option_label(o: Mapping[str, Any]) -> str:

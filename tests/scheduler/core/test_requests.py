@@ -15,32 +15,6 @@ from scheduler.core.pool import Pool
 from scheduler.core.requests import HABITUAL_GPU, PlacementRequest, requested_type
 from scheduler.exceptions import PlacementError
 
-MIXED = {
-    "prices": {"H100-80GB": 3.0},
-    "nodes": [
-        {"name": "a40", "gpu": "A100-40GB", "count": 4},
-        {"name": "a80", "gpu": "A100-80GB", "count": 2, "mode": "mig", "mig": "dynamic"},
-        {"name": "h100", "gpu": "H100-80GB", "count": 4},
-        {"name": "h100s", "gpu": "H100-80GB", "count": 1, "mode": "shared"},
-        {"name": "b200", "gpu": "B200-180GB", "count": 2},
-    ],
-}
-
-
-def _req(
-    upper: float | list[float], n: int = 1, runtime: float = 3600.0, **kw: object
-) -> PlacementRequest:
-    ups = [upper] * 5 if isinstance(upper, float | int) else upper
-    return PlacementRequest(
-        str(kw.pop("job_id", "j")),
-        [u * 0.9 for u in ups],
-        ups,
-        [runtime] * 5,
-        [runtime * 1.2] * 5,
-        n_gpus=n,
-        **kw,  # type: ignore[arg-type]
-    )
-
 
 def test_from_table_carries_the_busy_fraction() -> None:
     from predictor.analytical import predict_table
@@ -58,9 +32,9 @@ def test_request_validation() -> None:
     with pytest.raises(PlacementError, match="one value per GPU type"):
         PlacementRequest("j", [1.0], [1.0], [1.0], [1.0])
     with pytest.raises(PlacementError, match="multiple of"):
-        _req(10.0, n=3, tensor_parallel=2)
+        PlacementRequest("j", *([[10.0] * 5] * 4), n_gpus=3, tensor_parallel=2)
     with pytest.raises(PlacementError, match="not a GPU type"):
-        _req(10.0, gpu="H100")
+        PlacementRequest("j", *([[10.0] * 5] * 4), gpu="H100")
 
 
 def test_from_table_aligns_columns_and_defaults() -> None:

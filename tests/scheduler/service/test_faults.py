@@ -21,11 +21,11 @@ import pytest
 import redis
 
 from predictor.measurements import parse_measurement
-from scheduler.service.client import Client
-from scheduler.service.store.redis_store import RedisStore
-from scheduler.service.store.keys import TERMINAL_STATES, queue_name
 from scheduler.core.pool import Pool
+from scheduler.service.client import Client
 from scheduler.service.leader import SchedulerService
+from scheduler.service.store.keys import TERMINAL_STATES, queue_name
+from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
 
 REPO = Path(__file__).resolve().parents[3]

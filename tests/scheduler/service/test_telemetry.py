@@ -9,8 +9,8 @@ from typing import Any
 
 import redis
 
-from scheduler.service.store.redis_store import RedisStore
 from scheduler.service.store.keys import Keys
+from scheduler.service.store.redis_store import RedisStore
 from scheduler.service.telemetry import Telemetry, start_metrics_server
 
 
