@@ -367,6 +367,8 @@ def event_line(event: Mapping[str, Any]) -> str:
             parts.append(", ".join(bits))
     if event.get("policy"):
         parts.append(f"policy={event.get('policy')}")
+    if event.get("method"):
+        parts.append(f"method={event.get('method')}")
     if event.get("reason"):
         parts.append(f"| {event.get('reason')}")
     if event.get("simulated"):

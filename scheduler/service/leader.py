@@ -17,7 +17,11 @@ Each :meth:`SchedulerService.step`:
 4. **Ingest** a window of ``P:pending`` (oldest first, ``window`` jobs, so memory stays flat
    with 100,000 queued), validating each record
    (:class:`~scheduler.service.store.records.RequestRecord`);
-   malformed or hostile records are rejected and logged, never raised. Steps are as small as
+   malformed or hostile records are rejected and logged, never raised. A recurring job is
+   re-predicted from its measured history at its first ingest
+   (:class:`~scheduler.service.history_feed.HistoryFeed`, read from ``P:history`` as workers
+   append to it); the record's ``method`` becomes ``history:<n> runs`` and the adjusted request
+   is stored as ``history_request`` for its later attempts. Steps are as small as
    the arrivals since the last one (a low rate gets a step per job) and batch up to ``window``
    under a burst; ``step_target_s`` optionally caps a step to that much measured work.
 5. **Decide** with :class:`~scheduler.core.loop.SchedulerCore` and the configured policy.
@@ -65,6 +69,7 @@ from scheduler.service._commit import (
 )
 from scheduler.service._intake import InvalidRecord, decode_request
 from scheduler.service.events import EventLog, event
+from scheduler.service.history_feed import HistoryFeed
 from scheduler.service.store.protocol import Commit, Store
 from scheduler.service.store.records import PlacementRecord, dumps
 
@@ -93,6 +98,7 @@ def _new_token() -> str:
 class _Known:
     attempt: int
     submitted_at: float
+    method: str | None = None  # set when history answered the job
 
 
 class SchedulerService:
@@ -148,6 +154,8 @@ class SchedulerService:
         self._known: dict[str, _Known] = {}
         self._renewed_at = 0.0
         self.totals = StepStats()
+        # Simulated rows count only for a simulated leader (see HistoryFeed).
+        self.history = HistoryFeed(store, include_simulated=simulated)
 
     # -- leadership ---------------------------------------------------------------------------
 
@@ -251,6 +259,7 @@ class SchedulerService:
         now = time.time()
         stats.reclaimed = self._reclaim(now) + self._reclaim_unstarted(now)
         self._sync()
+        self.history.poll()
         stats.ingested, stats.invalid = self._ingest(now)
         decisions = self.core.tick(now)
         if not self._still_leader():
@@ -443,14 +452,16 @@ class SchedulerService:
         if not new:
             return 0, 0
         new = new[: self.batch_size()]
-        fields = ["state", "attempt", "submitted_at", "reserved_gib", "request"]
+        fields = ["state", "attempt", "submitted_at", "reserved_gib", "request", "spec"]
+        fields.append("history_request")
         rows = self.store.get_fields(new, fields)
         events: list[dict[str, Any]] = []
         n_ok = n_bad = 0
         for jid, row in zip(new, rows, strict=True):
-            st, attempt, submitted, reserved, raw = row
+            st, attempt, submitted, reserved, raw, spec, hist_raw = row
             try:
                 req = decode_request(self.pool, jid, st, attempt, submitted, reserved, raw)
+                req, method = self.history.answer(jid, req, attempt, spec, hist_raw)
             except InvalidRecord as exc:
                 n_bad += 1
                 got = self.store.reject(jid, str(exc), "null")
@@ -458,7 +469,7 @@ class SchedulerService:
                 events.append(event(kind, jid, reason=str(exc), policy=self.policy.name.value))
                 log.warning("rejected job %r: %s", jid[:80], exc)
                 continue
-            self._known[jid] = _Known(int(attempt or 0), req.submit_time_s)
+            self._known[jid] = _Known(int(attempt or 0), req.submit_time_s, method)
             self.core.submit(req)
             n_ok += 1
         self.events.emit(events)
@@ -516,7 +527,10 @@ class SchedulerService:
                 self.telemetry.observe_placement_latency(committed_at - seen.submitted_at)
             opt = self.core.state.option_of(d.job_id)
             items.append((rec.node, d.job_id, rec.attempt, job_meta(d, rec, opt, self.simulated)))
-            events.append(placed_event(d, rec, opt, self.simulated))
+            ev = placed_event(d, rec, opt, self.simulated)
+            if seen is not None and seen.method is not None:
+                ev["method"] = seen.method
+            events.append(ev)
         if self._capver >= 0 and versions == list(
             range(self._capver + 1, self._capver + 1 + len(versions))
         ):
