@@ -208,7 +208,9 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
     simulated = ctx.simulate
     option = _option_of(ctx, job_id)
     if simulated:
-        ctx.store.set_fields(job_id, {"simulated": "1"})
+        # The leader placed it without knowing; the run is simulated, and every record says so.
+        p.simulated = True
+        ctx.store.set_fields(job_id, {"simulated": "1", "placement": p.model_dump_json()})
     events.emit(
         [
             event(

@@ -61,7 +61,11 @@ def _as_specs(spec: SpecLike) -> list[JobSpec]:
     if isinstance(spec, JobSpec):
         return [spec]
     if isinstance(spec, str | Path):
-        return load_specs(spec)
+        specs = load_specs(spec)
+        if not specs:
+            raise ServiceError(f"{spec}: holds no jobs; write one JobSpec per line (JSONL), or a "
+                               "JSON/YAML object or list")  # fmt: skip
+        return specs
     if isinstance(spec, Mapping):
         return [parse_spec(spec)]
     raise ServiceError(
@@ -181,6 +185,7 @@ class Client:
         handles: list[JobHandle] = []
         for start in range(0, len(parsed), _SUBMIT_CHUNK):
             chunk = parsed[start : start + _SUBMIT_CHUNK]
+            self._check_resubmits(chunk)
             table = self.table_fn(chunk)
             records = build_records(
                 chunk,
@@ -195,6 +200,28 @@ class Client:
                     log.info("job %s was already submitted; returning the existing job", spec.id)
                 handles.append(JobHandle(self, spec.id))
         return handles
+
+    def _check_resubmits(self, chunk: Sequence[JobSpec]) -> None:
+        """Resubmitting an id is idempotent only for the same spec: a different one under an
+        existing id would be silently dropped, so it is an error naming the id."""
+        ids = [s.id for s in chunk if s.id is not None]
+        stored = self.store.get_fields(ids, ["spec"])
+        clash = []
+        for spec, (raw,) in zip(chunk, stored, strict=True):
+            if raw is None:
+                continue
+            try:
+                same = json.loads(raw) == json.loads(dumps(spec.to_dict()))
+            except ValueError:
+                same = False
+            if not same:
+                clash.append(str(spec.id))
+        if clash:
+            shown = ", ".join(repr(c) for c in clash[:5]) + (" ..." if len(clash) > 5 else "")
+            raise ServiceError(
+                f"job id {shown} already exists with a different spec; resubmitting an id is "
+                "only a no-op for the identical spec. Use a new `id` (or none, for a fresh one)"
+            )
 
     # -- queries ------------------------------------------------------------------------------
 

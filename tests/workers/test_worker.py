@@ -319,3 +319,39 @@ def test_cancelled_simulated_run_records_the_time_it_ran() -> None:
     run.stop()
     res = run.result()
     assert res.runtime_s < 5.0  # not its planned 1e6 s
+
+
+def test_job_without_command_on_a_real_worker_fails_with_the_reason(
+    store: RedisStore, tmp_path: Path
+) -> None:
+    h = Client(store=store).submit(spec(0))  # no command
+    SchedulerService(store, POOL).step()
+    drain(make_worker(store, tmp_path, simulate=False, nvml=None))
+    assert h.status() == "failed"
+    assert "no `command`" in h.reason and "--simulate" in h.reason
+    assert store.history() == []  # nothing was measured
+
+
+def test_simulated_run_is_labelled_simulated_on_placement_and_outcome(
+    store: RedisStore, tmp_path: Path
+) -> None:
+    h = Client(store=store).submit(spec(0))
+    SchedulerService(store, POOL).step()  # a real (not --simulated) scheduler placed it
+    drain(make_worker(store, tmp_path))
+    assert h.status() == "succeeded"
+    assert h.placement is not None and h.outcome is not None
+    assert h.placement.simulated is True and h.outcome.simulated is True
+
+
+def test_a_new_attempt_clears_the_old_requeue_reason(store: RedisStore, tmp_path: Path) -> None:
+    h = Client(store=store).submit(spec(0))
+    svc = SchedulerService(store, POOL, placement_lease_s=0.0)
+    svc.step()
+    svc._placement_checked_at = 0.0
+    svc.step()  # never started within the (zero) placement lease: requeued with a reason
+    assert "never started" in h.reason
+    svc.placement_lease_s = 120.0
+    svc.step()
+    drain(make_worker(store, tmp_path))
+    assert h.status() == "succeeded"
+    assert h.reason == ""
