@@ -64,14 +64,19 @@ class HistoryFeed:
         self.seen = 0  # rows of the list read so far
         self.skipped = 0
 
-    def poll(self) -> int:
-        """Read the rows appended since the last poll; returns how many were new."""
-        rows = self.store.history(self.seen, -1)
-        self.seen += len(rows)
-        for raw in rows:
-            if not self._add(raw):
-                self.skipped += 1
-        return len(rows)
+    def poll(self, page: int = 10_000) -> int:
+        """Read the rows appended since the last poll, ``page`` at a time (a restarted leader
+        reads the whole list); returns how many were new."""
+        n = 0
+        while True:
+            rows = self.store.history(self.seen, self.seen + page - 1)
+            self.seen += len(rows)
+            n += len(rows)
+            for raw in rows:
+                if not self._add(raw):
+                    self.skipped += 1
+            if len(rows) < page:
+                return n
 
     def _add(self, raw: str) -> bool:
         try:

@@ -105,3 +105,21 @@ def test_oom_row_becomes_a_floor_above_the_limit(store: RedisStore) -> None:
     f = feed.history.predictor.factors(fingerprint_dict(spec("y")), ["H100-80GB", "A100-80GB"])
     assert f is not None and f.n_runs == 0  # no finished run: a floor, not a peak
     assert f.vram_floor[0] == pytest.approx(40.0 / 20.0 * 1.10)
+
+
+def test_feed_reads_the_list_in_pages_and_only_new_rows(store: RedisStore) -> None:
+    from scheduler.service.history_feed import HistoryFeed
+
+    row = {
+        "spec": spec("x"), "gpu": "H100-80GB", "oom": False, "peak_vram_gib": 22.0,
+        "runtime_s": 10.0, "simulated": True,
+        "hardware": {"predicted_peak_gib": 20.0, "predicted_runtime_s": 8.0, "exit_ok": True},
+    }  # fmt: skip
+    for _ in range(5):
+        store.append_history(json.dumps(row))
+    store.append_history("not json")
+    feed = HistoryFeed(store, include_simulated=True)
+    assert feed.poll(page=2) == 6 and feed.skipped == 1
+    assert feed.poll(page=2) == 0
+    store.append_history(json.dumps(row))
+    assert feed.poll(page=2) == 1 and feed.history.rows == 6
