@@ -5,12 +5,20 @@ configuration and its command (everything that shapes memory and time, nothing t
 schedules it), and its prediction on a GPU type is a high percentile of the peaks and runtimes
 measured for that fingerprint there, over a window of the most recent runs. The bound adds a
 fixed safety margin on top of the largest recent value.
+
+The live scheduler and the simulator use it through ratios to the predictor's own figures
+(:meth:`HistoryPredictor.observe`, :meth:`HistoryPredictor.factors`): a ratio measured on one
+GPU type carries to the others through the predictor's cross-type ratio (its figure there over
+its figure on the measured type), with a wider bound until that type has been measured. An OOM
+is censored: the job died at its limit, so the peak was at least that; it becomes a floor
+``CENSORED_FLOOR_MARGIN`` above the limit, never a peak.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,9 +30,21 @@ from .exceptions import NotFittedError
 from .measurements import METRICS, Measurement
 from .spec import JobSpec
 
-__all__ = ["HistoryPredictor", "cross_validate_history", "fingerprint"]
+__all__ = [
+    "CENSORED_FLOOR_MARGIN",
+    "CROSS_TYPE_MARGIN",
+    "HistoryFactors",
+    "HistoryPredictor",
+    "cross_validate_history",
+    "fingerprint",
+    "fingerprint_dict",
+]
 
 _NOT_IDENTITY = ("id", "gpu", "priority", "deadline_s", "steps", "num_requests")
+#: An OOM'd run's peak was at least its limit; the next reservation is this much above it.
+CENSORED_FLOOR_MARGIN = 0.10
+#: Extra bound on a GPU type this job has not been measured on (the cross-type ratio's error).
+CROSS_TYPE_MARGIN = 0.10
 
 
 def fingerprint(spec: JobSpec) -> str:
@@ -33,10 +53,39 @@ def fingerprint(spec: JobSpec) -> str:
     ``steps``/``num_requests`` are left out because they scale runtime, not per-step cost;
     the tier stores per-step times and the job's own length rescales them.
     """
-    d = spec.to_dict()
-    for k in _NOT_IDENTITY:
-        d.pop(k, None)
+    return fingerprint_dict(spec.to_dict())
+
+
+def fingerprint_dict(spec: dict[str, object]) -> str:
+    """:func:`fingerprint` of a spec already in its ``to_dict()`` form (a stored record's)."""
+    d = {k: v for k, v in spec.items() if k not in _NOT_IDENTITY}
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    """numpy's default (linear) percentile without numpy's per-call overhead on short lists."""
+    xs = sorted(values)
+    pos = q / 100.0 * (len(xs) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryFactors:
+    """One fingerprint's history as ratios to the predictor's figures, per GPU type.
+
+    ``n_runs`` counts finished runs (0: only OOM floors are known). VRAM and runtime arrays are
+    NaN where nothing is known; ``vram_floor`` is the censored floor (NaN without an OOM).
+    """
+
+    n_runs: int
+    vram_point: np.ndarray
+    vram_upper: np.ndarray
+    runtime_point: np.ndarray
+    runtime_upper: np.ndarray
+    vram_floor: np.ndarray
+    measured: np.ndarray  # bool: this type has a finished run of its own
 
 
 @dataclass
@@ -47,9 +96,63 @@ class HistoryPredictor:
     window: int = 20
     min_runs: int = 1
     margin_fraction: float = 0.05
+    # The ratio form (observe/factors): a wider VRAM margin while few runs are known, and the
+    # runtime's (whose point is the median).
+    margin_per_run: float = 0.10
+    runtime_margin: float = 0.10
     _runs: dict[tuple[str, str, str], list[tuple[str, float]]] = field(
         default_factory=lambda: defaultdict(list), repr=False
     )
+    _ratios: dict[str, dict[str, tuple[list[float], list[float], list[float]]]] = field(
+        default_factory=dict, repr=False
+    )
+
+    def observe(
+        self,
+        fp: str,
+        gpu: str,
+        vram_ratio: float | None,
+        runtime_ratio: float | None = None,
+        *,
+        censored: bool = False,
+    ) -> None:
+        """Add one run of ``fp`` on ``gpu``: measured / predicted peak and runtime. ``censored``
+        (an OOM): ``vram_ratio`` is the limit it died at over the predicted peak, a floor."""
+        vram, runtime, floors = self._ratios.setdefault(fp, {}).setdefault(gpu, ([], [], []))
+        if vram_ratio is not None and vram_ratio > 0:
+            (floors if censored else vram).append(float(vram_ratio))
+        if runtime_ratio is not None and runtime_ratio > 0 and not censored:
+            runtime.append(float(runtime_ratio))
+
+    def factors(self, fp: str, gpus: Sequence[str]) -> HistoryFactors | None:
+        """Ratios to apply to the predictor's figures on ``gpus``; None if ``fp`` is unknown."""
+        per = self._ratios.get(fp)
+        if not per:
+            return None
+        w = self.window
+        every_v = [x for v, _, _ in per.values() for x in v[-w:]]
+        every_r = [x for _, r, _ in per.values() for x in r[-w:]]
+        floors = [x for _, _, f in per.values() for x in f[-w:]]
+        n = len(gpus)
+        out = {k: np.full(n, np.nan) for k in ("vp", "vu", "rp", "ru")}
+        measured = np.zeros(n, bool)
+        for j, g in enumerate(gpus):
+            own_v, own_r, _ = per.get(g, ([], [], []))
+            vs, extra = (own_v[-w:], 0.0) if own_v else (every_v, CROSS_TYPE_MARGIN)
+            measured[j] = bool(own_v)
+            if vs:
+                out["vp"][j] = _percentile(vs, self.percentile)
+                grow = 1.0 + self.margin_fraction + self.margin_per_run / len(vs) + extra
+                out["vu"][j] = max(vs) * grow
+            rs, extra = (own_r[-w:], 0.0) if own_r else (every_r, CROSS_TYPE_MARGIN)
+            if rs:
+                out["rp"][j] = _percentile(rs, 50.0)
+                out["ru"][j] = max(rs) * (1.0 + self.runtime_margin + extra)
+        floor = max(floors) * (1.0 + CENSORED_FLOOR_MARGIN) if floors else math.nan
+        n_runs = max((len(v[-w:]) for v, _, _ in per.values()), default=0)
+        return HistoryFactors(
+            n_runs, out["vp"], out["vu"], out["rp"], out["ru"], np.full(n, floor), measured
+        )
 
     def fit(self, measurements: Sequence[Measurement]) -> HistoryPredictor:
         """Index measured runs; simulated and OOM runs never count as a job's true usage."""

@@ -519,12 +519,21 @@ def iter_spec_dicts(path: str | Path) -> Iterator[tuple[str, Any]]:
         yield f"{p.name}[#{i}]", d
 
 
+_MAX_REPORTED_ERRORS = 50
+
+
 def load_specs(path: str | Path) -> list[JobSpec]:
-    """Read and validate every job in a file; the first bad job raises with its location."""
+    """Read and validate every job in a file. Every bad job is reported (one line each, with
+    its location, up to 50), not only the first, so a file is fixed in one pass."""
     out = []
+    errors: list[str] = []
     for where, obj in iter_spec_dicts(path):
         try:
             out.append(parse_spec(obj))
         except SpecError as exc:
-            raise SpecError(f"{where}: {exc}") from None
+            errors.append(f"{where}: {exc}")
+    if errors:
+        more = len(errors) - _MAX_REPORTED_ERRORS
+        shown = errors[:_MAX_REPORTED_ERRORS] + ([f"... and {more} more"] if more > 0 else [])
+        raise SpecError("\n".join(shown))
     return out

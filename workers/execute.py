@@ -9,16 +9,20 @@ RQ hands it JSON-only arguments; everything else comes from the job record in Re
    ``CUDA_VISIBLE_DEVICES`` (the MIG device UUID for a slice when NVML can name it) and, on a
    shared GPU, ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` set to the reservation; stdout+stderr go to
    a file whose tail is stored for ``logs()``. NVML samples the peak
-   (:class:`workers.process.ProcessRun`). Or, on a ``--simulate`` worker or for a job without
-   a command, :class:`workers.simulated.SimulatedRun` in scaled time: both are a
-   :class:`workers.runner.Runner`, supervised the same way.
+   (:class:`workers.process.ProcessRun`). Or, on a ``--simulate`` worker,
+   :class:`workers.simulated.SimulatedRun` in scaled time: both are a
+   :class:`workers.runner.Runner`, supervised the same way. A real worker fails a job that has
+   no ``command`` (it has nothing to run; only a simulated worker can stand one in).
 3. Heartbeat every ``heartbeat_s``: renews the job's lease; a cancel request or a lost lease
    stops the process group (SIGTERM, then SIGKILL after ``kill_grace_s``).
 4. Outcome (peak VRAM, runtime, exit, OOM from "CUDA out of memory" / ``torch.OutOfMemoryError``
    in the output, or a failed run whose NVML peak reached its limit) -> ``finish`` (releases
-   capacity) or, on OOM, ``requeue`` with a reservation ``oom_growth`` times larger.
+   capacity) or, on OOM, ``requeue`` by the shared rules (:mod:`scheduler.core.rules`: above
+   the old reservation and above the limit the job died at).
 5. A measurement row (``origin="history"``, ``simulated`` when simulated) to ``P:history`` and
-   the worker's JSONL history file; events to the stream and the worker's JSONL log.
+   the worker's JSONL history file, with the predictor's figures for the slot in ``hardware``
+   (``predicted_peak_gib``, ``predicted_runtime_s``) so the leader's history learns ratios; an
+   OOM row's peak is the limit, a lower bound. Events to the stream and the worker's JSONL log.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from predictor.gpus import get_gpu
+from predictor.history import fingerprint_dict
+from scheduler.core.requests import TYPE_INDEX
+from scheduler.core.rules import memory_limit_gib, requeue_reservation_gib
 from scheduler.service.events import EventLog, event
 from scheduler.service.store.protocol import Store
 from scheduler.service.store.records import OutcomeRecord, PlacementRecord, dumps
@@ -62,7 +69,8 @@ class WorkerContext:
     lease_s: float = 10.0
     heartbeat_s: float = 1.0
     kill_grace_s: float = 5.0
-    oom_growth: float = 1.25
+    # Seed of the simulated truth (scheduler.sim.truth.draw_truth), as the simulator's.
+    truth_seed: int = 0
     history_path: Path | None = None
     events: EventLog | None = None
     nvml: Nvml | None = None
@@ -147,8 +155,28 @@ def _option_of(ctx: WorkerContext, job_id: str) -> dict[str, Any] | None:
 
 
 def _limit_gib(p: PlacementRecord) -> float:
-    # What the job may really use: its MPS limit on a shared GPU, else the slot (GPU or slice).
-    return p.reserved_gib if p.kind == "shared" else p.capacity_gib
+    return memory_limit_gib(p.kind, p.reserved_gib, p.capacity_gib)
+
+
+def _predicted_for_slot(
+    rec: dict[str, str], p: PlacementRecord, predictions: dict[str, Any]
+) -> tuple[float | None, float | None]:
+    """The predictor's own (peak GiB, runtime s) for this slot: the submitted prediction on its
+    type, and the option's runtime with any history adjustment taken out (the option prices the
+    request the leader placed, which history may have changed)."""
+    pred = predictions.get(p.gpu_type) or {}
+    peak = pred.get("peak_vram_gib")
+    runtime = p.runtime_s
+    try:
+        t = TYPE_INDEX[p.gpu_type]
+        base = json.loads(rec.get("request") or "{}").get("runtime_s") or []
+        used = json.loads(rec.get("history_request") or rec.get("request") or "{}")
+        own = (used.get("runtime_s") or [])[t]
+        if runtime is not None and own and base[t]:
+            runtime = runtime * float(base[t]) / float(own)
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError):
+        pass
+    return (None if peak is None else float(peak)), runtime
 
 
 def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
@@ -178,10 +206,12 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
     except (ValidationError, ValueError, AttributeError) as exc:
         reason = f"corrupt job record: {str(exc).splitlines()[0][:200]}"
         return _fail_before_start(ctx, events, job_id, attempt, reason)
-    simulated = _runs_simulated(ctx, argv)
+    simulated = ctx.simulate
     option = _option_of(ctx, job_id)
     if simulated:
-        ctx.store.set_fields(job_id, {"simulated": "1"})
+        # The leader placed it without knowing; the run is simulated, and every record says so.
+        p.simulated = True
+        ctx.store.set_fields(job_id, {"simulated": "1", "placement": p.model_dump_json()})
     events.emit(
         [
             event(
@@ -198,7 +228,8 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
     # The runner is built after the event: the started event goes out as soon as the attempt
     # is ours (building a simulated run first loads the residual model).
     limit = _limit_gib(p)
-    runner = _runner_for(ctx, job_id, attempt, p, argv, predictions, limit, spec)
+    runner = _runner_for(ctx, job_id, attempt, p, argv, _predicted_for_slot(rec, p, predictions),
+                         spec, limit)  # fmt: skip
     if isinstance(runner, str):
         return _fail_before_start(ctx, events, job_id, attempt, runner)
     try:
@@ -209,7 +240,8 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
     # Started here, on RQ's (main) thread, and only then handed over: PR_SET_PDEATHSIG fires
     # when the *thread* that forked the job exits, so a job forked by a short-lived supervisor
     # thread would be killed with it; the main thread lives as long as the worker.
-    run = _Started(ctx, events, job_id, attempt, runner, spec, p, limit, option)
+    run = _Started(ctx, events, job_id, attempt, runner, spec, p, limit, option,
+                   _predicted_for_slot(rec, p, predictions))  # fmt: skip
     if ctx.concurrent:
         key = f"{job_id}@{attempt}"
         thread = threading.Thread(
@@ -238,12 +270,7 @@ class _Started:
     p: PlacementRecord
     limit: float
     option: dict[str, Any] | None
-
-
-def _runs_simulated(ctx: WorkerContext, argv: Any) -> bool:
-    """A job without a command, or any job on a ``--simulate`` worker, runs simulated (and
-    says so everywhere)."""
-    return ctx.simulate or not argv
+    predicted: tuple[float | None, float | None]  # the predictor's (peak, runtime) for the slot
 
 
 def _runner_for(
@@ -252,26 +279,32 @@ def _runner_for(
     attempt: int,
     p: PlacementRecord,
     argv: Any,
-    predictions: dict[str, Any],
+    predicted: tuple[float | None, float | None],
+    spec: dict[str, Any],
     limit: float,
-    spec: dict[str, Any] | None = None,
 ) -> Runner | str:
     """The runner of this attempt, or why it cannot run."""
-    if _runs_simulated(ctx, argv):
-        pred = predictions.get(p.gpu_type, {})
-        runtime = float(p.runtime_s or pred.get("runtime_s") or 1.0)
+    if ctx.simulate:
+        peak, runtime = predicted
         replica = _is_replica(spec)
         if replica:  # a serving replica runs its deployment's duration, or until stopped
             runtime = float((spec or {}).get("duration_s") or math.inf)
         return SimulatedRun(
             job_id,
             attempt,
-            predicted_peak_gib=float(pred.get("peak_vram_gib") or p.reserved_gib),
-            predicted_runtime_s=runtime,
+            fingerprint=fingerprint_dict(spec),
+            seed=ctx.truth_seed,
+            predicted_peak_gib=float(peak or p.reserved_gib),
+            predicted_runtime_s=float(runtime or 1.0),
             limit_gib=limit,
             time_scale=ctx.time_scale,
             label=f"{ctx.node} ({p.label})",
             exact=replica,
+        )
+    if not argv:
+        return (
+            "the job has no `command`, and this worker runs real commands; give the job a "
+            "`command` (argv list), or run `snugfit worker --simulate` to simulate it"
         )
     if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
         return "`command` must be a non-empty list of strings (argv; no shell)"
@@ -333,7 +366,7 @@ def _supervise(run: _Started) -> dict[str, Any]:
             ]
         )
         return {"status": "lost"}
-    _record_measurement(ctx, job_id, attempt, spec, p, outcome, simulated)
+    _record_measurement(ctx, job_id, attempt, spec, p, outcome, simulated, run.predicted)
     if cancelled:
         outcome.state = "cancelled"
         _end(
@@ -397,7 +430,8 @@ def _requeue_after_oom(
     option: dict[str, Any] | None,
 ) -> str:
     """Requeue an OOM'd attempt with a larger reservation; returns the store's answer."""
-    new_res = max(p.reserved_gib * ctx.oom_growth, (res.peak_vram_gib or 0.0) * 1.1)
+    # The peak was at least the limit (the run died there): the shared rule reserves above it.
+    new_res = requeue_reservation_gib(p.reserved_gib, limit)
     reason = (
         f"CUDA OOM on {p.label}: reserved {p.reserved_gib:.2f} GiB, limit {limit:.2f} GiB; "
         f"requeued with {new_res:.2f} GiB"
@@ -486,6 +520,7 @@ def _record_measurement(
     p: PlacementRecord,
     o: OutcomeRecord,
     simulated: bool,
+    predicted: tuple[float | None, float | None] = (None, None),
 ) -> None:
     from predictor.exceptions import PredictorError
     from predictor.measurements import append_measurement, measurement_row
@@ -493,6 +528,7 @@ def _record_measurement(
     if _is_replica(spec):
         return  # an engine's peak is its memory fraction: it says nothing the predictor learns
     ok = o.exit_code == 0
+    p_limit = _limit_gib(p)
     peak = o.peak_vram_gib if (o.peak_vram_gib or 0) > 0 else None
     if not ok and not o.oom and peak is None:
         return  # nothing was measured
@@ -512,7 +548,15 @@ def _record_measurement(
             runtime_s=o.runtime_s if ok and o.runtime_s else None,
             oom=o.oom,
             confidence="low" if simulated else "medium",
-            hardware={"node": ctx.node, "slot": p.label, "reserved_gib": p.reserved_gib},
+            hardware={
+                "node": ctx.node,
+                "slot": p.label,
+                "reserved_gib": p.reserved_gib,
+                "limit_gib": round(p_limit, 3),
+                "exit_ok": ok,
+                "predicted_peak_gib": predicted[0],
+                "predicted_runtime_s": predicted[1],
+            },
             notes=("SIMULATED run (workers.simulated): not a measurement. " if simulated else "")
             + (f"ran on {p.label}; " if p.kind != "whole" else "")
             + ("OOM: peak is a lower bound" if o.oom else ""),

@@ -1,32 +1,26 @@
 """Simulated execution for machines without a GPU (tests, the demo). Labelled as such everywhere.
 
-A simulated job's true peak VRAM and runtime are the analytical prediction for its GPU type times
-an error factor drawn exactly as in the simulator (:class:`scheduler.sim.truth.ResidualModel`: the
-empirical distribution of log(measured / analytical), or its documented lognormal placeholder
-when no residual file exists). The draw is seeded by the job id alone: the job's truth does not
-change between attempts, so an OOM retry with a larger reservation meets the same true peak (as
-a real job would), and a rerun after a lost lease behaves the same.
-The job "runs" by sleeping ``runtime x time_scale`` seconds; it dies
-of OOM (after 10% of its runtime) when the true peak exceeds the memory it may use: the whole
-GPU, its MIG slice, or its MPS limit (its reservation) on a shared GPU.
+A simulated run takes its truth from :func:`scheduler.sim.truth.draw_truth`, the function the
+simulator calls: the predictor's own figures (the job record's ``predictions``) times one error
+per fingerprint of the spec plus a run-to-run noise per job id, keyed by the truth seed
+(``--truth-seed``; the demo passes its workload seed). The truth does not change between
+attempts, so an OOM retry meets the same true peak, as a real job would. The job "runs" by
+sleeping ``runtime x time_scale`` seconds; when the true peak exceeds what it may allocate
+(:func:`scheduler.core.rules.memory_limit_gib`) it dies at the simulator's OOM point
+(:func:`scheduler.sim.truth.oom_fraction`) and reports only its limit, a lower bound.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import threading
 import time
 from typing import Any
 
-import numpy as np
-
 from workers.runner import RunResult
 
-__all__ = ["OOM_AT_FRACTION", "SimulatedRun", "draw_truth"]
+__all__ = ["SimulatedRun", "true_factors"]
 
-#: When an OOM'ing simulated job dies, as a fraction of its runtime (allocation peaks early).
-OOM_AT_FRACTION = 0.1
 _MAX_SLEEP_S = 3600.0
 
 _residuals: Any = None
@@ -41,17 +35,21 @@ def _model() -> Any:
     return _residuals
 
 
-def draw_truth(
-    job_id: str, predicted_peak_gib: float, predicted_runtime_s: float
-) -> tuple[float, float]:
-    """(true peak GiB, true runtime s) of a job, seeded by its id (the same for every attempt)."""
-    seed = int.from_bytes(hashlib.sha256(job_id.encode()).digest()[:8], "little")
-    vram_f, runtime_f = _model().sample(1, np.random.default_rng(seed))
-    return predicted_peak_gib * float(vram_f[0]), predicted_runtime_s * float(runtime_f[0])
+def true_factors(seed: int, fingerprint: str, job_id: str) -> tuple[float, float]:
+    """(VRAM factor, runtime factor) of this run over the predictor's figures, as simulated."""
+    from scheduler.sim.truth import draw_truth
+
+    vf, rf = draw_truth(_model(), seed, [fingerprint], [job_id])
+    return float(vf[0]), float(rf[0])
 
 
 class SimulatedRun:
-    """A job that sleeps in scaled time; ``stop()`` ends it early (cancel / lost lease)."""
+    """A job that sleeps in scaled time; ``stop()`` ends it early (cancel / lost lease).
+
+    ``predicted_peak_gib`` is the predictor's peak on the slot's GPU type and
+    ``predicted_runtime_s`` its runtime on this slot (MIG/shared slow-down included, history
+    not applied), the figures the simulator's truth scales too.
+    """
 
     simulated = True
 
@@ -60,6 +58,8 @@ class SimulatedRun:
         job_id: str,
         attempt: int,
         *,
+        fingerprint: str,
+        seed: int,
         predicted_peak_gib: float,
         predicted_runtime_s: float,
         limit_gib: float,
@@ -67,26 +67,29 @@ class SimulatedRun:
         label: str,
         exact: bool = False,
     ) -> None:
+        from scheduler.sim.truth import oom_fraction
+
         # ``exact``: the prediction is the truth. A serving replica pre-allocates its engine's
         # memory fraction and runs for its deployment's duration (inf: until stopped).
-        self.true_peak_gib, self.true_runtime_s = (
-            (predicted_peak_gib, predicted_runtime_s)
-            if exact
-            else draw_truth(job_id, predicted_peak_gib, predicted_runtime_s)
-        )
+        vf, rf = (1.0, 1.0) if exact else true_factors(seed, fingerprint, job_id)
+        self.exact = exact
+        self.true_peak_gib = predicted_peak_gib * vf
+        self.true_runtime_s = predicted_runtime_s * rf
         self.attempt = attempt
         self.limit_gib = limit_gib
-        self.time_scale = time_scale
-        self.oom = self.true_peak_gib > limit_gib
-        run_s = self.true_runtime_s * (OOM_AT_FRACTION if self.oom else 1.0)
+        self.oom = self.true_peak_gib > limit_gib + 1e-9
+        at = oom_fraction(seed, job_id, attempt) if self.oom else 1.0
+        run_s = self.true_runtime_s * at
         self.sleep_s = (
             math.inf if math.isinf(run_s) else min(_MAX_SLEEP_S, max(0.0, run_s * time_scale))
         )
         self.run_s = run_s
+        self.time_scale = time_scale
         self.label = label
         self.job_id = job_id
         self._stop = threading.Event()
         self._t0 = 0.0
+        self._stopped_at: float | None = None
         self.stopped = False
 
     def start(self) -> None:
@@ -100,11 +103,20 @@ class SimulatedRun:
         return self._stop.wait(min(timeout_s, left)) or time.monotonic() >= self._t0 + self.sleep_s
 
     def stop(self, grace_s: float = 0.0) -> None:
+        if not self.stopped:
+            self._stopped_at = time.monotonic()
         self.stopped = True
         self._stop.set()
 
     def output_tail(self) -> None:
         return None  # the output is written once, at the end
+
+    def _ran_s(self) -> float:
+        """Simulated seconds the run lasted: all of it, or until it was stopped (a run with no
+        end, a serving replica, lasts as long as it slept, scaled back)."""
+        if self._stopped_at is None or self.time_scale <= 0:
+            return self.run_s
+        return min(self.run_s, max(0.0, self._stopped_at - self._t0) / self.time_scale)
 
     def result(self, limit_gib: float | None = None) -> RunResult:
         """The outcome; the limit was fixed at construction (``limit_gib`` is ignored)."""
@@ -115,10 +127,10 @@ class SimulatedRun:
         ]
         if self.stopped:
             lines.append("[simulated] stopped (SIGTERM)")
-            ran_s = self.run_s
-            if math.isinf(ran_s):  # until stopped: it ran as long as it slept (scaled back)
-                ran_s = (time.monotonic() - self._t0) / max(self.time_scale, 1e-12)
-            return RunResult(-15, None, self.true_peak_gib, ran_s, False, "\n".join(lines))
+            # A stopped replica held its engine's fraction the whole time; a stopped job's
+            # peak is unknown.
+            peak = self.true_peak_gib if self.exact else None
+            return RunResult(-15, None, peak, self._ran_s(), False, "\n".join(lines))
         if self.oom:
             lines.append(
                 "torch.OutOfMemoryError: CUDA out of memory. [simulated] Tried to allocate "

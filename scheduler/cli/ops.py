@@ -101,7 +101,11 @@ _prefix_option = click.option(
 @click.option("--job", "job_id", default=None, help="Only this job's events.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
 @click.option(
-    "-n", "--last", type=int, default=None, help="Start with the last N events (default: all)."
+    "-n",
+    "--last",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Start with the last N events (default: all; 0: none, e.g. with -f).",
 )
 @click.option(
     "--idle-exit",
@@ -121,8 +125,9 @@ def log_command(
     url: str | None,
     prefix: str,
 ) -> None:
-    """Show the placement log (Redis stream P:events): placements, starts, finishes, OOMs,
-    requeues and reclaims, each with its chosen option, cost and runner-up."""
+    """Show the placement log (the Redis stream <prefix>:events): placements, starts,
+    finishes, OOMs, requeues and reclaims, each with its chosen option, cost and runner-up.
+    Events print in time order; -n N keeps the last N (of --job's events, with --job)."""
     from scheduler.cli.render import event_line
 
     store = _store(url, prefix)
@@ -142,13 +147,21 @@ def log_command(
             ms, _, seq = first.partition("-")
             after = f"{ms}-{int(seq) - 1}" if int(seq) > 0 else f"{int(ms) - 1}-{2**63 - 1}"
     try:
+        backlog: list[Mapping[str, Any]] = []
         while True:
             page = store.events(after=after, count=_PAGE)
             for eid, event in page:
                 after = eid
-                emit(event)
+                if job_id is None or event.get("job_id") == job_id:
+                    backlog.append(event)
             if len(page) < _PAGE:
                 break
+        # Processes append with their own clocks, so stream order is not quite time order.
+        backlog.sort(key=_event_ts)
+        if last is not None:
+            backlog = backlog[-last:] if last > 0 else []
+        for event in backlog:
+            emit(event)
         if not follow:
             return
         last_id = after if after != "0" else "0-0"
@@ -173,6 +186,11 @@ def log_command(
         return
     finally:
         store.close()
+
+
+def _event_ts(event: Mapping[str, Any]) -> float:
+    ts = event.get("ts")
+    return float(ts) if isinstance(ts, int | float) and math.isfinite(ts) else math.inf
 
 
 # ---------------------------------------------------------------------------------------------

@@ -367,6 +367,8 @@ def event_line(event: Mapping[str, Any]) -> str:
             parts.append(", ".join(bits))
     if event.get("policy"):
         parts.append(f"policy={event.get('policy')}")
+    if event.get("method"):
+        parts.append(f"method={event.get('method')}")
     if event.get("reason"):
         parts.append(f"| {event.get('reason')}")
     if event.get("simulated"):
@@ -523,6 +525,8 @@ COMPARISON_ROWS: tuple[tuple[str, str, str], ...] = (
     ("reserved_over_actual_p95", "reserved / actual VRAM p95", "{:.2f}x"),
     ("smallest_fit_rate", "smallest-fit rate", "{:.0%}"),
     ("oom_kills", "OOM kills", "{:,.0f}"),
+    ("jobs_predicted_from_history", "jobs answered by history", "{:,.0f}"),
+    ("oom_kills_history", "OOM kills among them", "{:,.0f}"),
     ("queue_delay_p50_s", "queueing delay p50", "dur"),
     ("queue_delay_p95_s", "queueing delay p95", "dur"),
     ("jct_p50_s", "JCT p50", "dur"),

@@ -48,11 +48,57 @@ def submit_command(job_file: Path, redis_url: str | None, as_json: bool) -> None
     from scheduler.exceptions import SchedulerError
 
     try:
-        handles = _client(redis_url).submit_many([job_file])
+        client = _client(redis_url)
+        handles = client.submit_many([job_file])
+        hopeless = _fits_nowhere(client, [h.id for h in handles])
     except (PredictorError, SchedulerError) as exc:
         raise _fail(exc) from None
     ids = [h.id for h in handles]
     click.echo(json.dumps(ids) if as_json else "\n".join(ids))
+    if hopeless:
+        for line in hopeless:
+            click.echo(f"Error: {line}", err=True)
+        raise SystemExit(1)
+
+
+def _fits_nowhere(client: Any, ids: list[str]) -> list[str]:
+    """Why each of ``ids`` will be rejected at once (it fits nowhere even on the empty pool the
+    scheduler published), with the option that came closest; empty when all can run. Nothing is
+    known before a scheduler has published its pool."""
+    from scheduler.core.options import enumerate_options, fits_anywhere_many
+    from scheduler.core.pool import Pool
+    from scheduler.service._intake import InvalidRecord, decode_request
+
+    config = client.store.pool_config()
+    if config is None or not ids:
+        return []
+    pool = Pool.from_dict(config)
+    fields = ["state", "attempt", "submitted_at", "reserved_gib", "request"]
+    reqs = []
+    for jid, row in zip(ids, client.store.get_fields(ids, fields), strict=True):
+        try:
+            reqs.append(decode_request(pool, jid, "pending", *row[1:]))
+        except InvalidRecord:
+            continue
+    out = []
+    empty = pool.state()
+    for req, ok in zip(reqs, fits_anywhere_many(reqs, pool), strict=True):
+        if ok:
+            continue
+        opts = [o for o in enumerate_options(req, empty) if o.reason]
+        short = [o for o in opts if o.reserved_gib > o.capacity_gib]
+        line = f"job {req.job_id!r} fits no GPU of pool {pool.name!r} and will be rejected"
+        if short:
+            best = min(short, key=lambda o: o.reserved_gib - o.capacity_gib)
+            line += (
+                f"; closest: {best.reason} ({best.reserved_gib - best.capacity_gib:.1f} GiB "
+                "short per GPU): lower batch_size or seq_len, quantise the weights, or shard "
+                "it (tensor_parallel / zero_stage)"
+            )
+        elif opts:
+            line += f": {opts[0].reason}"
+        out.append(line)
+    return out
 
 
 @click.command("status")
@@ -72,7 +118,7 @@ def status_command(
             h = client.get(job_id)
             rec = h.record()
             if as_json:
-                click.echo(json.dumps(rec))
+                click.echo(json.dumps(_typed_record(h, rec), default=str))
                 return
             p = h.placement
             o = h.outcome
@@ -103,6 +149,19 @@ def status_command(
                 click.echo(h.id)
     except SchedulerError as exc:
         raise _fail(exc) from None
+
+
+def _typed_record(h: Any, rec: dict[str, str]) -> dict[str, Any]:
+    """The job record as typed JSON: JSON fields decoded, numbers as numbers, and placement and
+    outcome validated by their pydantic records (not the raw Redis hash of strings)."""
+    from scheduler.cli.ops import parse_record
+
+    out = parse_record(rec)
+    if h.placement is not None:
+        out["placement"] = h.placement.model_dump()
+    if h.outcome is not None:
+        out["outcome"] = h.outcome.model_dump()
+    return out
 
 
 @click.command("cancel")

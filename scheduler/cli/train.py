@@ -1,5 +1,9 @@
 """``snugfit train``: fit the learned tier on measured data and write a versioned artifact.
 
+The artifact goes to ``$SNUGFIT_HOME/artifacts/learned.json`` (the one it replaces is kept as
+``learned.previous.json``); the shipped ``datasets/artifacts/learned.json`` changes only with
+``--overwrite-shipped``.
+
 Training data: ``datasets/measured/*.jsonl`` (or ``--data``), plus the cluster's own history
 from JSONL files (``--history``) and/or the Redis list the workers append to (``--redis`` or
 ``SNUGFIT_REDIS_URL``; key ``scheduler.service.store.keys.Keys(prefix).history``).
@@ -46,6 +50,23 @@ def read_redis_history(url: str, prefix: str | None = None) -> list[Measurement]
     return measurements_from_lines(raw, f"{url} {key}", strict=False)
 
 
+def _output_path(output: str | None, overwrite_shipped: bool) -> Path:
+    """Where the artifact goes. Training never replaces the shipped artifact by accident: it
+    writes under $SNUGFIT_HOME and keeps the artifact it replaces there."""
+    from predictor.artifact import default_artifact_path
+    from scheduler.service.store.embedded import snugfit_home
+
+    if overwrite_shipped:
+        return default_artifact_path()
+    if output is not None:
+        return Path(output)
+    out = snugfit_home() / "artifacts" / "learned.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists():
+        out.replace(out.with_name("learned.previous.json"))
+    return out
+
+
 @click.command(name="train")
 @measurement_files
 @click.option(
@@ -67,7 +88,13 @@ def read_redis_history(url: str, prefix: str | None = None) -> list[Measurement]
     "--output",
     type=click.Path(dir_okay=False),
     default=None,
-    help="Artifact path; default: the shipped datasets/artifacts/learned.json.",
+    help="Artifact path (default: $SNUGFIT_HOME/artifacts/learned.json; the artifact there "
+    "before is kept as learned.previous.json).",
+)
+@click.option(
+    "--overwrite-shipped",
+    is_flag=True,
+    help="Write the shipped datasets/artifacts/learned.json instead (a release step).",
 )
 @click.option(
     "--coverage", default=0.95, show_default=True, help="Peak-VRAM upper-bound target coverage."
@@ -85,6 +112,7 @@ def train_command(
     redis_url: str | None,
     prefix: str | None,
     output: str | None,
+    overwrite_shipped: bool,
     coverage: float,
     runtime_coverage: float,
     folds: int,
@@ -95,6 +123,8 @@ def train_command(
     from predictor.learned import LearnedPredictor
     from predictor.measurements import default_measurement_paths, load_measurements
 
+    if overwrite_shipped and output is not None:
+        raise click.UsageError("--output and --overwrite-shipped exclude each other")
     try:
         files = [Path(p) for p in paths] or default_measurement_paths()
         ms = load_measurements([*files, *(Path(h) for h in history)])
@@ -112,7 +142,7 @@ def train_command(
         model = LearnedPredictor(
             coverage=coverage, n_splits=folds, runtime_coverage=runtime_coverage, base=base
         ).fit(ms)
-        out = save_artifact(model, output)
+        out = save_artifact(model, _output_path(output, overwrite_shipped))
     except PredictorError as exc:
         raise click.ClickException(str(exc)) from None
     where = f" ({n_redis} from Redis history)" if redis_url else ""

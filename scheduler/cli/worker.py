@@ -28,6 +28,13 @@ __all__ = ["worker_command"]
     help="Real seconds per simulated second: a simulated 1 h run sleeps 3600 × this "
     "(default $SNUGFIT_TIME_SCALE or 1e-3).",
 )
+@click.option(
+    "--truth-seed",
+    type=int,
+    default=None,
+    help="Seed of the simulated truth (--simulate), as `snugfit simulate --seed` uses it "
+    "(default $SNUGFIT_TRUTH_SEED or 0).",
+)
 @click.option("--redis", "redis_url", default=None, help="Redis URL (default: env / embedded).")
 @click.option(
     "--lease",
@@ -50,6 +57,7 @@ def worker_command(
     pool_file: Path | None,
     simulate: bool,
     time_scale: float | None,
+    truth_seed: int | None,
     redis_url: str | None,
     lease: float,
     heartbeat: float,
@@ -82,6 +90,9 @@ def worker_command(
             pool=pool,
             simulate=simulate,
             time_scale=scale,
+            truth_seed=truth_seed
+            if truth_seed is not None
+            else int(os.environ.get("SNUGFIT_TRUTH_SEED", "0")),
             lease_s=lease,
             heartbeat_s=heartbeat,
             history_path=history or home / "history.jsonl",

@@ -9,6 +9,7 @@ from scheduler._lazy import lazy_exports
 _EXPORTS: dict[str, str] = {
     "SchedulerService": "scheduler.service.leader",
     "StepStats": "scheduler.service.leader",
+    "HistoryFeed": "scheduler.service.history_feed",
     "EventLog": "scheduler.service.events",
     "event": "scheduler.service.events",
     "Client": "scheduler.service.client",

@@ -27,6 +27,7 @@ from predictor.gpus import GPU_NAMES
 from predictor.prediction import Prediction, PredictionTable
 from predictor.spec import JobSpec, Task, load_specs, parse_spec
 from scheduler.core.decision import Decision
+from scheduler.core.rules import MAX_OOM_RETRIES, MAX_RETRIES
 from scheduler.exceptions import JobFailedError, JobNotFoundError, SchedulerError, ServiceError
 from scheduler.service.store.keys import TERMINAL_STATES, JobState
 from scheduler.service.store.protocol import Store
@@ -40,8 +41,9 @@ __all__ = ["DEFAULT_MAX_OOM_RETRIES", "DEFAULT_MAX_RETRIES", "Client", "JobHandl
 
 log = logging.getLogger("snugfit.client")
 
-DEFAULT_MAX_RETRIES = 2
-DEFAULT_MAX_OOM_RETRIES = 3
+# The shared rules' caps (scheduler.core.rules), so the simulator gives up where the store does.
+DEFAULT_MAX_RETRIES = MAX_RETRIES
+DEFAULT_MAX_OOM_RETRIES = MAX_OOM_RETRIES
 _WAIT_POLL_S = 0.05
 _SUBMIT_CHUNK = 2000
 
@@ -62,7 +64,11 @@ def _as_specs(spec: SpecLike) -> list[JobSpec]:
     if isinstance(spec, JobSpec):
         return [spec]
     if isinstance(spec, str | Path):
-        return load_specs(spec)
+        specs = load_specs(spec)
+        if not specs:
+            raise ServiceError(f"{spec}: holds no jobs; write one JobSpec per line (JSONL), or a "
+                               "JSON/YAML object or list")  # fmt: skip
+        return specs
     if isinstance(spec, Mapping):
         return [parse_spec(spec)]
     raise ServiceError(
@@ -193,6 +199,7 @@ class Client:
         handles: list[JobHandle] = []
         for start in range(0, len(parsed), _SUBMIT_CHUNK):
             chunk = parsed[start : start + _SUBMIT_CHUNK]
+            self._check_resubmits(chunk)
             table = self.table_fn(chunk)
             records = build_records(
                 chunk,
@@ -219,6 +226,28 @@ class Client:
             else:
                 out.extend(self.submit_many([s]))
         return out
+
+    def _check_resubmits(self, chunk: Sequence[JobSpec]) -> None:
+        """Resubmitting an id is idempotent only for the same spec: a different one under an
+        existing id would be silently dropped, so it is an error naming the id."""
+        ids = [s.id for s in chunk if s.id is not None]
+        stored = self.store.get_fields(ids, ["spec"])
+        clash = []
+        for spec, (raw,) in zip(chunk, stored, strict=True):
+            if raw is None:
+                continue
+            try:
+                same = json.loads(raw) == json.loads(dumps(spec.to_dict()))
+            except ValueError:
+                same = False
+            if not same:
+                clash.append(str(spec.id))
+        if clash:
+            shown = ", ".join(repr(c) for c in clash[:5]) + (" ..." if len(clash) > 5 else "")
+            raise ServiceError(
+                f"job id {shown} already exists with a different spec; resubmitting an id is "
+                "only a no-op for the identical spec. Use a new `id` (or none, for a fresh one)"
+            )
 
     # -- queries ------------------------------------------------------------------------------
 

@@ -17,7 +17,11 @@ Each :meth:`SchedulerService.step`:
 4. **Ingest** a window of ``P:pending`` (oldest first, ``window`` jobs, so memory stays flat
    with 100,000 queued), validating each record
    (:class:`~scheduler.service.store.records.RequestRecord`);
-   malformed or hostile records are rejected and logged, never raised. Steps are as small as
+   malformed or hostile records are rejected and logged, never raised. A recurring job is
+   re-predicted from its measured history at its first ingest
+   (:class:`~scheduler.service.history_feed.HistoryFeed`, read from ``P:history`` as workers
+   append to it); the record's ``method`` becomes ``history:<n> runs`` and the adjusted request
+   is stored as ``history_request`` for its later attempts. Steps are as small as
    the arrivals since the last one (a low rate gets a step per job) and batch up to ``window``
    under a burst; ``step_target_s`` optionally caps a step to that much measured work.
 5. **Decide** with :class:`~scheduler.core.loop.SchedulerCore` and the configured policy.
@@ -66,6 +70,7 @@ from scheduler.service._commit import (
 from scheduler.service._intake import InvalidRecord, decode_engine, decode_request
 from scheduler.service.deployments import expire_due
 from scheduler.service.events import EventLog, event
+from scheduler.service.history_feed import HistoryFeed
 from scheduler.service.store.protocol import Commit, Store
 from scheduler.service.store.records import PlacementRecord, dumps
 
@@ -95,6 +100,7 @@ class _Known:
     attempt: int
     submitted_at: float
     engine: dict[str, str] | None = None  # a serving replica's engine values
+    method: str | None = None  # set when history answered the job
 
 
 class SchedulerService:
@@ -151,6 +157,8 @@ class SchedulerService:
         self._known: dict[str, _Known] = {}
         self._renewed_at = 0.0
         self.totals = StepStats()
+        # Simulated rows count only for a simulated leader (see HistoryFeed).
+        self.history = HistoryFeed(store, include_simulated=simulated)
 
     # -- leadership ---------------------------------------------------------------------------
 
@@ -260,6 +268,7 @@ class SchedulerService:
             self._expiry_checked_at = now
             expire_due(self.store, now)
         self._sync()
+        self.history.poll()
         stats.ingested, stats.invalid = self._ingest(now)
         decisions = self.core.tick(now)
         if not self._still_leader():
@@ -452,15 +461,17 @@ class SchedulerService:
         if not new:
             return 0, 0
         new = new[: self.batch_size()]
-        fields = ["state", "attempt", "submitted_at", "reserved_gib", "request", "engine"]
+        fields = ["state", "attempt", "submitted_at", "reserved_gib", "request", "engine", "spec"]
+        fields.append("history_request")
         rows = self.store.get_fields(new, fields)
         events: list[dict[str, Any]] = []
         n_ok = n_bad = 0
         for jid, row in zip(new, rows, strict=True):
-            st, attempt, submitted, reserved, raw, engine_raw = row
+            st, attempt, submitted, reserved, raw, engine_raw, spec, hist_raw = row
             try:
                 req = decode_request(self.pool, jid, st, attempt, submitted, reserved, raw)
                 engine = decode_engine(engine_raw)
+                req, method = self.history.answer(jid, req, attempt, spec, hist_raw)
             except InvalidRecord as exc:
                 n_bad += 1
                 got = self.store.reject(jid, str(exc), "null")
@@ -468,7 +479,7 @@ class SchedulerService:
                 events.append(event(kind, jid, reason=str(exc), policy=self.policy.name.value))
                 log.warning("rejected job %r: %s", jid[:80], exc)
                 continue
-            self._known[jid] = _Known(int(attempt or 0), req.submit_time_s, engine)
+            self._known[jid] = _Known(int(attempt or 0), req.submit_time_s, engine, method)
             self.core.submit(req)
             n_ok += 1
         self.events.emit(events)
@@ -532,7 +543,10 @@ class SchedulerService:
                 self.telemetry.observe_placement_latency(committed_at - seen.submitted_at)
             opt = self.core.state.option_of(d.job_id)
             items.append((rec.node, d.job_id, rec.attempt, job_meta(d, rec, opt, self.simulated)))
-            events.append(placed_event(d, rec, opt, self.simulated))
+            ev = placed_event(d, rec, opt, self.simulated)
+            if seen is not None and seen.method is not None:
+                ev["method"] = seen.method
+            events.append(ev)
         if self._capver >= 0 and versions == list(
             range(self._capver + 1, self._capver + 1 + len(versions))
         ):

@@ -16,6 +16,8 @@ _EXPORTS: dict[str, str] = {
     "compute_metrics": "scheduler.sim.outcomes",
     "ResidualModel": "scheduler.sim.truth",
     "load_residuals": "scheduler.sim.truth",
+    "draw_truth": "scheduler.sim.truth",
+    "oom_fraction": "scheduler.sim.truth",
     "Mix": "scheduler.sim.workload",
     "Workload": "scheduler.sim.workload",
     "generate_workload": "scheduler.sim.workload",

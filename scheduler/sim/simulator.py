@@ -5,19 +5,19 @@ applies every event due, then ticks the core once; the core and the policy are e
 live service runs (no simulation branches anywhere).
 
 Ground truth is not the predictor: each job's true per-GPU peak VRAM and runtime are the
-analytical figures times factors drawn from :mod:`scheduler.sim.truth` (measured residuals). A job
-whose true peak exceeds what it can allocate (its whole GPU or MIG slice; on a shared GPU, the
-MPS memory limit the worker sets to its reservation) is OOM-killed at a uniformly random point
-of its run and requeued with ``max(observed peak, 1.25 x old reservation)``, where the observed
-peak is the true one: a killed CUDA allocation reports the size it failed at.
+analytical figures times factors from :func:`scheduler.sim.truth.draw_truth` (measured residuals,
+one systematic error per fingerprint of the spec, :func:`predictor.history.fingerprint`, plus a
+run-to-run noise per job id, all keyed by the seed), the very function ``--simulate`` workers
+call, so a live demo and its simulation run on the same truth. A job whose true peak exceeds what
+it can allocate (:func:`scheduler.core.rules.memory_limit_gib`) is OOM-killed at the point
+:func:`~scheduler.sim.truth.oom_fraction` says and requeued by the live rules
+(:mod:`scheduler.core.rules`: the reservation grows past the limit it died at; after
+``MAX_OOM_RETRIES`` requeues the job fails).
 
-Truth is drawn per *fingerprint* (a recurring job, see :mod:`scheduler.sim.workload`): each
-fingerprint gets one systematic error from the residual model, and each run adds a small independent
-run-to-run noise (``RUN_NOISE_VRAM_SIGMA``, ``RUN_NOISE_RUNTIME_SIGMA``: same data, same code, but
-allocator and input-order jitter). With ``feedback`` the simulator does what the live service does
-with its history tier: every measured outcome (a finished run's peak and runtime, an OOM's failed
-allocation) is recorded per fingerprint, and a later submission of that fingerprint is predicted
-from it, Autopilot-style (:class:`FeedbackHistory`).
+With ``feedback`` the simulator does what the live leader does with its history: every outcome
+is recorded per fingerprint (:class:`~scheduler.core.history.RequestHistory`): a finished run
+as measured / predicted ratios, an OOM as a censored floor (its limit: the live worker knows no
+more), and a later submission of that fingerprint is predicted from it, Autopilot-style.
 
 By default the core ticks at every event time (exact). ``tick_interval_s`` > 0 runs it at most
 once per interval instead, at interval boundaries, as Slurm's main scheduler does
@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from predictor.gpus import GPU_NAMES
+from predictor.history import fingerprint
 from predictor.prediction import PredictionTable
 from scheduler.core.clock import VirtualClock
 from scheduler.core.decision import Decision, Option
@@ -44,11 +45,24 @@ from scheduler.core.loop import SchedulerCore
 from scheduler.core.options import option_table
 from scheduler.core.pool import KIND_NAMES, Pool
 from scheduler.core.requests import TYPE_INDEX, PlacementRequest, requested_type
+from scheduler.core.rules import (
+    MAX_OOM_RETRIES,
+    OOM_GROWTH,
+    memory_limit_gib,
+    requeue_reservation_gib,
+)
 from scheduler.exceptions import SimulationError
 from scheduler.policies.base import Policy
 from scheduler.sim.feedback import FeedbackHistory
 from scheduler.sim.outcomes import AttemptRecords, JobRecords, SimulationMetrics, compute_metrics
-from scheduler.sim.truth import ResidualModel, load_residuals
+from scheduler.sim.truth import (
+    RUN_NOISE_RUNTIME_SIGMA,
+    RUN_NOISE_VRAM_SIGMA,
+    ResidualModel,
+    draw_truth,
+    load_residuals,
+    oom_fraction,
+)
 from scheduler.sim.workload import Workload
 
 __all__ = [
@@ -61,11 +75,6 @@ __all__ = [
     "simulate",
 ]
 
-OOM_GROWTH = 1.25  # a requeued job reserves at least this times its old reservation
-# Run-to-run spread of one recurring job (log scale): the peak moves by allocator timing and
-# fragmentation (a few %), the runtime by input order, contention and stragglers.
-RUN_NOISE_VRAM_SIGMA = 0.02
-RUN_NOISE_RUNTIME_SIGMA = 0.05
 _ARRIVAL, _FINISH, _OOM, _TICK = 0, 1, 2, 3
 
 
@@ -80,6 +89,7 @@ class _Job:
     end_s: float = math.nan
     oom_kills: int = 0
     rejected: bool = False
+    failed: bool = False  # gave up after MAX_OOM_RETRIES, as the live store does
     attempt_start_s: float = math.nan
     option: Option | None = None
     event_seq: int = -1  # the live finish/OOM event; stale ones are skipped
@@ -126,10 +136,7 @@ class SimulationResult:
 
 
 def _limit_gib(option: Option) -> float:
-    """Memory a job can really allocate: a whole GPU or a MIG slice is all its own (nothing caps
-    a process below the device's memory), a shared GPU caps it at its MPS limit, which the
-    worker sets to the reservation."""
-    return option.reserved_gib if option.kind == "shared" else option.capacity_gib
+    return memory_limit_gib(option.kind, option.reserved_gib, option.capacity_gib)
 
 
 class Simulator:
@@ -168,23 +175,14 @@ class Simulator:
         self.feedback = feedback
         self.history = history if history is not None else FeedbackHistory()
         self.observer = observer
-        rng = np.random.default_rng(seed)
-        # Independent stream for OOM points, so the truth draws match across policies.
-        self._rng_oom = np.random.default_rng([seed, 1])
+        self.seed = int(seed)
         model = residuals if residuals is not None else load_residuals()
         n = len(workload)
-        fps = (
-            workload.fingerprint
-            if len(workload.fingerprint) == n
-            else tuple(f"once-{i}" for i in range(n))
-        )
-        # One systematic error per fingerprint (first-appearance order, so it is seeded), then
-        # a small run-to-run noise per submission.
-        fp_index: dict[str, int] = {}
-        codes = np.fromiter((fp_index.setdefault(f, len(fp_index)) for f in fps), np.int64, n)
-        vf_fp, rf_fp = model.sample(len(fp_index), rng)
-        vf = vf_fp[codes] * np.exp(RUN_NOISE_VRAM_SIGMA * rng.standard_normal(n))
-        rf = rf_fp[codes] * np.exp(RUN_NOISE_RUNTIME_SIGMA * rng.standard_normal(n))
+        # The spec's fingerprint, as the live path computes it: truth and history are keyed by
+        # it (the workload's template names are not visible to a worker).
+        fps = tuple(fingerprint(s) for s in workload.specs)
+        ids = [s.id or f"job-{i}" for i, s in enumerate(workload.specs)]
+        vf, rf = draw_truth(model, self.seed, fps, ids) if n else (np.ones(0), np.ones(0))
         self.jobs: dict[str, _Job] = {}
         self._order: list[str] = []
         for i, spec in enumerate(workload.specs):
@@ -238,7 +236,8 @@ class Simulator:
             job.first_start_s = now
         runtime = job.true_runtime_s(opt)
         if job.true_peak_gib(opt.gpu_type) > _limit_gib(opt) + 1e-9:
-            kill_at = now + float(self._rng_oom.random()) * runtime
+            attempt = job.oom_kills + 1
+            kill_at = now + oom_fraction(self.seed, d.job_id, attempt) * runtime
             job.event_seq = self._push(kill_at, _OOM, d.job_id)
         else:
             job.event_seq = self._push(now + runtime, _FINISH, d.job_id)
@@ -270,7 +269,8 @@ class Simulator:
                         assert job.base is not None
                         hist = self.history.apply(job.fingerprint, job.base)
                         if hist is not None:
-                            job.request, job.from_history = hist, True
+                            job.request, n_runs = hist
+                            job.from_history = n_runs > 0
                     core.submit(job.request)
                 elif seq != job.event_seq:
                     continue
@@ -278,18 +278,13 @@ class Simulator:
                     self._record_attempt(job, now)
                     core.finish(jid)
                     job.end_s = now
-                    # Ratios to the predictor's own figures, whatever the history said.
-                    self.history.record(job.fingerprint, job.vram_factor, self._runtime_ratio(job))
-                else:
-                    self._record_attempt(job, now)
                     assert job.option is not None
-                    # A killed allocation reports the size it failed at: a peak, not a runtime.
-                    self.history.record(job.fingerprint, job.vram_factor, None)
-                    observed = job.true_peak_gib(job.option.gpu_type)
-                    new = max(observed, OOM_GROWTH * job.option.reserved_gib)
-                    job.request = core.oom(jid, new)
-                    job.oom_kills += 1
-                    job.option = None
+                    # Ratios to the predictor's own figures, whatever the history said.
+                    self.history.record(
+                        job.fingerprint, job.option.gpu_type, job.vram_factor, job.runtime_factor
+                    )
+                else:
+                    self._oom(job, jid, now)
             if not tick_now:
                 continue
             decisions = core.tick(now)
@@ -316,26 +311,29 @@ class Simulator:
             },
         )
 
+    def _oom(self, job: _Job, jid: str, now: float) -> None:
+        """An OOM kill, by the live rules: the history learns only that the peak was at least
+        the limit (censored), the job requeues above that limit or fails after the cap."""
+        self._record_attempt(job, now)
+        opt = job.option
+        assert opt is not None and job.base is not None
+        limit = _limit_gib(opt)
+        base = float(job.base.vram_gib[TYPE_INDEX[opt.gpu_type]])
+        self.history.record(
+            job.fingerprint, opt.gpu_type, limit / base if base > 0 else None, censored=True
+        )
+        job.oom_kills += 1
+        if job.oom_kills > MAX_OOM_RETRIES:
+            self.core.finish(jid)
+            job.failed, job.option = True, None
+            return
+        job.request = self.core.oom(jid, requeue_reservation_gib(opt.reserved_gib, limit))
+        job.option = None
+
     @property
     def placement_log(self) -> list[tuple[str, float, float]]:
         """(job id, reserved GiB per GPU, predicted upper GiB on that type) per placement."""
         return list(self._placement_log)
-
-    def _runtime_ratio(self, job: _Job) -> float | None:
-        """True / predicted runtime of the finished attempt (the predictor's figure)."""
-        opt = job.option
-        if opt is None or not opt.runtime_s:
-            return None
-        assert job.base is not None
-        t = TYPE_INDEX[opt.gpu_type]
-        own = float(job.request.runtime_s[t])
-        base = float(job.base.runtime_s[t])
-        if not (own > 0 and math.isfinite(own) and base > 0 and math.isfinite(base)):
-            return None
-        # opt.runtime_s is the option's predicted runtime (MIG/shared scaled); the truth is it
-        # times runtime_factor, so the ratio to the predictor's own figure on this type is
-        # runtime_factor x (own / base).
-        return job.runtime_factor * own / base
 
     def _smallest_fit(self, job: _Job) -> bool:
         """Whether the job's final option is the cheapest one that holds its TRUE peak."""

@@ -8,12 +8,20 @@ happen in simulation as they would on a cluster; the predictor never grades itse
 The distribution is stored as quantiles in ``datasets/workloads/residuals.json`` together with
 its provenance; regenerate it with ``python -m scheduler.sim.truth``. Sampling interpolates the
 inverse CDF between stored quantiles (clamped to the observed range, so no invented tails).
+
+:func:`draw_truth` is the one ground truth of every simulated run, in the simulator and on a
+``--simulate`` worker alike: keyed by (seed, fingerprint) for the recurring job's systematic
+error and (seed, fingerprint, run id) for the run-to-run noise, so both draw the same figures
+for the same job without sharing any state. :func:`oom_fraction` is where an OOM'ing attempt
+dies, keyed the same way.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,10 +33,14 @@ from scheduler.exceptions import SimulationError
 __all__ = [
     "PLACEHOLDER_RESIDUALS",
     "RESIDUALS_PATH",
+    "RUN_NOISE_RUNTIME_SIGMA",
+    "RUN_NOISE_VRAM_SIGMA",
     "TRIM_FRACTION",
     "ResidualModel",
+    "draw_truth",
     "fit_residuals",
     "load_residuals",
+    "oom_fraction",
 ]
 
 RESIDUALS_PATH = Path(__file__).resolve().parents[2] / "datasets/workloads/residuals.json"
@@ -36,6 +48,10 @@ _QUANTILE_LEVELS = tuple(round(x, 3) for x in np.linspace(0.0, 1.0, 41))
 REGENERATE = ".venv/bin/python -m scheduler.sim.truth"
 # Share of the measured log-ratios dropped before fitting, half from each tail (see fit_residuals).
 TRIM_FRACTION = 0.01
+# Run-to-run spread of one recurring job (log scale): the peak moves by allocator timing and
+# fragmentation (a few %), the runtime by input order, contention and stragglers.
+RUN_NOISE_VRAM_SIGMA = 0.02
+RUN_NOISE_RUNTIME_SIGMA = 0.05
 
 # Used only when no measured rows are available: log-normal with sigma 0.08 for VRAM (allocator
 # and framework overhead the analytical model misses) and 0.30 for runtime (MFU varies widely),
@@ -96,6 +112,52 @@ class ResidualModel:
         # Clip the 0/1 levels at 0.1%/99.9% so the tails stay finite.
         z = np.array([NormalDist().inv_cdf(min(max(q, 0.001), 0.999)) for q in levels])
         return cls(levels, 0.08 * z, 0.30 * z, dict(PLACEHOLDER_RESIDUALS))
+
+
+def _uniforms(seed: int, keys: Sequence[str]) -> np.ndarray:
+    """(n, 2) uniforms in (0, 1), a pure function of (seed, key): no shared stream to keep in
+    step between the simulator and the workers."""
+    out = np.empty((len(keys), 2), np.uint64)
+    salt = f"{int(seed)}\x1f".encode()
+    for i, k in enumerate(keys):
+        d = hashlib.blake2b(salt + k.encode(), digest_size=16).digest()
+        out[i, 0] = int.from_bytes(d[:8], "little")
+        out[i, 1] = int.from_bytes(d[8:], "little")
+    return ((out >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
+
+
+def draw_truth(
+    model: ResidualModel, seed: int, fingerprints: Sequence[str], run_ids: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each run's true (VRAM factor, runtime factor) over the predictor's own figures.
+
+    One systematic error per fingerprint (the recurring job), drawn from the residual model, times
+    a log-normal run-to-run noise per run id. Every simulated run takes its truth from here.
+    """
+    if len(fingerprints) != len(run_ids):
+        raise SimulationError(
+            f"draw_truth needs one run id per fingerprint; got {len(fingerprints)} and "
+            f"{len(run_ids)}"
+        )
+    uniq = list(dict.fromkeys(fingerprints))
+    u_fp = _uniforms(seed, [f"fp\x1f{f}" for f in uniq])
+    vram_fp = np.exp(np.interp(u_fp[:, 0], model.levels, model.vram_log))
+    runtime_fp = np.exp(np.interp(u_fp[:, 1], model.levels, model.runtime_log))
+    where = {f: i for i, f in enumerate(uniq)}
+    codes = np.fromiter((where[f] for f in fingerprints), np.int64, len(fingerprints))
+    u = _uniforms(seed, [f"run\x1f{f}\x1f{r}" for f, r in zip(fingerprints, run_ids, strict=True)])
+    # Box-Muller: two independent standard normals from the two uniforms.
+    radius = np.sqrt(-2.0 * np.log(u[:, 0]))
+    z_vram, z_runtime = radius * np.cos(2 * np.pi * u[:, 1]), radius * np.sin(2 * np.pi * u[:, 1])
+    return (
+        vram_fp[codes] * np.exp(RUN_NOISE_VRAM_SIGMA * z_vram),
+        runtime_fp[codes] * np.exp(RUN_NOISE_RUNTIME_SIGMA * z_runtime),
+    )
+
+
+def oom_fraction(seed: int, run_id: str, attempt: int) -> float:
+    """Where in its run an OOM'ing attempt dies, uniform in (0, 1) of its runtime."""
+    return float(_uniforms(seed, [f"oom\x1f{run_id}\x1f{int(attempt)}"])[0, 0])
 
 
 def _quantiles(x: np.ndarray) -> np.ndarray:

@@ -124,14 +124,18 @@ def test_oom_in_output_requeues_with_larger_reservation(store: RedisStore, tmp_p
     assert first is not None
     drain(make_worker(store, tmp_path, simulate=False, nvml=None))
     assert h.status() == "pending"
-    assert float(h.record()["reserved_gib"]) > first.reserved_gib
+    # It died at the whole GPU's 80 GiB, so its peak was above that: the new reservation is
+    # above the limit (the shared rule), not just 1.25x the old reservation.
+    assert float(h.record()["reserved_gib"]) > first.capacity_gib
     assert h.record()["ooms"] == "1"
     kinds = [e["event"] for _, e in store.events()]
     assert "oom" in kinds and "requeued" in kinds
     rows = [json.loads(x) for x in store.history()]
     assert rows[-1]["oom"] is True
+    assert rows[-1]["hardware"]["limit_gib"] == pytest.approx(first.capacity_gib, abs=1e-3)
     svc.step()
-    assert h.placement is not None and h.placement.reserved_gib > first.reserved_gib
+    # No H100-80GB in this pool holds more than 80 GiB: rejected with the reason, not retried.
+    assert h.status() == "rejected"
 
 
 def test_detect_oom_from_text_or_nvml() -> None:
@@ -263,6 +267,8 @@ def test_simulated_truth_is_the_same_for_every_attempt() -> None:
         SimulatedRun(
             "job-x",
             attempt,
+            fingerprint="fp",
+            seed=0,
             predicted_peak_gib=40.0,
             predicted_runtime_s=100.0,
             limit_gib=80.0,
@@ -273,3 +279,79 @@ def test_simulated_truth_is_the_same_for_every_attempt() -> None:
     ]
     assert len({r.true_peak_gib for r in runs}) == 1
     assert len({r.true_runtime_s for r in runs}) == 1
+
+
+def test_simulated_worker_draws_the_simulators_truth() -> None:
+    # One ground truth: a --simulate worker and the simulator give a job the same factors.
+    from predictor.analytical import predict_table
+    from predictor.history import fingerprint
+    from scheduler.core.pool import load_pool
+    from scheduler.policies.registry import get_policy
+    from scheduler.sim.simulator import Simulator
+    from scheduler.sim.workload import generate_workload
+    from workers.simulated import true_factors
+
+    wl = generate_workload(0.5, 3, max_jobs=40)
+    pool = load_pool(Path(__file__).resolve().parents[2] / "datasets/pools/mixed.toml")
+    sim = Simulator(pool, get_policy("rightsize"), wl, predict_table(list(wl.specs)), seed=3)
+    for job_spec in wl.specs:
+        assert job_spec.id is not None
+        job = sim.jobs[job_spec.id]
+        vf, rf = true_factors(3, fingerprint(job_spec), job_spec.id)
+        assert (vf, rf) == (job.vram_factor, job.runtime_factor)
+
+
+def test_cancelled_simulated_run_records_the_time_it_ran() -> None:
+    from workers.simulated import SimulatedRun
+
+    run = SimulatedRun(
+        "job-c",
+        1,
+        fingerprint="fp",
+        seed=0,
+        predicted_peak_gib=1.0,
+        predicted_runtime_s=1e6,
+        limit_gib=80.0,
+        time_scale=1.0,
+        label="t",
+    )
+    run.start()
+    run.stop()
+    res = run.result()
+    assert res.runtime_s < 5.0  # not its planned 1e6 s
+
+
+def test_job_without_command_on_a_real_worker_fails_with_the_reason(
+    store: RedisStore, tmp_path: Path
+) -> None:
+    h = Client(store=store).submit(spec(0))  # no command
+    SchedulerService(store, POOL).step()
+    drain(make_worker(store, tmp_path, simulate=False, nvml=None))
+    assert h.status() == "failed"
+    assert "no `command`" in h.reason and "--simulate" in h.reason
+    assert store.history() == []  # nothing was measured
+
+
+def test_simulated_run_is_labelled_simulated_on_placement_and_outcome(
+    store: RedisStore, tmp_path: Path
+) -> None:
+    h = Client(store=store).submit(spec(0))
+    SchedulerService(store, POOL).step()  # a real (not --simulated) scheduler placed it
+    drain(make_worker(store, tmp_path))
+    assert h.status() == "succeeded"
+    assert h.placement is not None and h.outcome is not None
+    assert h.placement.simulated is True and h.outcome.simulated is True
+
+
+def test_a_new_attempt_clears_the_old_requeue_reason(store: RedisStore, tmp_path: Path) -> None:
+    h = Client(store=store).submit(spec(0))
+    svc = SchedulerService(store, POOL, placement_lease_s=0.0)
+    svc.step()
+    svc._placement_checked_at = 0.0
+    svc.step()  # never started within the (zero) placement lease: requeued with a reason
+    assert "never started" in h.reason
+    svc.placement_lease_s = 120.0
+    svc.step()
+    drain(make_worker(store, tmp_path))
+    assert h.status() == "succeeded"
+    assert h.reason == ""

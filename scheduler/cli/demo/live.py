@@ -130,7 +130,18 @@ def live_metrics(
     m = compute_metrics(jobs, att, pool_gpus=pool.n_gpus, placement_seconds=0.0, n_placements=0)
     out = m.to_dict()
     out.pop("placements_per_s", None)
+    out.update(_history_counts(records, ooms))
     return out, attempts
+
+
+def _history_counts(records: Sequence[Mapping[str, Any]], ooms: np.ndarray) -> dict[str, int]:
+    """The simulator's history keys, from each record's ``method`` (set by the leader)."""
+    hist = np.array([str(r.get("method") or "").startswith("history:") for r in records], bool)
+    return {
+        "jobs_predicted_from_history": int(hist.sum()),
+        "oom_kills_history": int(ooms[hist].sum()),
+        "oom_kills_no_history": int(ooms[~hist].sum()),
+    }
 
 
 def _smallest_fit(

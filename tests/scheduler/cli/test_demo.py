@@ -54,6 +54,10 @@ def test_small_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     assert terminal == 20
     assert res.live["n_finished"] == res.states.get("succeeded", 0) > 0
     assert res.live["cost_usd"] > 0 and res.baseline["cost_usd"] > 0
+    # summary.json keeps its keys; the live block has the simulated blocks' history keys.
+    for key in ("jobs_predicted_from_history", "oom_kills_history", "oom_kills_no_history"):
+        assert key in summary["live"] and key in summary["simulated"]["rightsize"]
+    assert summary["simulated"]["rightsize"]["feedback"] is True
     jobs = [json.loads(ln) for ln in (out / "jobs.jsonl").read_text().splitlines()]
     assert all(j["simulated"] for j in jobs if j.get("state") == "succeeded")
     # Every scheduler/worker process is gone.
@@ -130,4 +134,10 @@ def test_full_demo_300_jobs(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "report:" in res.output and (tmp_path / "report.html").exists()
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["live"]["cost_usd"] < summary["simulated"]["requested"]["cost_usd"]
+    live, sim = summary["live"], summary["simulated"]["rightsize"]
+    assert live["cost_usd"] < summary["simulated"]["requested"]["cost_usd"]
+    # One truth, one set of rules: the live run and its simulation agree.
+    assert abs(live["cost_usd"] / sim["cost_usd"] - 1) <= 0.05
+    assert min(live["jobs_predicted_from_history"], sim["jobs_predicted_from_history"]) > 0
+    ratio = live["jobs_predicted_from_history"] / sim["jobs_predicted_from_history"]
+    assert 0.8 <= ratio <= 1.2

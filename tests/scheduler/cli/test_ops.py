@@ -23,7 +23,7 @@ from scheduler.policies.registry import get_policy
 from scheduler.service.store.keys import queue_name, rq_job_id
 from scheduler.service.store.protocol import Commit
 from scheduler.service.store.records import dumps
-from scheduler.service.store.redis_store import RedisStore
+from scheduler.service.store.redis_store import RedisStore, open_store
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -220,6 +220,25 @@ def test_log_last_n_keeps_only_the_tail(scenario: Scenario) -> None:
     out = _run(log_command, ["--json", "-n", "1"], scenario.url)
     events = [json.loads(ln) for ln in out.strip().splitlines()]
     assert [e["event"] for e in events] == ["finished"]
+
+
+def test_log_last_zero_prints_nothing_and_last_n_applies_to_one_job(scenario: Scenario) -> None:
+    assert _run(log_command, ["-n", "0"], scenario.url).strip() == ""
+    out = _run(log_command, ["--json", "--job", scenario.finished, "-n", "1"], scenario.url)
+    assert [json.loads(ln)["event"] for ln in out.strip().splitlines()] == ["finished"]
+
+
+def test_log_prints_in_time_order_and_help_has_no_placeholder(scenario: Scenario) -> None:
+    store = open_store(scenario.url)
+    try:
+        store.emit([{"ts": 1.0, "event": "invalid", "job_id": None, "reason": "early"}])
+    finally:
+        store.close()
+    out = _run(log_command, ["--json"], scenario.url)
+    ts = [json.loads(ln)["ts"] for ln in out.strip().splitlines()]
+    assert ts == sorted(ts) and ts[0] == 1.0
+    help_text = CliRunner().invoke(log_command, ["--help"]).output
+    assert "P:events" not in help_text and "<prefix>:events" in help_text
 
 
 def test_log_follow_sees_new_events(scenario: Scenario) -> None:

@@ -36,10 +36,24 @@ def test_submit_writes_a_pending_record_with_predictions_for_every_gpu(store: St
 def test_submit_is_idempotent_on_id(store: Store) -> None:
     client = Client(store=store)
     a = client.submit(spec(1))
-    b = client.submit(spec(1, batch_size=16))
+    b = client.submit(spec(1))
     assert a.id == b.id
     assert len(client.jobs()) == 1
-    assert json.loads(a.record()["spec"])["batch_size"] == 8
+
+
+def test_resubmitting_an_id_with_another_spec_is_an_error(store: Store) -> None:
+    client = Client(store=store)
+    client.submit(spec(1))
+    with pytest.raises(ServiceError, match="'job-1' already exists with a different spec"):
+        client.submit(spec(1, batch_size=16))
+    assert json.loads(client.get("job-1").record()["spec"])["batch_size"] == 8
+
+
+def test_an_empty_job_file_is_an_error(tmp_path: Path, store: Store) -> None:
+    f = tmp_path / "empty.jsonl"
+    f.write_text("")
+    with pytest.raises(ServiceError, match="holds no jobs"):
+        Client(store=store).submit_many([f])
 
 
 def test_jobs_without_id_get_one(store: Store) -> None:

@@ -15,4 +15,6 @@ if st ~= 'placed' then return 'job is ' .. st end
 set_state(job, 'placed', 'running')
 redis.call('HSET', jk, 'worker', ARGV[4], 'started_at', ARGV[6], 'updated_at', ARGV[6])
 redis.call('ZADD', P .. ':leases', ARGV[5], job)
+-- Why an earlier attempt was requeued ("never started", "lease lost") no longer holds.
+redis.call('HDEL', jk, 'reason')
 return 'ok'

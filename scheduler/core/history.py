@@ -1,0 +1,81 @@
+"""A recurring job's request from what its earlier runs really used (the history tier, placed).
+
+:class:`RequestHistory` wraps :class:`predictor.history.HistoryPredictor`'s ratio form and turns
+its factors into a :class:`~scheduler.core.requests.PlacementRequest`. The live leader and the
+simulator both use it, fed the same way: a finished run adds measured / predicted ratios, an OOM
+adds a censored floor (the limit it died at). Ratios are always to the predictor's own figures
+(the request as submitted), never to a history-adjusted one, so history does not compound.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from predictor.gpus import GPU_NAMES
+from predictor.history import CENSORED_FLOOR_MARGIN, HistoryPredictor
+from scheduler.core.requests import PlacementRequest
+
+__all__ = ["RequestHistory", "history_method"]
+
+
+def history_method(n_runs: int) -> str:
+    """The ``method`` of a request answered by history (the Prediction contract's form)."""
+    return f"history:{n_runs} runs"
+
+
+@dataclass
+class RequestHistory:
+    """Per fingerprint, what was measured, and the next request it implies."""
+
+    predictor: HistoryPredictor = field(default_factory=HistoryPredictor)
+    rows: int = 0  # observations fed so far
+
+    def record(
+        self,
+        fp: str,
+        gpu: str,
+        vram_ratio: float | None,
+        runtime_ratio: float | None = None,
+        *,
+        censored: bool = False,
+    ) -> None:
+        """One attempt's outcome on ``gpu`` as ratios to the predictor's figures there;
+        ``censored``: it OOM'd and ``vram_ratio`` is its limit over the predicted peak."""
+        self.predictor.observe(fp, gpu, vram_ratio, runtime_ratio, censored=censored)
+        self.rows += 1
+
+    def n_runs(self, fp: str) -> int:
+        f = self.predictor.factors(fp, GPU_NAMES)
+        return 0 if f is None else f.n_runs
+
+    def apply(self, fp: str, base: PlacementRequest) -> tuple[PlacementRequest, int] | None:
+        """``base`` re-predicted from ``fp``'s history and the number of finished runs behind it
+        (0: only an OOM floor applied); None when nothing is known."""
+        f = self.predictor.factors(fp, GPU_NAMES)
+        if f is None:
+            return None
+        vram, upper = base.vram_gib.copy(), base.vram_upper_gib.copy()
+        runtime, runtime_up = base.runtime_s.copy(), base.runtime_upper_s.copy()
+        known = np.isfinite(f.vram_point)
+        vram[known] = base.vram_gib[known] * f.vram_point[known]
+        upper[known] = base.vram_gib[known] * f.vram_upper[known]
+        if math.isfinite(float(f.vram_floor[0])):
+            floor = base.vram_gib * f.vram_floor
+            vram = np.maximum(vram, floor / (1.0 + CENSORED_FLOOR_MARGIN))  # the limit itself
+            upper = np.maximum(upper, floor)
+        rt = np.isfinite(f.runtime_point)
+        runtime[rt] = base.runtime_s[rt] * f.runtime_point[rt]
+        runtime_up[rt] = base.runtime_s[rt] * f.runtime_upper[rt]
+        return (
+            replace(
+                base,
+                vram_gib=vram,
+                vram_upper_gib=upper,
+                runtime_s=runtime,
+                runtime_upper_s=runtime_up,
+            ),
+            f.n_runs,
+        )
