@@ -44,8 +44,40 @@ class UnsafeJobError(Exception):
     """An RQ job that is not a snugfit job (foreign function or non-JSON payload)."""
 
 
+#: RQ job-hash fields naming functions RQ would import and call around ``perform``; snugfit
+#: never sets them, so a job that carries one was written by someone else.
+_CALLBACK_FIELDS = ("success_callback_name", "failure_callback_name", "stopped_callback_name")
+
+
 class _AllowListJob(Job):
+    # RQ imports these by name from the job hash and calls them outside ``perform`` (after a
+    # failure, a success, a stop): past the function allow-list. snugfit uses none, so none is
+    # ever resolved, whatever the hash says.
+    @property
+    def success_callback(self) -> None:  # type: ignore[override]
+        return None
+
+    @property
+    def failure_callback(self) -> None:  # type: ignore[override]
+        return None
+
+    @property
+    def stopped_callback(self) -> None:  # type: ignore[override]
+        return None
+
+    def _callbacks_named(self) -> list[str]:
+        return [
+            f"{f}={getattr(self, '_' + f)!r:.80}"
+            for f in _CALLBACK_FIELDS
+            if getattr(self, "_" + f, None)
+        ]
+
     def perform(self) -> Any:
+        named = self._callbacks_named()
+        if named:
+            reason = f"carries RQ callbacks ({', '.join(named)}); snugfit jobs have none"
+            _refuse(self.id, reason)
+            raise UnsafeJobError(f"RQ job {self.id}: {reason}; refused")
         try:
             name = self.func_name
         except DeserializationError:
