@@ -76,6 +76,8 @@ class WorkerContext:
     # thread, so every job placed on the node runs at once instead of one after another while
     # the others' GPUs sit reserved. Inline mode (direct callers, tests) runs it to the end.
     concurrent: bool = False
+    # The node's MIG slices (workers.mig.MigSlices): created per job on a dynamic layout.
+    mig: Any = None
     _running: dict[str, threading.Thread] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -125,6 +127,13 @@ def _device_vars(ctx: WorkerContext, p: PlacementRecord) -> dict[str, str]:
     local = [ctx.local_index.get(g, g) for g in p.gpu_indices]
     if p.kind == "mig":
         mig_key = (p.gpu_indices[0], p.mig_profile or "", p.mig_start or 0)
+        if ctx.mig is not None:
+            from workers.mig import SliceUnavailable
+
+            try:
+                ctx.mig.acquire(*mig_key)
+            except SliceUnavailable as exc:
+                raise PlacementUnavailable(f"node {ctx.node}: {exc}") from None
         uuid = ctx.mig_uuids.get(mig_key)
         if uuid is None:
             # Never the parent GPU's index or UUID: that would hand the job the whole GPU.
@@ -224,6 +233,7 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
     try:
         runner.start()
     except OSError as exc:
+        _release_slice(ctx, p)
         reason = f"could not start {argv[0]!r}: {exc.strerror or exc}"
         return _fail_before_start(ctx, events, job_id, attempt, reason)
     # Started here, on RQ's (main) thread, and only then handed over: PR_SET_PDEATHSIG fires
@@ -322,8 +332,21 @@ def _supervise_guarded(run: _Started) -> None:
             ctx._running.pop(f"{job_id}@{attempt}", None)
 
 
+def _release_slice(ctx: WorkerContext, p: PlacementRecord) -> None:
+    """Destroy the MIG slice created for this attempt (dynamic layouts; others keep theirs)."""
+    if ctx.mig is not None and p.kind == "mig":
+        ctx.mig.release(p.gpu_indices[0], p.mig_profile or "", p.mig_start or 0)
+
+
 def _supervise(run: _Started) -> dict[str, Any]:
     """Heartbeat a started job until it ends, then record its outcome."""
+    try:
+        return _supervise_run(run)
+    finally:
+        _release_slice(run.ctx, run.p)
+
+
+def _supervise_run(run: _Started) -> dict[str, Any]:
     ctx, events, job_id, attempt, runner = run.ctx, run.events, run.job_id, run.attempt, run.runner
     spec, p, limit, option = run.spec, run.p, run.limit, run.option
     time_limit = _time_limit_s(spec)

@@ -33,6 +33,7 @@ from scheduler.service.events import EventLog, event
 from scheduler.service.store.keys import JOB_FUNCTION, queue_name
 from scheduler.service.store.redis_store import RedisStore
 from workers.execute import WorkerContext, set_context
+from workers.mig import MigSlices, mig_control
 from workers.nvml import Nvml, mig_devices, open_nvml
 
 __all__ = ["NodeWorker", "UnsafeJobError"]
@@ -130,9 +131,11 @@ class NodeWorker:
         self.name = name or f"{node}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
         self.nvml = nvml if nvml is not None else (None if simulate else open_nvml())
         local: dict[int, int] = {}
+        self.node_config = None
         if pool is not None:
             match = [n for n in pool.nodes if n.name == node]
             if match:
+                self.node_config = match[0]
                 local = {g: k for k, g in enumerate(match[0].gpu_indices)}
         self.ctx = WorkerContext(
             store=store,
@@ -148,8 +151,10 @@ class NodeWorker:
             local_index=local,
             mig_uuids=self._mig_uuids(local),
         )
+        self.ctx.mig = self._mig_slices(local)
         self.queue = Queue(queue_name(node), connection=store.raw, serializer=JSONSerializer)
         self._stop = threading.Event()
+        self.refused: list[str] = []
 
     def _mig_uuids(self, local: dict[int, int]) -> dict[tuple[int, str, int], str]:
         """(pool GPU index, MIG profile, start slot) -> MIG device UUID, from NVML."""
@@ -160,6 +165,21 @@ class NodeWorker:
             (pool_of.get(m.parent_index, m.parent_index), m.profile, m.start): m.uuid
             for m in mig_devices(self.nvml)
         }
+
+    def _mig_slices(self, local: dict[int, int]) -> MigSlices | None:
+        nc = self.node_config
+        if nc is None or nc.mode != "mig" or self.nvml is None or self.ctx.simulate:
+            return None
+        return MigSlices(
+            self.nvml, mig_control(self.nvml), local, nc.mig_layout, self.ctx.mig_uuids
+        )
+
+    def refusals(self) -> list[str]:
+        """Why this node cannot run what the pool says it offers (empty: it can)."""
+        out: list[str] = []
+        if self.ctx.mig is not None:
+            out += [f"MIG: {x}" for x in self.ctx.mig.problems()]
+        return out
 
     def gpus(self) -> list[dict[str, Any]]:
         """This node's GPUs: NVML's view when present, else the pool file's."""
@@ -198,6 +218,9 @@ class NodeWorker:
                 "gpus": json.dumps(self.gpus()),
                 "simulated": "1" if self.ctx.simulate else "0",
                 "heartbeat_at": repr(time.time()),
+                # Non-empty: the node takes no placements, and this says why (the scheduler
+                # and `snugfit pool` read it).
+                "refuse": "; ".join(self.refused),
             },
         )
 
@@ -229,9 +252,21 @@ class NodeWorker:
         """
         self.ctx.concurrent = self.concurrent
         set_context(self.ctx)
+        if self.ctx.mig is not None:
+            self.ctx.mig.clear_leftovers()
+        self.refused = self.refusals()
         self.register()
         beat = threading.Thread(target=self._beat, name="snugfit-node-beat", daemon=True)
         beat.start()
+        if self.refused:
+            # Heartbeat only: the node stays visible, with its reason, and runs nothing.
+            log.error("node %s refuses work: %s", self.node, "; ".join(self.refused))
+            try:
+                while not burst and not self._stop.wait(1.0):
+                    pass
+            finally:
+                self._stop.set()
+            return False
         try:
             return bool(
                 self.rq_worker().work(burst=burst, max_jobs=max_jobs, logging_level="WARNING")

@@ -86,19 +86,22 @@ def test_a_hostile_env_in_the_record_is_refused_on_the_node(
     assert h.status() == "failed" and "SNUGFIT_REDIS_URL" in h.reason
 
 
-def test_a_missing_mig_slice_fails_the_start_never_the_whole_gpu(
+def test_a_mig_slice_that_cannot_be_made_fails_the_start_never_the_whole_gpu(
     store: RedisStore, tmp_path: Path
 ) -> None:
     from workers.nvml import FakeGpu, FakeNvml
 
     code = "import os; print('CVD=' + os.environ.get('CUDA_VISIBLE_DEVICES', ''))"
-    job = spec(0, [sys.executable, "-c", code])
-    # An NVML that lists the GPU but no MIG instance, and cannot create one.
-    nvml = FakeNvml([FakeGpu(name="NVIDIA H100 80GB HBM3", total_bytes=80 << 30)])
-    h = run_one(store, tmp_path, job, MIG_POOL, nvml=nvml)
+    nvml = FakeNvml([FakeGpu(name="NVIDIA H100 80GB HBM3", total_bytes=80 << 30, mig_mode=True)])
+
+    def denied(index: int, profile: str, start: int) -> str:
+        raise PermissionError("NVML_ERROR_NO_PERMISSION: Insufficient Permissions")
+
+    nvml.create_mig = denied  # type: ignore[method-assign]
+    h = run_one(store, tmp_path, spec(0, [sys.executable, "-c", code]), MIG_POOL, nvml=nvml)
     assert h.placement is not None and h.placement.kind == "mig"
     assert h.status() == "failed"
-    assert "not found" in h.reason and "whole GPU" in h.reason, h.reason
+    assert "Insufficient Permissions" in h.reason and "whole GPU" in h.reason, h.reason
     assert "CVD=" not in (h.logs() or "")
 
 
