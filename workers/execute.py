@@ -78,6 +78,8 @@ class WorkerContext:
     concurrent: bool = False
     # The node's MIG slices (workers.mig.MigSlices): created per job on a dynamic layout.
     mig: Any = None
+    # The node's MPS daemons (workers.mps.MpsDaemons) on a shared node: each client's limits.
+    mps: Any = None
     _running: dict[str, threading.Thread] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -147,7 +149,9 @@ def _device_vars(ctx: WorkerContext, p: PlacementRecord) -> dict[str, str]:
         out["SNUGFIT_MIG_PROFILE"] = f"{p.mig_profile}@{p.mig_start}"
     else:
         out["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in local)
-    if p.kind == "shared":
+    if p.kind == "shared" and ctx.mps is not None:
+        out.update(ctx.mps.client_env(local[0], p.reserved_gib, p.capacity_gib))
+    elif p.kind == "shared":
         mib = int(p.reserved_gib * 1024 + 0.999)
         out["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={mib}M"
     out["SNUGFIT_JOB_ID"] = p.rq_job_id

@@ -34,6 +34,7 @@ from scheduler.service.store.keys import JOB_FUNCTION, queue_name
 from scheduler.service.store.redis_store import RedisStore
 from workers.execute import WorkerContext, set_context
 from workers.mig import MigSlices, mig_control
+from workers.mps import MpsDaemons
 from workers.nvml import Nvml, mig_devices, open_nvml
 
 __all__ = ["NodeWorker", "UnsafeJobError"]
@@ -120,6 +121,7 @@ class NodeWorker:
         nvml: Nvml | None = None,
         name: str | None = None,
         concurrent: bool = True,
+        home: str | Path | None = None,
     ) -> None:
         if pool is None:
             config = store.pool_config()
@@ -152,6 +154,7 @@ class NodeWorker:
             mig_uuids=self._mig_uuids(local),
         )
         self.ctx.mig = self._mig_slices(local)
+        self.ctx.mps = self._mps_daemons(local, home)
         self.queue = Queue(queue_name(node), connection=store.raw, serializer=JSONSerializer)
         self._stop = threading.Event()
         self.refused: list[str] = []
@@ -174,11 +177,28 @@ class NodeWorker:
             self.nvml, mig_control(self.nvml), local, nc.mig_layout, self.ctx.mig_uuids
         )
 
+    def _mps_daemons(self, local: dict[int, int], home: str | Path | None) -> MpsDaemons | None:
+        nc = self.node_config
+        if nc is None or nc.mode != "shared" or self.ctx.simulate:
+            return None
+        if home is None:
+            from scheduler.service.store.embedded import snugfit_home
+
+            home = snugfit_home()
+        gpus = sorted(local.values())
+        uuids: dict[int, str] = {}
+        if self.nvml is not None:
+            uuids = {k: self.nvml.device_uuid(k) for k in gpus if k < self.nvml.device_count()}
+        return MpsDaemons(Path(home), gpus, uuids, max_jobs=nc.max_shared_jobs)
+
     def refusals(self) -> list[str]:
-        """Why this node cannot run what the pool says it offers (empty: it can)."""
+        """Why this node cannot run what the pool says it offers (empty: it can). Starts the
+        MPS daemons of a shared node (or finds them running)."""
         out: list[str] = []
         if self.ctx.mig is not None:
             out += [f"MIG: {x}" for x in self.ctx.mig.problems()]
+        if self.ctx.mps is not None:
+            out += self.ctx.mps.ensure()
         return out
 
     def gpus(self) -> list[dict[str, Any]]:
@@ -266,6 +286,8 @@ class NodeWorker:
                     pass
             finally:
                 self._stop.set()
+                if self.ctx.mps is not None:
+                    self.ctx.mps.stop()
             return False
         try:
             return bool(
@@ -274,3 +296,5 @@ class NodeWorker:
         finally:
             self.ctx.join_running()
             self._stop.set()
+            if self.ctx.mps is not None:
+                self.ctx.mps.stop()
