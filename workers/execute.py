@@ -40,6 +40,7 @@ from predictor.gpus import get_gpu
 from scheduler.service.events import EventLog, event
 from scheduler.service.store.protocol import Store
 from scheduler.service.store.records import OutcomeRecord, PlacementRecord, dumps
+from workers.engines import engine_env, engine_values, fill_placeholders
 from workers.environment import job_environment
 from workers.nvml import Nvml
 from workers.process import ProcessRun
@@ -308,7 +309,14 @@ def _runner_for(
         # Checked again here: the record in Redis is not trusted to be what the client wrote.
         spec_env = check_env(spec.get("env"))
         workdir = check_workdir(spec.get("workdir"))
-        env = job_environment(spec_env, _device_vars(ctx, p))
+        # Serving engines are told the memory they were reserved (workers/engines.py).
+        pred = predictions.get(p.gpu_type)
+        breakdown = pred.get("breakdown_gib") if isinstance(pred, dict) else None
+        told = engine_values(p.reserved_gib, p.capacity_gib, breakdown)
+        argv = [fill_placeholders(a, told) for a in argv]
+        spec_env = {k: fill_placeholders(v, told) for k, v in (spec_env or {}).items()}
+        worker_vars = engine_env(told, p.reserved_gib) | _device_vars(ctx, p)
+        env = job_environment(spec_env, worker_vars)
     except (SpecError, PlacementUnavailable) as exc:
         return str(exc)
     local = [ctx.local_index.get(g, g) for g in p.gpu_indices]
