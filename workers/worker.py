@@ -237,6 +237,7 @@ class NodeWorker:
                 "pid": str(os.getpid()),
                 "gpus": json.dumps(self.gpus()),
                 "simulated": "1" if self.ctx.simulate else "0",
+                "driver": self.nvml.driver_version() if self.nvml is not None else "",
                 "heartbeat_at": repr(time.time()),
                 # Non-empty: the node takes no placements, and this says why (the scheduler
                 # and `snugfit pool` read it).
