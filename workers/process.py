@@ -80,10 +80,9 @@ class ProcessRun:
     def start(self) -> None:
         """Start the shim, which starts the job; OSError (with the job's errno) if it cannot."""
         if self.workdir is not None and not os.path.isdir(self.workdir):
+            self.close()
             raise FileNotFoundError(2, f"workdir {self.workdir!r} is not a directory here")
         self.t0 = time.monotonic()
-        if self._sampler is not None:
-            self._sampler.start()
         read_fd, write_fd = os.pipe()
         try:
             # Started from the worker's main thread: PR_SET_PDEATHSIG fires when the *thread*
@@ -98,6 +97,10 @@ class ProcessRun:
                 start_new_session=True,
                 pass_fds=(write_fd,),
             )
+        except OSError:
+            os.close(read_fd)
+            self.close()
+            raise
         finally:
             os.close(write_fd)
         try:
@@ -106,9 +109,12 @@ class ProcessRun:
             os.close(read_fd)
         if not line.startswith("ok "):
             self.proc.wait()
+            self.close()
             _, _, rest = line.partition(" ")
             code, _, message = rest.partition(" ")
             raise OSError(int(code) if code.isdigit() else 0, message or "the job shim failed")
+        if self._sampler is not None:
+            self._sampler.start()
 
     def wait(self, timeout_s: float) -> bool:
         assert self.proc is not None
