@@ -38,3 +38,22 @@ def test_refusing_node_gets_no_placements_until_it_clears(redis_url: str) -> Non
     svc.step()
     assert second.placement is not None and second.placement.node == "n1"
     assert svc.refusals.reasons == {}
+
+
+def test_snugfit_pool_shows_why_a_node_refuses_work(redis_url: str) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from scheduler.cli.ops import pool_command
+
+    store = RedisStore(redis.Redis.from_url(redis_url))
+    SchedulerService(store, POOL).step()  # the leader stores the pool
+    why = "MIG: GPU 0: MIG mode is off; enable it"
+    store.register_node("n1", {"heartbeat_at": "0", "refuse": why})
+    store.register_node("n2", {"heartbeat_at": "0", "refuse": ""})
+    text = CliRunner().invoke(pool_command, ["--url", redis_url, "--width", "200"])
+    assert text.exit_code == 0, text.output
+    assert f"node n1 refuses work: {why}" in text.output and "node n2 refuses" not in text.output
+    data = json.loads(CliRunner().invoke(pool_command, ["--url", redis_url, "--json"]).output)
+    assert data["nodes_refusing"] == {"n1": why}
