@@ -158,6 +158,8 @@ class NodeWorker:
         self.queue = Queue(queue_name(node), connection=store.raw, serializer=JSONSerializer)
         self._stop = threading.Event()
         self.refused: list[str] = []
+        #: How often a refusing node checks again whether it can work.
+        self.recheck_s = 30.0
 
     def _mig_uuids(self, local: dict[int, int]) -> dict[tuple[int, str, int], str]:
         """(pool GPU index, MIG profile, start slot) -> MIG device UUID, from NVML."""
@@ -252,6 +254,26 @@ class NodeWorker:
             except Exception as exc:
                 log.warning("node heartbeat failed: %s", exc)
 
+    def _wait_until_fixed(self, burst: bool) -> bool:
+        """Heartbeat only while the node refuses work (it stays visible with its reason), and
+        check again every ``recheck_s``: True once the operator fixed it (MIG layout created,
+        MPS made startable), False on a stop or in burst mode."""
+        log.error("node %s refuses work: %s", self.node, "; ".join(self.refused))
+        next_check = time.monotonic() + self.recheck_s
+        while not burst and not self._stop.wait(1.0):
+            if time.monotonic() < next_check:
+                continue
+            next_check = time.monotonic() + self.recheck_s
+            self.refused = self.refusals()
+            self.register()
+            if not self.refused:
+                log.warning("node %s takes work again", self.node)
+                return True
+        self._stop.set()
+        if self.ctx.mps is not None:
+            self.ctx.mps.stop()
+        return False
+
     def rq_worker(self) -> SimpleWorker:
         # SimpleWorker runs jobs in this process: the job's process group, heartbeat and
         # cancellation are ours (in supervisor threads); RQ's work-horse fork would only add a
@@ -279,16 +301,7 @@ class NodeWorker:
         self.register()
         beat = threading.Thread(target=self._beat, name="snugfit-node-beat", daemon=True)
         beat.start()
-        if self.refused:
-            # Heartbeat only: the node stays visible, with its reason, and runs nothing.
-            log.error("node %s refuses work: %s", self.node, "; ".join(self.refused))
-            try:
-                while not burst and not self._stop.wait(1.0):
-                    pass
-            finally:
-                self._stop.set()
-                if self.ctx.mps is not None:
-                    self.ctx.mps.stop()
+        if self.refused and not self._wait_until_fixed(burst):
             return False
         try:
             return bool(

@@ -152,3 +152,24 @@ def test_thread_percentage_rounds_up_within_1_to_100() -> None:
         100,
         100,
     ]
+
+
+def test_a_refusing_node_takes_work_again_once_mps_can_start(
+    store: RedisStore, tmp_path: Path, fake_mps: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    monkeypatch.setenv("FAKE_MPS_FAIL", "1")
+    w = NodeWorker(store, "n1", pool=POOL, nvml=nvml(), heartbeat_s=0.05, home=tmp_path)
+    w.recheck_s = 0.0
+    w.refused = w.refusals()
+    w.register()
+    assert store.nodes()["n1"]["refuse"]
+    got: list[bool] = []
+    t = threading.Thread(target=lambda: got.append(w._wait_until_fixed(burst=False)))
+    t.start()
+    monkeypatch.delenv("FAKE_MPS_FAIL")  # the operator fixed the daemon's permissions
+    t.join(30)
+    assert got == [True]
+    assert store.nodes()["n1"]["refuse"] == ""
+    w.ctx.mps.stop()
