@@ -16,8 +16,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from ._execution import MAX_TIME_LIMIT_S, check_env, check_workdir
 from .exceptions import SpecError
 from .gpus import GPU_NAMES
 from .models import ModelArch, resolve_model
@@ -241,6 +249,20 @@ class JobSpec(BaseModel):
     activation_offload: bool | None = None
     chunked_loss: bool | None = None
     adapter_dtype: DType | None = None
+    # Execution (read by the worker, not the predictor): see predictor/_execution.py.
+    time_limit_s: float | None = Field(default=None, gt=0, le=MAX_TIME_LIMIT_S, allow_inf_nan=False)
+    env: dict[str, str] | None = None
+    workdir: str | None = None
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, v: Any) -> dict[str, str] | None:
+        return check_env(v)
+
+    @field_validator("workdir", mode="before")
+    @classmethod
+    def _workdir(cls, v: Any) -> str | None:
+        return check_workdir(v)
 
     @model_validator(mode="before")
     @classmethod

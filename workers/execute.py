@@ -31,7 +31,6 @@ import contextlib
 import json
 import logging
 import math
-import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -40,6 +39,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from predictor._execution import check_env, check_workdir
+from predictor.exceptions import SpecError
 from predictor.gpus import get_gpu
 from predictor.history import fingerprint_dict
 from scheduler.core.requests import TYPE_INDEX
@@ -47,6 +48,8 @@ from scheduler.core.rules import memory_limit_gib, requeue_reservation_gib
 from scheduler.service.events import EventLog, event
 from scheduler.service.store.protocol import Store
 from scheduler.service.store.records import OutcomeRecord, PlacementRecord, dumps
+from workers.engines import engine_env, engine_values, fill_placeholders
+from workers.environment import job_environment
 from workers.nvml import Nvml
 from workers.process import ProcessRun
 from workers.runner import Runner, RunResult
@@ -83,6 +86,10 @@ class WorkerContext:
     # thread, so every job placed on the node runs at once instead of one after another while
     # the others' GPUs sit reserved. Inline mode (direct callers, tests) runs it to the end.
     concurrent: bool = False
+    # The node's MIG slices (workers.mig.MigSlices): created per job on a dynamic layout.
+    mig: Any = None
+    # The node's MPS daemons (workers.mps.MpsDaemons) on a shared node: each client's limits.
+    mps: Any = None
     _running: dict[str, threading.Thread] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -122,24 +129,52 @@ def current_context() -> WorkerContext:
     return _CONTEXT
 
 
-def _env_for(ctx: WorkerContext, p: PlacementRecord) -> dict[str, str]:
-    env = dict(os.environ)
+class PlacementUnavailable(Exception):
+    """The node cannot give the job what its placement says (a MIG slice it cannot find)."""
+
+
+def _device_vars(ctx: WorkerContext, p: PlacementRecord) -> dict[str, str]:
+    """The variables that tell the job which devices it has (and, shared, its MPS limits)."""
+    out: dict[str, str] = {}
     local = [ctx.local_index.get(g, g) for g in p.gpu_indices]
-    mig_key = (p.gpu_indices[0], p.mig_profile or "", p.mig_start or 0)
-    if p.kind == "mig" and mig_key in ctx.mig_uuids:
-        # A MIG slice is addressed by its own UUID: an index would expose the whole parent GPU.
-        env["CUDA_VISIBLE_DEVICES"] = ctx.mig_uuids[mig_key]
-    elif p.kind == "mig" and p.gpu_indices[0] in ctx.gpu_uuids:
-        env["CUDA_VISIBLE_DEVICES"] = ctx.gpu_uuids[p.gpu_indices[0]]
-    else:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in local)
     if p.kind == "mig":
-        env["SNUGFIT_MIG_PROFILE"] = f"{p.mig_profile}@{p.mig_start}"
-    if p.kind == "shared":
+        mig_key = (p.gpu_indices[0], p.mig_profile or "", p.mig_start or 0)
+        if ctx.mig is not None:
+            from workers.mig import SliceUnavailable
+
+            try:
+                ctx.mig.acquire(*mig_key)
+            except SliceUnavailable as exc:
+                raise PlacementUnavailable(f"node {ctx.node}: {exc}") from None
+        uuid = ctx.mig_uuids.get(mig_key)
+        if uuid is None:
+            # Never the parent GPU's index or UUID: that would hand the job the whole GPU.
+            raise PlacementUnavailable(
+                f"MIG slice {p.mig_profile}@{p.mig_start} of GPU {local[0]} not found on node "
+                f"{ctx.node} (NVML lists {sorted(ctx.mig_uuids) or 'no MIG devices'}); "
+                "refusing to fall back to the whole GPU. Check `nvidia-smi -L` against the pool"
+            )
+        # A MIG slice is addressed by its own UUID: an index would expose the whole parent GPU.
+        out["CUDA_VISIBLE_DEVICES"] = uuid
+        out["SNUGFIT_MIG_PROFILE"] = f"{p.mig_profile}@{p.mig_start}"
+    else:
+        out["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in local)
+    if p.kind == "shared" and ctx.mps is not None:
+        out.update(ctx.mps.client_env(local[0], p.reserved_gib, p.capacity_gib))
+    elif p.kind == "shared":
         mib = int(p.reserved_gib * 1024 + 0.999)
-        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={mib}M"
-    env["SNUGFIT_JOB_ID"] = p.rq_job_id
-    return env
+        out["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={mib}M"
+    out["SNUGFIT_JOB_ID"] = p.rq_job_id
+    out["SNUGFIT_ATTEMPT"] = str(p.attempt)
+    return out
+
+
+def _env_for(
+    ctx: WorkerContext, p: PlacementRecord, spec: dict[str, Any] | None = None
+) -> dict[str, str]:
+    """The job's whole environment: its own ``env`` plus its devices, never the worker's."""
+    spec_env = (spec or {}).get("env")
+    return job_environment(spec_env if isinstance(spec_env, dict) else None, _device_vars(ctx, p))
 
 
 def _option_of(ctx: WorkerContext, job_id: str) -> dict[str, Any] | None:
@@ -229,12 +264,13 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
     # is ours (building a simulated run first loads the residual model).
     limit = _limit_gib(p)
     runner = _runner_for(ctx, job_id, attempt, p, argv, _predicted_for_slot(rec, p, predictions),
-                         spec, limit)  # fmt: skip
+                         spec, limit, predictions)  # fmt: skip
     if isinstance(runner, str):
         return _fail_before_start(ctx, events, job_id, attempt, runner)
     try:
         runner.start()
     except OSError as exc:
+        _release_slice(ctx, p)
         reason = f"could not start {argv[0]!r}: {exc.strerror or exc}"
         return _fail_before_start(ctx, events, job_id, attempt, reason)
     # Started here, on RQ's (main) thread, and only then handed over: PR_SET_PDEATHSIG fires
@@ -282,6 +318,7 @@ def _runner_for(
     predicted: tuple[float | None, float | None],
     spec: dict[str, Any],
     limit: float,
+    predictions: dict[str, Any],
 ) -> Runner | str:
     """The runner of this attempt, or why it cannot run."""
     if ctx.simulate:
@@ -308,8 +345,29 @@ def _runner_for(
         )
     if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
         return "`command` must be a non-empty list of strings (argv; no shell)"
+    try:
+        # Checked again here: the record in Redis is not trusted to be what the client wrote.
+        spec_env = check_env(spec.get("env"))
+        workdir = check_workdir(spec.get("workdir"))
+        # Serving engines are told the memory they were reserved (workers/engines.py).
+        pred = predictions.get(p.gpu_type)
+        breakdown = pred.get("breakdown_gib") if isinstance(pred, dict) else None
+        told = engine_values(p.reserved_gib, p.capacity_gib, breakdown)
+        argv = [fill_placeholders(a, told) for a in argv]
+        spec_env = {k: fill_placeholders(v, told) for k, v in (spec_env or {}).items()}
+        worker_vars = engine_env(told, p.reserved_gib) | _device_vars(ctx, p)
+        env = job_environment(spec_env, worker_vars)
+    except (SpecError, PlacementUnavailable) as exc:
+        return str(exc)
     local = [ctx.local_index.get(g, g) for g in p.gpu_indices]
-    return ProcessRun(argv, _env_for(ctx, p), ctx.nvml, local if p.kind != "shared" else [])
+    return ProcessRun(
+        argv,
+        env,
+        ctx.nvml,
+        local if p.kind != "shared" else [],
+        workdir=workdir,
+        grace_s=ctx.kill_grace_s,
+    )
 
 
 def _is_replica(spec: dict[str, Any] | None) -> bool:
@@ -331,11 +389,25 @@ def _supervise_guarded(run: _Started) -> None:
             ctx._running.pop(f"{job_id}@{attempt}", None)
 
 
+def _release_slice(ctx: WorkerContext, p: PlacementRecord) -> None:
+    """Destroy the MIG slice created for this attempt (dynamic layouts; others keep theirs)."""
+    if ctx.mig is not None and p.kind == "mig":
+        ctx.mig.release(p.gpu_indices[0], p.mig_profile or "", p.mig_start or 0)
+
+
 def _supervise(run: _Started) -> dict[str, Any]:
     """Heartbeat a started job until it ends, then record its outcome."""
+    try:
+        return _supervise_run(run)
+    finally:
+        _release_slice(run.ctx, run.p)
+
+
+def _supervise_run(run: _Started) -> dict[str, Any]:
     ctx, events, job_id, attempt, runner = run.ctx, run.events, run.job_id, run.attempt, run.runner
     spec, p, limit, option = run.spec, run.p, run.limit, run.option
-    cancelled, lost = _watch(ctx, job_id, attempt, runner)
+    time_limit = _time_limit_s(spec)
+    cancelled, lost, timed_out = _watch(ctx, job_id, attempt, runner, time_limit)
     res = runner.result(limit)
     ctx.store.set_logs(job_id, res.output)
     simulated = runner.simulated
@@ -380,6 +452,13 @@ def _supervise(run: _Started) -> dict[str, Any]:
             option,
         )
         return {"status": "cancelled"}
+    if timed_out:
+        reason = (
+            f"time limit: ran past time_limit_s = {time_limit:g} s; stopped with SIGTERM, "
+            f"SIGKILL after {ctx.kill_grace_s:g} s"
+        )
+        _end(ctx, events, job_id, attempt, "failed", reason, outcome, option)
+        return {"status": "failed", "reason": reason}
     if res.oom:
         got = _requeue_after_oom(ctx, events, job_id, attempt, p, limit, res, outcome, option)
         return {"status": "oom", "requeue": got}
@@ -397,10 +476,25 @@ def _supervise(run: _Started) -> dict[str, Any]:
     return {"status": state}
 
 
-def _watch(ctx: WorkerContext, job_id: str, attempt: int, runner: Runner) -> tuple[bool, bool]:
-    """Heartbeat until the run ends; stop it on a cancel or a lost lease: (cancelled, lost)."""
-    cancelled = lost = False
+def _time_limit_s(spec: dict[str, Any]) -> float | None:
+    v = spec.get("time_limit_s")
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return float(v) if 0 < v < float("inf") else None
+
+
+def _watch(
+    ctx: WorkerContext,
+    job_id: str,
+    attempt: int,
+    runner: Runner,
+    time_limit_s: float | None = None,
+) -> tuple[bool, bool, bool]:
+    """Heartbeat until the run ends; stop it on a cancel, a lost lease or its time limit:
+    (cancelled, lost, timed out)."""
+    cancelled = lost = timed_out = False
     last_logs = 0.0
+    t0 = time.monotonic()
     while not runner.wait(ctx.heartbeat_s):
         hb = ctx.store.heartbeat(job_id, attempt, int(time.time() * 1000 + ctx.lease_s * 1000))
         if hb == "cancel" and not cancelled:
@@ -410,12 +504,20 @@ def _watch(ctx: WorkerContext, job_id: str, attempt: int, runner: Runner) -> tup
             # Our lease was reclaimed: another attempt may start, so this one must end now.
             lost = True
             runner.stop(ctx.kill_grace_s)
+        elif (
+            time_limit_s is not None
+            and not (cancelled or lost or timed_out)
+            and time.monotonic() - t0 >= time_limit_s
+        ):
+            # Like Slurm's --time: SIGTERM, a grace period, then SIGKILL (the shim's).
+            timed_out = True
+            runner.stop(ctx.kill_grace_s)
         if time.monotonic() - last_logs > 5.0:
             last_logs = time.monotonic()
             tail = runner.output_tail()
             if tail is not None:
                 ctx.store.set_logs(job_id, tail)
-    return cancelled, lost
+    return cancelled, lost, timed_out
 
 
 def _requeue_after_oom(

@@ -201,6 +201,8 @@ class FakeGpu:
     used_script: list[int] = field(default_factory=list)
     #: MIG instances as (profile, start slot, memory bytes); their UUIDs are derived.
     mig: list[tuple[str, int, int]] = field(default_factory=list)
+    #: MIG mode; None: on exactly when ``mig`` lists instances. Creating needs it True.
+    mig_mode: bool | None = None
 
 
 class FakeNvml:
@@ -218,6 +220,7 @@ class FakeNvml:
         self._cuda = cuda
         self.reads = 0
         self.closed = False
+        self.mig_log: list[tuple[str, int, str, int]] = []
         self._lock = threading.Lock()
 
     def _gpu(self, index: int) -> FakeGpu:
@@ -263,6 +266,32 @@ class FakeNvml:
             for i, g in enumerate(self.gpus)
             for profile, start, mem in g.mig
         ]
+
+    def mig_enabled(self, index: int) -> bool | None:
+        g = self._gpu(index)
+        return bool(g.mig) if g.mig_mode is None else g.mig_mode
+
+    def create_mig(self, index: int, profile: str, start: int) -> str:
+        """Like NVML: needs MIG mode on and the start slot free; ``log`` records each call."""
+        g = self._gpu(index)
+        if not self.mig_enabled(index):
+            raise RuntimeError(f"fake NVML: MIG mode is off on GPU {index}")
+        if any(s == start for _, s, _ in g.mig):
+            raise RuntimeError(f"fake NVML: slot {start} of GPU {index} is taken (In use)")
+        gb = int(profile.split(".")[1].removesuffix("gb"))
+        g.mig.append((profile, start, gb << 30))
+        self.mig_log.append(("create", index, profile, start))
+        return next(
+            m.uuid for m in self.mig_devices() if (m.parent_index, m.start) == (index, start)
+        )
+
+    def destroy_mig(self, index: int, profile: str, start: int) -> None:
+        g = self._gpu(index)
+        before = len(g.mig)
+        g.mig = [m for m in g.mig if (m[0], m[1]) != (profile, start)]
+        if len(g.mig) == before:
+            raise RuntimeError(f"fake NVML: no {profile} instance at slot {start} of GPU {index}")
+        self.mig_log.append(("destroy", index, profile, start))
 
     def cuda_driver_version(self) -> str | None:
         return self._cuda

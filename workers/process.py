@@ -1,13 +1,19 @@
-"""A real job: its command as argv in its own process group, with NVML peak sampling."""
+"""A real job: its command as argv under the exec shim, with NVML peak sampling.
+
+The shim (:mod:`workers._shim`) leads the job's process group and is its subreaper, and it
+dies with the worker (``PR_SET_PDEATHSIG``), killing the whole job tree as it goes: a
+``kill -9`` of the worker leaves no job process running, grandchildren included.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import re
+import select
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,10 +43,9 @@ def detect_oom(
     return peak_gib is not None and peak_gib >= NVML_OOM_FRACTION * limit_gib
 
 
-def _pdeathsig() -> None:
-    # The job dies with its worker (SIGKILL included), so a reclaimed job never runs twice.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+SHIM_PATH = str(Path(__file__).with_name("_shim.py"))
+#: How long the shim may take to report that the job started (Python start-up, busy node).
+_SHIM_START_TIMEOUT_S = 60.0
 
 
 class ProcessRun:
@@ -49,10 +54,19 @@ class ProcessRun:
     simulated = False
 
     def __init__(
-        self, argv: list[str], env: dict[str, str], nvml: Nvml | None, indices: list[int]
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        nvml: Nvml | None,
+        indices: list[int],
+        *,
+        workdir: str | None = None,
+        grace_s: float = 5.0,
     ) -> None:
         self.argv = argv
         self.env = env
+        self.workdir = workdir
+        self.grace_s = grace_s
         # Closed in close(): the file outlives this call (the job writes into it meanwhile).
         self._out = tempfile.NamedTemporaryFile(  # noqa: SIM115
             prefix="snugfit-job-", suffix=".log", delete=False
@@ -64,18 +78,43 @@ class ProcessRun:
         self.stopped = False
 
     def start(self) -> None:
+        """Start the shim, which starts the job; OSError (with the job's errno) if it cannot."""
+        if self.workdir is not None and not os.path.isdir(self.workdir):
+            self.close()
+            raise FileNotFoundError(2, f"workdir {self.workdir!r} is not a directory here")
         self.t0 = time.monotonic()
+        read_fd, write_fd = os.pipe()
+        try:
+            # Started from the worker's main thread: PR_SET_PDEATHSIG fires when the *thread*
+            # that forked the shim exits, and the main thread lives as long as the worker.
+            self.proc = subprocess.Popen(
+                [*_shim_argv(write_fd, self.grace_s), *self.argv],
+                stdout=self._out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.env,
+                cwd=self.workdir,
+                start_new_session=True,
+                pass_fds=(write_fd,),
+            )
+        except OSError:
+            os.close(read_fd)
+            self.close()
+            raise
+        finally:
+            os.close(write_fd)
+        try:
+            line = _read_line(read_fd, _SHIM_START_TIMEOUT_S)
+        finally:
+            os.close(read_fd)
+        if not line.startswith("ok "):
+            self.proc.wait()
+            self.close()
+            _, _, rest = line.partition(" ")
+            code, _, message = rest.partition(" ")
+            raise OSError(int(code) if code.isdigit() else 0, message or "the job shim failed")
         if self._sampler is not None:
             self._sampler.start()
-        self.proc = subprocess.Popen(
-            self.argv,
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=self.env,
-            start_new_session=True,
-            preexec_fn=_pdeathsig,
-        )
 
     def wait(self, timeout_s: float) -> bool:
         assert self.proc is not None
@@ -86,17 +125,26 @@ class ProcessRun:
         return True
 
     def stop(self, grace_s: float = 5.0) -> None:
+        """SIGTERM to the job (through the shim), SIGKILL to all of it ``grace_s`` later."""
         self.stopped = True
         if self.proc is None or self.proc.poll() is not None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
+        # The shim forwards SIGTERM to the job's tree and kills what is left after its grace
+        # (the ProcessRun's, which a time limit or cancel shares); SIGHUP makes it kill now.
+        for sig, wait_s in (
+            (signal.SIGTERM, max(grace_s, self.grace_s) + 2.0),
+            (signal.SIGHUP, 3.0),
+        ):
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+                os.kill(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout=wait_s)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
 
     def output_tail(self) -> str:
         self._out.flush()
@@ -130,3 +178,24 @@ class ProcessRun:
         self._out.close()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._out.name)
+
+
+def _shim_argv(status_fd: int, grace_s: float) -> list[str]:
+    # -I -S: the shim imports nothing from the job's environment or site-packages.
+    shim = [sys.executable, "-I", "-S", SHIM_PATH]
+    return [*shim, str(status_fd), str(os.getpid()), repr(float(grace_s)), "--"]
+
+
+def _read_line(fd: int, timeout_s: float) -> str:
+    """One line from the shim's status pipe ('' if it closed or stayed silent)."""
+    buf = b""
+    deadline = time.monotonic() + timeout_s
+    while not buf.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        buf += chunk
+    return buf.decode("utf-8", "replace").strip()

@@ -33,6 +33,8 @@ from scheduler.service.events import EventLog, event
 from scheduler.service.store.keys import JOB_FUNCTION, queue_name
 from scheduler.service.store.redis_store import RedisStore
 from workers.execute import WorkerContext, set_context
+from workers.mig import MigSlices, mig_control
+from workers.mps import MpsDaemons
 from workers.nvml import Nvml, mig_devices, open_nvml
 
 __all__ = ["NodeWorker", "UnsafeJobError"]
@@ -44,8 +46,40 @@ class UnsafeJobError(Exception):
     """An RQ job that is not a snugfit job (foreign function or non-JSON payload)."""
 
 
+#: RQ job-hash fields naming functions RQ would import and call around ``perform``; snugfit
+#: never sets them, so a job that carries one was written by someone else.
+_CALLBACK_FIELDS = ("success_callback_name", "failure_callback_name", "stopped_callback_name")
+
+
 class _AllowListJob(Job):
+    # RQ imports these by name from the job hash and calls them outside ``perform`` (after a
+    # failure, a success, a stop): past the function allow-list. snugfit uses none, so none is
+    # ever resolved, whatever the hash says.
+    @property
+    def success_callback(self) -> None:  # type: ignore[override]
+        return None
+
+    @property
+    def failure_callback(self) -> None:  # type: ignore[override]
+        return None
+
+    @property
+    def stopped_callback(self) -> None:  # type: ignore[override]
+        return None
+
+    def _callbacks_named(self) -> list[str]:
+        return [
+            f"{f}={getattr(self, '_' + f)!r:.80}"
+            for f in _CALLBACK_FIELDS
+            if getattr(self, "_" + f, None)
+        ]
+
     def perform(self) -> Any:
+        named = self._callbacks_named()
+        if named:
+            reason = f"carries RQ callbacks ({', '.join(named)}); snugfit jobs have none"
+            _refuse(self.id, reason)
+            raise UnsafeJobError(f"RQ job {self.id}: {reason}; refused")
         try:
             name = self.func_name
         except DeserializationError:
@@ -88,6 +122,7 @@ class NodeWorker:
         nvml: Nvml | None = None,
         name: str | None = None,
         concurrent: bool = True,
+        home: str | Path | None = None,
     ) -> None:
         if pool is None:
             config = store.pool_config()
@@ -99,9 +134,11 @@ class NodeWorker:
         self.name = name or f"{node}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:4]}"
         self.nvml = nvml if nvml is not None else (None if simulate else open_nvml())
         local: dict[int, int] = {}
+        self.node_config = None
         if pool is not None:
             match = [n for n in pool.nodes if n.name == node]
             if match:
+                self.node_config = match[0]
                 local = {g: k for k, g in enumerate(match[0].gpu_indices)}
         self.ctx = WorkerContext(
             store=store,
@@ -118,8 +155,13 @@ class NodeWorker:
             local_index=local,
             mig_uuids=self._mig_uuids(local),
         )
+        self.ctx.mig = self._mig_slices(local)
+        self.ctx.mps = self._mps_daemons(local, home)
         self.queue = Queue(queue_name(node), connection=store.raw, serializer=JSONSerializer)
         self._stop = threading.Event()
+        self.refused: list[str] = []
+        #: How often a refusing node checks again whether it can work.
+        self.recheck_s = 30.0
 
     def _mig_uuids(self, local: dict[int, int]) -> dict[tuple[int, str, int], str]:
         """(pool GPU index, MIG profile, start slot) -> MIG device UUID, from NVML."""
@@ -130,6 +172,38 @@ class NodeWorker:
             (pool_of.get(m.parent_index, m.parent_index), m.profile, m.start): m.uuid
             for m in mig_devices(self.nvml)
         }
+
+    def _mig_slices(self, local: dict[int, int]) -> MigSlices | None:
+        nc = self.node_config
+        if nc is None or nc.mode != "mig" or self.nvml is None or self.ctx.simulate:
+            return None
+        return MigSlices(
+            self.nvml, mig_control(self.nvml), local, nc.mig_layout, self.ctx.mig_uuids
+        )
+
+    def _mps_daemons(self, local: dict[int, int], home: str | Path | None) -> MpsDaemons | None:
+        nc = self.node_config
+        if nc is None or nc.mode != "shared" or self.ctx.simulate:
+            return None
+        if home is None:
+            from scheduler.service.store.embedded import snugfit_home
+
+            home = snugfit_home()
+        gpus = sorted(local.values())
+        uuids: dict[int, str] = {}
+        if self.nvml is not None:
+            uuids = {k: self.nvml.device_uuid(k) for k in gpus if k < self.nvml.device_count()}
+        return MpsDaemons(Path(home), gpus, uuids, max_jobs=nc.max_shared_jobs)
+
+    def refusals(self) -> list[str]:
+        """Why this node cannot run what the pool says it offers (empty: it can). Starts the
+        MPS daemons of a shared node (or finds them running)."""
+        out: list[str] = []
+        if self.ctx.mig is not None:
+            out += [f"MIG: {x}" for x in self.ctx.mig.problems()]
+        if self.ctx.mps is not None:
+            out += self.ctx.mps.ensure()
+        return out
 
     def gpus(self) -> list[dict[str, Any]]:
         """This node's GPUs: NVML's view when present, else the pool file's."""
@@ -167,7 +241,11 @@ class NodeWorker:
                 "pid": str(os.getpid()),
                 "gpus": json.dumps(self.gpus()),
                 "simulated": "1" if self.ctx.simulate else "0",
+                "driver": self.nvml.driver_version() if self.nvml is not None else "",
                 "heartbeat_at": repr(time.time()),
+                # Non-empty: the node takes no placements, and this says why (the scheduler
+                # and `snugfit pool` read it).
+                "refuse": "; ".join(self.refused),
             },
         )
 
@@ -177,6 +255,26 @@ class NodeWorker:
                 self.store.register_node(self.node, {"heartbeat_at": repr(time.time())})
             except Exception as exc:
                 log.warning("node heartbeat failed: %s", exc)
+
+    def _wait_until_fixed(self, burst: bool) -> bool:
+        """Heartbeat only while the node refuses work (it stays visible with its reason), and
+        check again every ``recheck_s``: True once the operator fixed it (MIG layout created,
+        MPS made startable), False on a stop or in burst mode."""
+        log.error("node %s refuses work: %s", self.node, "; ".join(self.refused))
+        next_check = time.monotonic() + self.recheck_s
+        while not burst and not self._stop.wait(1.0):
+            if time.monotonic() < next_check:
+                continue
+            next_check = time.monotonic() + self.recheck_s
+            self.refused = self.refusals()
+            self.register()
+            if not self.refused:
+                log.warning("node %s takes work again", self.node)
+                return True
+        self._stop.set()
+        if self.ctx.mps is not None:
+            self.ctx.mps.stop()
+        return False
 
     def rq_worker(self) -> SimpleWorker:
         # SimpleWorker runs jobs in this process: the job's process group, heartbeat and
@@ -199,9 +297,14 @@ class NodeWorker:
         """
         self.ctx.concurrent = self.concurrent
         set_context(self.ctx)
+        if self.ctx.mig is not None:
+            self.ctx.mig.clear_leftovers()
+        self.refused = self.refusals()
         self.register()
         beat = threading.Thread(target=self._beat, name="snugfit-node-beat", daemon=True)
         beat.start()
+        if self.refused and not self._wait_until_fixed(burst):
+            return False
         try:
             return bool(
                 self.rq_worker().work(burst=burst, max_jobs=max_jobs, logging_level="WARNING")
@@ -209,3 +312,5 @@ class NodeWorker:
         finally:
             self.ctx.join_running()
             self._stop.set()
+            if self.ctx.mps is not None:
+                self.ctx.mps.stop()

@@ -36,7 +36,25 @@ __all__ = [
 TRACER_VERSION = "3"
 
 # Spec fields that do not change per-GPU memory: they never enter the fingerprint.
-_IGNORED = ("id", "gpu", "command", "priority", "deadline_s", "steps", "num_requests")
+# Fields that cannot change a traced peak: identity, placement, scheduling and execution.
+_IGNORED = (
+    "id",
+    "gpu",
+    "command",
+    "priority",
+    "deadline_s",
+    "steps",
+    "num_requests",
+    "time_limit_s",
+    "env",
+    "workdir",
+    "duration_s",
+    "depends_on",
+    "user",
+    "team",
+    "cpus",
+    "host_memory_gib",
+)
 
 
 @lru_cache(maxsize=1)
@@ -78,9 +96,14 @@ def _fingerprint_of(arch: ModelArch, values: tuple[Any, ...]) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
+def _hashable(v: Any) -> Any:
+    # lru_cache keys must hash; a list or mapping field keys by its JSON form.
+    return json.dumps(v, sort_keys=True, default=str) if isinstance(v, list | dict) else v
+
+
 def fingerprint(spec: JobSpec) -> str:
     """Stable hex key of what the traced peak depends on (memoised: 10k jobs cost ~10 ms)."""
-    return _fingerprint_of(spec.arch, tuple(getattr(spec, f) for f in _KEY_FIELDS))
+    return _fingerprint_of(spec.arch, tuple(_hashable(getattr(spec, f)) for f in _KEY_FIELDS))
 
 
 class TraceCache:

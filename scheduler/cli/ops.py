@@ -318,6 +318,8 @@ def pool_command(
         except ValueError:
             hb = math.nan
         alive[name] = math.isfinite(hb) and now - hb <= heartbeat_s
+    # What a worker found wrong with its node (MIG layout, MPS daemon): it takes no work.
+    refusing = {n: info["refuse"] for n, info in nodes.items() if info.get("refuse")}
     if as_json:
         from scheduler.cli.render import free_by_type
 
@@ -328,6 +330,7 @@ def pool_command(
                     "allocations": allocs,
                     "nodes_alive": alive,
                     "free_by_type": free_by_type(pool, allocs),
+                    "nodes_refusing": refusing,
                 },
                 default=str,
             )
@@ -336,3 +339,5 @@ def pool_command(
     Console(width=width, soft_wrap=False).print(
         pool_view(pool, allocs, nodes_alive=alive if nodes else None)
     )
+    for name, why in sorted(refusing.items()):
+        click.echo(f"node {name} refuses work: {why}")

@@ -97,6 +97,7 @@ def worker_command(
             heartbeat_s=heartbeat,
             history_path=history or home / "history.jsonl",
             log_path=home / "placement-log.jsonl",
+            home=home,
         )
     except SchedulerError as exc:
         raise click.ClickException(str(exc)) from None

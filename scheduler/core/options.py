@@ -17,8 +17,9 @@ saturates the GPU stretches on it: runtime = whole-GPU runtime x (1 + busy x (7/
 - 1)), with ``busy`` the predictor's busy fraction (1 when unknown). A roofline-bound job so
 costs on a slice what it costs on the whole GPU; a launch-bound one (small-batch decoding)
 barely slows down and pays a seventh.
-A shared GPU is billed the job's memory share (reservation / GPU memory) at the GPU's runtime
-(times the pool's ``shared_slowdown``).
+A shared GPU is billed the job's memory share (reservation / GPU memory), which is also its
+compute share (the MPS active-thread percentage, :mod:`scheduler.core.shares`): the saturating
+part of the job stretches by 1 / share, as on a slice (times the pool's ``shared_slowdown``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from scheduler.core.binding import Select
 from scheduler.core.decision import Option
 from scheduler.core.pool import KIND_NAMES, KIND_SHARED, KIND_WHOLE, MIB_PER_GIB, Pool
 from scheduler.core.requests import N_TYPES, TYPE_INDEX, PlacementRequest
+from scheduler.core.shares import shared_compute_share
 from scheduler.core.state import PoolState, Summary
 from scheduler.core.table import OptionTable
 
@@ -121,6 +123,13 @@ class OptionBatch:
         if reserve_whole:
             # The job must still fit; it then holds the whole GPU, as users do today.
             need = np.where(is_whole & cap_ok, pool.class_capacity_mib, need)
+        if is_shared.any():
+            # On a shared GPU the job gets its compute share of the SMs (MPS active-thread
+            # percentage): its saturating part stretches by 1 / share, like on a MIG slice.
+            compute = shared_compute_share(need, pool.class_capacity_mib, _class_max_shared(pool))
+            scale = pool.class_runtime_scale / np.where(is_shared, compute, 1.0)
+            stretched = rt[:, ct] * (1.0 + busy[:, ct] * (scale - 1.0))
+            runtime = np.where(is_shared, stretched, runtime)
         allowed = _allowed(n_jobs, pool, types, kinds)
         pinned_ok = (pin[:, None] < 0) | (ct[None, :] == pin[:, None])
         kind_ok = is_whole[None, :] | (n[:, None] == 1)
@@ -226,6 +235,22 @@ class OptionBatch:
             self._rows = rows.tolist()
             self._ck, self._lo, self._hi = key, i, hi
         return self._rows[i - self._lo]  # type: ignore[no-any-return]
+
+
+def _class_max_shared(pool: Pool) -> np.ndarray:
+    """Per option class, the most jobs one of its shared GPUs admits (1 for other classes):
+    the smallest compute-share floor a node of the class promises."""
+    cached = pool._empty.get("class_max_shared")
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    out = np.ones(pool.n_classes)
+    shared = pool.gpu_mode == KIND_SHARED
+    for c in np.flatnonzero(pool.class_kind == KIND_SHARED):
+        mine = shared & (pool.gpu_type == pool.class_type[c])
+        if mine.any():
+            out[c] = float(pool.max_shared[mine].max())
+    pool._empty["class_max_shared"] = out
+    return out
 
 
 def _allowed(

@@ -27,6 +27,7 @@ from predictor.gpus import GPU_NAMES
 from predictor.prediction import Prediction, PredictionTable
 from predictor.spec import JobSpec, Task, load_specs, parse_spec
 from scheduler.core.decision import Decision
+from scheduler.core.engines import engine_upper_gib
 from scheduler.core.rules import MAX_OOM_RETRIES, MAX_RETRIES
 from scheduler.exceptions import JobFailedError, JobNotFoundError, SchedulerError, ServiceError
 from scheduler.service.store.keys import TERMINAL_STATES, JobState
@@ -113,7 +114,8 @@ def build_records(
         assert spec.id is not None
         request = {
             "vram_gib": vram[i],
-            "vram_upper_gib": upper[i],
+            # An engine that cannot be told its reservation takes its default share of the GPU.
+            "vram_upper_gib": engine_upper_gib(spec.framework, spec.command, spec.env, upper[i]),
             "runtime_s": runtime[i],
             "runtime_upper_s": runtime_up[i],
             "busy_frac": None if busy is None else busy[i],

@@ -54,6 +54,7 @@ from pydantic import ValidationError
 
 from predictor.gpus import GPU_NAMES
 from scheduler.core.decision import Decision, Option
+from scheduler.core.fence import tick_fenced
 from scheduler.core.pool import MIB_PER_GIB, Pool
 from scheduler.core.requests import RunningJob
 from scheduler.core.state import PoolState
@@ -71,6 +72,7 @@ from scheduler.service._intake import InvalidRecord, decode_engine, decode_reque
 from scheduler.service.deployments import expire_due
 from scheduler.service.events import EventLog, event
 from scheduler.service.history_feed import HistoryFeed
+from scheduler.service.refusals import NodeRefusals
 from scheduler.service.store.protocol import Commit, Store
 from scheduler.service.store.records import PlacementRecord, dumps
 
@@ -151,6 +153,7 @@ class SchedulerService:
         # because each step has fixed costs; a low arrival rate gets small steps anyway.
         self.step_target_s = None if step_target_s is None else float(step_target_s)
         self._s_per_job: float | None = None
+        self.refusals = NodeRefusals(store, pool)
         self.core = SchedulerCore(pool.state(), self.policy)
         self.is_leader = False
         self._capver = -1
@@ -270,7 +273,8 @@ class SchedulerService:
         self._sync()
         self.history.poll()
         stats.ingested, stats.invalid = self._ingest(now)
-        decisions = self.core.tick(now)
+        # Nodes whose worker refuses work (MIG layout mismatch, no MPS daemon) get nothing new.
+        decisions = tick_fenced(self.core, self.refusals.gpus(now), now)
         if not self._still_leader():
             # The lease lapsed while we decided (a long tick): another scheduler may lead now,
             # so nothing decided here is committed; the fenced commit would refuse it anyway.

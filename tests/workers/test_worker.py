@@ -197,6 +197,33 @@ def test_hostile_rq_jobs_are_refused_not_executed(store: RedisStore, tmp_path: P
     assert store.alloc_ids() == []
 
 
+def test_rq_jobs_carrying_callbacks_are_refused_and_nothing_is_imported(
+    store: RedisStore, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys as _sys
+
+    _sys.modules.pop("this", None)
+    h = Client(store=store).submit(spec(0, [_sys.executable, "-c", "print('ran')"]))
+    SchedulerService(store, POOL).step()
+    assert h.placement is not None
+    rq_id = h.placement.rq_job_id
+    # What an attacker with Redis write access adds to the placed job's RQ hash.
+    store.raw.hset(
+        f"rq:job:{rq_id}",
+        mapping={
+            "failure_callback_name": "builtins.print",
+            "success_callback_name": "this.s",
+            "stopped_callback_name": "this.d",
+        },
+    )
+    drain(make_worker(store, tmp_path, simulate=False, nvml=None))
+    assert "this" not in _sys.modules  # `import this` prints the Zen of Python on import
+    assert "rq:job" not in capsys.readouterr().out  # builtins.print(job, ...) never ran
+    invalid = [e for _, e in store.events() if e["event"] == "invalid"]
+    assert any("callback" in e["reason"] for e in invalid), invalid
+    assert h.status() == "placed"  # refused before run_job: the command never ran
+
+
 def test_worker_registers_its_gpus_from_the_pool(store: RedisStore, tmp_path: Path) -> None:
     w = make_worker(store, tmp_path)
     w.register()

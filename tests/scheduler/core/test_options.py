@@ -15,6 +15,7 @@ from scheduler.core.decision import Option
 from scheduler.core.options import OptionBatch, enumerate_options, fits_anywhere
 from scheduler.core.pool import Pool
 from scheduler.core.requests import PlacementRequest
+from scheduler.core.shares import shared_compute_share
 from scheduler.core.table import OptionTable
 
 MIXED = {
@@ -69,10 +70,15 @@ def test_prices_follow_the_documented_rules() -> None:
     mig = opts["A100-80GB MIG 1g.10gb"]
     assert mig.runtime_s == pytest.approx(7200.0 * 7)
     assert mig.cost_usd == pytest.approx(get_gpu("A100-80GB").price_usd_per_hour * 1 / 7 * 14)
-    # A shared GPU is billed the reservation's share of its memory.
+    # A shared GPU is billed the reservation's share of its memory; its compute share (MPS
+    # active threads) is that share, at least 1 / max_shared_jobs (4 here): a saturating job
+    # runs 1 / compute share longer.
     shared = opts["H100-80GB shared"]
     share = shared.reserved_gib / shared.capacity_gib
-    assert shared.cost_usd == pytest.approx(3.0 * share * 2.0, rel=1e-3)
+    compute = max(share, 1 / 4)
+    assert shared_compute_share(shared.reserved_gib, shared.capacity_gib, 4) == compute
+    assert shared.runtime_s == pytest.approx(7200.0 / compute, rel=1e-3)
+    assert shared.cost_usd == pytest.approx(3.0 * share * 2.0 / compute, rel=1e-3)
     # Multi-GPU whole options pay per GPU.
     two = _by_label(enumerate_options(_req(8.0, n=2, runtime=3600.0), pool.state()))
     assert two["H100-80GB x2"].cost_usd == pytest.approx(6.0)
@@ -89,8 +95,12 @@ def test_only_the_saturating_share_of_a_job_stretches_on_a_mig_slice() -> None:
     assert slice_1g.runtime_s == pytest.approx(7200.0 * (1 + 0.1 * 6))
     assert slice_1g.cost_usd == pytest.approx(price / 7 * 2.0 * 1.6)
     assert slice_1g.cost_usd < price * 2.0 / 4  # the whole A100-80GB: price x 2 h
-    # Whole GPUs and shared GPUs are unaffected by the busy fraction.
+    # Whole GPUs are unaffected by the busy fraction; on a shared GPU only the busy part
+    # stretches by 1 / compute share.
     assert light["H100-80GB x1"].runtime_s == pytest.approx(7200.0)
+    sh = light["H100-80GB shared"]
+    compute = shared_compute_share(sh.reserved_gib, sh.capacity_gib, 4)
+    assert sh.runtime_s == pytest.approx(7200.0 * (1 + 0.1 * (1 / compute - 1)), rel=1e-3)
     # Unknown or non-finite busy fractions count as saturating: the old, safe rule.
     unknown = _req(8.0, runtime=7200.0, busy_frac=[float("nan")] * 5)
     assert np.all(unknown.busy_frac == 1.0)
@@ -164,7 +174,8 @@ def test_cheapest_is_the_smallest_slot_on_ties() -> None:
     opts = enumerate_options(_req(8.0), pool.state())
     i = cheapest_index(opts)
     assert i is not None
-    # The shared H100 is billed by memory share, so it beats every whole GPU here.
+    # The shared H100 is billed by memory share (a tenth) and promises a quarter of the SMs
+    # (max_shared_jobs = 4): even a saturating job pays 0.1 / 0.25 of the whole GPU there.
     assert opts[i].label == "H100-80GB shared"
     # Every MIG slice of an A100-80GB costs what the whole GPU would; the smallest that fits
     # wins the tie.
