@@ -169,6 +169,12 @@ def logs_command(job_id: str, redis_url: str | None) -> None:
     default=None,
     help="Serve Prometheus metrics on this port (/metrics).",
 )
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics endpoint binds; 0.0.0.0 exposes it to the network.",
+)
 @click.option("-v", "--verbose", is_flag=True)
 def scheduler_command(
     pool_file: Path,
@@ -179,6 +185,7 @@ def scheduler_command(
     log_file: Path | None,
     simulated: bool,
     metrics_port: int | None,
+    metrics_host: str,
     verbose: bool,
 ) -> None:
     """Run the scheduler service (leader election: start several, one leads)."""
@@ -200,11 +207,14 @@ def scheduler_command(
             from scheduler.service.telemetry import start_metrics_server
 
             try:
-                telemetry, server = start_metrics_server(metrics_port, store.raw, keys=store.keys)
+                telemetry, server = start_metrics_server(
+                    metrics_port, store.raw, keys=store.keys, addr=metrics_host
+                )
             except OSError as exc:
                 raise click.ClickException(
-                    f"cannot serve metrics on port {metrics_port}: {exc.strerror or exc}; "
-                    "pick a free port with --metrics-port"
+                    f"cannot serve metrics on {metrics_host}:{metrics_port}: "
+                    f"{exc.strerror or exc}; pick a free port with --metrics-port or another "
+                    "address with --metrics-host"
                 ) from None
         svc = SchedulerService(
             store,
@@ -223,7 +233,7 @@ def scheduler_command(
         signal.signal(sig, lambda *_: stop.set())
     click.echo(f"scheduler {svc.token}: pool {svc.pool.name!r}, policy {policy}", err=True)
     if server is not None:
-        click.echo(f"metrics: http://0.0.0.0:{metrics_port}/metrics", err=True)
+        click.echo(f"metrics: http://{metrics_host}:{metrics_port}/metrics", err=True)
     try:
         svc.run(stop)
     except SchedulerError as exc:
