@@ -32,6 +32,7 @@ from scheduler.core.pool import Pool
 from scheduler.service.events import EventLog, event
 from scheduler.service.store.keys import JOB_FUNCTION, queue_name
 from scheduler.service.store.redis_store import RedisStore
+from workers.exceptions import WorkerError
 from workers.execute import WorkerContext, set_context
 from workers.nvml import Nvml, mig_devices, open_nvml
 
@@ -87,10 +88,20 @@ class NodeWorker:
         nvml: Nvml | None = None,
         name: str | None = None,
         concurrent: bool = True,
+        node_heartbeat_s: float = 5.0,
     ) -> None:
         if pool is None:
             config = store.pool_config()
             pool = Pool.from_dict(config) if config is not None else None
+        if pool is not None and node not in {n.name for n in pool.nodes}:
+            # A typo would otherwise wait forever on a queue nobody places onto.
+            raise WorkerError(
+                f"node {node!r} is not in pool {pool.name!r}; its nodes are: "
+                f"{', '.join(n.name for n in pool.nodes)}"
+            )
+        # How often the node's liveness record is renewed; the scheduler treats the node as
+        # down after its --node-stale (15 s by default, three beats).
+        self.node_heartbeat_s = float(node_heartbeat_s)
         self.store = store
         self.node = node
         self.concurrent = concurrent
@@ -170,7 +181,7 @@ class NodeWorker:
         )
 
     def _beat(self) -> None:
-        while not self._stop.wait(5.0):
+        while not self._stop.wait(self.node_heartbeat_s):
             try:
                 self.store.register_node(self.node, {"heartbeat_at": repr(time.time())})
             except Exception as exc:

@@ -164,6 +164,14 @@ def logs_command(job_id: str, redis_url: str | None) -> None:
 )
 @click.option("--simulated", is_flag=True, help="Label placements as simulated (demo, tests).")
 @click.option(
+    "--node-stale",
+    type=click.FloatRange(min=0.1),
+    default=15.0,
+    show_default=True,
+    help="A node whose worker heartbeat is older than this takes no new placements, and its "
+    "unstarted jobs move elsewhere (no retry used).",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
     default=None,
@@ -184,6 +192,7 @@ def scheduler_command(
     window: int,
     log_file: Path | None,
     simulated: bool,
+    node_stale: float,
     metrics_port: int | None,
     metrics_host: str,
     verbose: bool,
@@ -225,6 +234,7 @@ def scheduler_command(
             log_path=log_file or snugfit_home() / "placement-log.jsonl",
             simulated=simulated,
             telemetry=telemetry,
+            node_stale_s=node_stale,
         )
     except SchedulerError as exc:
         raise _fail(exc) from None

@@ -12,6 +12,10 @@ Each :meth:`SchedulerService.step`:
    the attempt number, so a worker that was only slow cannot finish over a newer attempt).
    Placed jobs that no worker started within ``placement_lease_s`` (a node with no live
    worker) are requeued the same way.
+   **Nodes.** Nodes whose worker heartbeat is older than ``node_stale_s`` (15 s), or that an
+   operator cordoned or is draining, take no new placements; jobs placed on a down or draining
+   node that no worker started move back to pending without using up a retry
+   (:mod:`scheduler.service.nodes`).
 3. **Sync.** When ``P:capver`` moved (workers finished jobs, another scheduler placed some),
    the in-memory :class:`~scheduler.core.state.PoolState` is brought in line with ``P:allocs``.
 4. **Ingest** a window of ``P:pending`` (oldest first, ``window`` jobs, so memory stays flat
@@ -50,6 +54,7 @@ from pydantic import ValidationError
 
 from predictor.gpus import GPU_NAMES
 from scheduler.core.decision import Decision, Option
+from scheduler.core.fence import node_gpus, tick_fenced
 from scheduler.core.pool import MIB_PER_GIB, Pool
 from scheduler.core.requests import RunningJob
 from scheduler.core.state import PoolState
@@ -65,6 +70,7 @@ from scheduler.service._commit import (
 )
 from scheduler.service._intake import InvalidRecord, decode_request
 from scheduler.service.events import EventLog, event
+from scheduler.service.nodes import DEFAULT_NODE_STALE_S, NodeStatus, node_statuses
 from scheduler.service.store.protocol import Commit, Store
 from scheduler.service.store.records import PlacementRecord, dumps
 
@@ -83,6 +89,7 @@ class StepStats:
     conflicts: int = 0
     reclaimed: int = 0
     pending_in_window: int = 0
+    moved: int = 0  # placed jobs moved off down or draining nodes (no retry used)
 
 
 def _new_token() -> str:
@@ -114,6 +121,8 @@ class SchedulerService:
         telemetry: Any | None = None,
         placement_lease_s: float = 120.0,
         step_target_s: float | None = None,
+        node_stale_s: float | None = DEFAULT_NODE_STALE_S,
+        node_check_s: float = 1.0,
     ) -> None:
         from scheduler.core.loop import SchedulerCore
 
@@ -142,6 +151,16 @@ class SchedulerService:
         # because each step has fixed costs; a low arrival rate gets small steps anyway.
         self.step_target_s = None if step_target_s is None else float(step_target_s)
         self._s_per_job: float | None = None
+        # Node liveness: worker records are re-read every node_check_s; staleness is judged
+        # every step from them. None turns liveness off (cordon/drain still apply).
+        self.node_stale_s = None if node_stale_s is None else float(node_stale_s)
+        self.node_check_s = float(node_check_s)
+        self._node_records: tuple[dict[str, dict[str, str]], dict[str, str]] = ({}, {})
+        self._nodes_read_at = -math.inf
+        self.nodes: dict[str, NodeStatus] = {}
+        self._closed: frozenset[str] = frozenset()
+        self._fence = node_gpus(pool, ())
+        self._evacuated_at: dict[str, float] = {}
         self.core = SchedulerCore(pool.state(), self.policy)
         self.is_leader = False
         self._capver = -1
@@ -250,9 +269,10 @@ class SchedulerService:
         t0 = time.perf_counter()
         now = time.time()
         stats.reclaimed = self._reclaim(now) + self._reclaim_unstarted(now)
+        stats.moved = self._check_nodes(now)
         self._sync()
         stats.ingested, stats.invalid = self._ingest(now)
-        decisions = self.core.tick(now)
+        decisions = tick_fenced(self.core, self._fence, now)
         if not self._still_leader():
             # The lease lapsed while we decided (a long tick): another scheduler may lead now,
             # so nothing decided here is committed; the fenced commit would refuse it anyway.
@@ -268,7 +288,15 @@ class SchedulerService:
         if stats.ingested >= 8:
             per = (time.perf_counter() - t0) / stats.ingested
             self._s_per_job = per if self._s_per_job is None else 0.7 * self._s_per_job + 0.3 * per
-        for name in ("placed", "rejected", "invalid", "conflicts", "reclaimed", "ingested"):
+        for name in (
+            "placed",
+            "rejected",
+            "invalid",
+            "conflicts",
+            "reclaimed",
+            "ingested",
+            "moved",
+        ):
             setattr(self.totals, name, getattr(self.totals, name) + getattr(stats, name))
         return stats
 
@@ -289,7 +317,7 @@ class SchedulerService:
                     continue
                 if not s.leader:
                     stop.wait(min(1.0, self.lease_ttl_ms / 4000))
-                elif s.placed == 0 and s.ingested == 0 and s.reclaimed == 0:
+                elif s.placed == 0 and s.ingested == 0 and s.reclaimed == 0 and s.moved == 0:
                     self.store.wait_wakeup(self.poll_s)
         finally:
             self.resign()
@@ -381,6 +409,73 @@ class SchedulerService:
             events += got_events
         self.events.emit(events)
         return n
+
+    # -- nodes --------------------------------------------------------------------------------
+
+    def _check_nodes(self, now: float) -> int:
+        """Close down / cordoned nodes to placement; move unstarted jobs off down / draining
+        ones. Returns how many jobs were moved."""
+        if now - self._nodes_read_at >= self.node_check_s:
+            self._nodes_read_at = now
+            self._node_records = (self.store.nodes(), self.store.node_admin())
+        registered, admin = self._node_records
+        names = [n.name for n in self.pool.nodes]
+        self.nodes = node_statuses(names, registered, admin, now=now, stale_s=self.node_stale_s)
+        closed = frozenset(n for n, st in self.nodes.items() if not st.schedulable)
+        if closed != self._closed:
+            for n in sorted(closed - self._closed):
+                log.warning("no new placements on %s", self.nodes[n].reason)
+            for n in sorted(self._closed - closed):
+                log.info("node %s takes placements again", n)
+            self._closed = closed
+            self._fence = node_gpus(self.pool, closed)
+        leaving = {n for n, st in self.nodes.items() if st.evacuate}
+        for n in list(self._evacuated_at):
+            if n not in leaving:
+                del self._evacuated_at[n]
+        # Sweep a node when it starts leaving, then every few seconds while it stays out (a
+        # standby that led before may have placed there).
+        due = {n for n in leaving if now - self._evacuated_at.get(n, -math.inf) >= 5.0}
+        if not due:
+            return 0
+        for n in due:
+            self._evacuated_at[n] = now
+        return self._move_off(due)
+
+    def _move_off(self, nodes: set[str]) -> int:
+        """Requeue placed, unstarted jobs on ``nodes``; counted as ``moved``, not a retry."""
+        ids = self.store.job_ids("placed")
+        if not ids:
+            return 0
+        rows = self.store.get_fields(ids, ["placement", "attempt"])
+        events = []
+        for jid, (raw, att) in zip(ids, rows, strict=True):
+            try:
+                p = PlacementRecord.model_validate_json(raw or "")
+            except ValidationError:
+                continue
+            if p.node not in nodes or att is None or int(att) != p.attempt:
+                continue
+            reason = f"moved before it started: {self.nodes[p.node].reason}"
+            got = self.store.requeue(
+                jid, p.attempt, reason=reason, counter="moved", from_states="placed"
+            )
+            if got in ("requeued", "failed", "cancelled"):
+                self._placed.pop(jid, None)
+                events.append(
+                    event(
+                        "requeued" if got == "requeued" else "finished",
+                        jid,
+                        attempt=p.attempt,
+                        node=p.node,
+                        reason=f"{reason}; job {got} (no retry used)",
+                        policy=self.policy.name.value,
+                    )
+                )
+        if events:
+            log.warning("moved %d unstarted jobs off %s", len(events), ", ".join(sorted(nodes)))
+        self.events.emit(events)
+        return len(events)
 
     # -- capacity sync ------------------------------------------------------------------------
 

@@ -36,10 +36,12 @@ def pool_fingerprint(config_json: str) -> str:
     return hashlib.sha256(config_json.encode()).hexdigest()[:16]
 
 
-_DEFAULT_MAX = {"ooms": "3", "lost": "2"}
+# ``moved`` (off a dead or draining node before the job started) is no retry: its cap only
+# stops a job from bouncing forever between nodes that keep dying.
+_DEFAULT_MAX = {"ooms": "3", "lost": "2", "moved": "1000"}
 
 
-_MAX_FIELD = {"ooms": "max_oom_retries", "lost": "max_retries"}
+_MAX_FIELD = {"ooms": "max_oom_retries", "lost": "max_retries", "moved": "max_moves"}
 
 
 def _now() -> str:
@@ -343,6 +345,15 @@ class RedisStore:
         for n in names:
             pipe.hgetall(self.keys.node(n))
         return dict(zip(names, pipe.execute(), strict=True))
+
+    def set_node_admin(self, name: str, state: str | None) -> None:
+        if state is None:
+            self.r.hdel(self.keys.node_admin, name)
+        else:
+            self.r.hset(self.keys.node_admin, name, state)
+
+    def node_admin(self) -> dict[str, str]:
+        return dict(self.r.hgetall(self.keys.node_admin))
 
 
 def open_store(url: str | None = None, prefix: str = DEFAULT_PREFIX) -> RedisStore:
