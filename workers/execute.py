@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import redis
 from pydantic import ValidationError
 
 from predictor.gpus import get_gpu
@@ -160,7 +161,11 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
         events.emit([event("invalid", None, reason=reason, node=ctx.node)])
         return {"status": "invalid", "reason": reason}
     now_ms = int(time.time() * 1000)
-    got = ctx.store.start(job_id, attempt, ctx.worker_name, now_ms + int(ctx.lease_s * 1000))
+    # Retried through a Redis restart: a failed start would leave the job placed, its RQ job
+    # spent, until the placement lease (minutes). start.lua answers "ok" to the same worker.
+    got = _retrying(
+        ctx.store.start, job_id, attempt, ctx.worker_name, now_ms + int(ctx.lease_s * 1000)
+    )
     if got != "ok":
         log.info("not running %s attempt %s: %s", job_id, attempt, got)
         if got == "missing":
@@ -357,7 +362,13 @@ def _watch(ctx: WorkerContext, job_id: str, attempt: int, runner: Runner) -> tup
     cancelled = lost = False
     last_logs = 0.0
     while not runner.wait(ctx.heartbeat_s):
-        hb = ctx.store.heartbeat(job_id, attempt, int(time.time() * 1000 + ctx.lease_s * 1000))
+        try:
+            hb = ctx.store.heartbeat(job_id, attempt, int(time.time() * 1000 + ctx.lease_s * 1000))
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            # Redis restarting: the job keeps running. If the outage outlasts the lease, the
+            # scheduler reclaims it once Redis is back and the next beat says "lost".
+            log.warning("heartbeat of %s failed (%s); the job keeps running", job_id, exc)
+            continue
         if hb == "cancel" and not cancelled:
             cancelled = True
             runner.stop(ctx.kill_grace_s)
@@ -369,7 +380,8 @@ def _watch(ctx: WorkerContext, job_id: str, attempt: int, runner: Runner) -> tup
             last_logs = time.monotonic()
             tail = runner.output_tail()
             if tail is not None:
-                ctx.store.set_logs(job_id, tail)
+                with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):
+                    ctx.store.set_logs(job_id, tail)
     return cancelled, lost
 
 
@@ -392,8 +404,10 @@ def _requeue_after_oom(
     )
     outcome.state = "oom"
     outcome.reason = reason
-    ctx.store.set_fields(job_id, {"outcome": outcome.model_dump_json()})
-    got = ctx.store.requeue(job_id, attempt, reason=reason, counter="ooms", reserved_gib=new_res)
+    _retrying(ctx.store.set_fields, job_id, {"outcome": outcome.model_dump_json()})
+    got = _retrying(
+        ctx.store.requeue, job_id, attempt, reason=reason, counter="ooms", reserved_gib=new_res
+    )
     events.emit(
         [
             event(
@@ -418,6 +432,27 @@ def _requeue_after_oom(
         ]
     )
     return got
+
+
+#: How long a finished attempt keeps retrying to record its outcome while Redis is down; past
+#: that its lease lapses and the scheduler requeues it (it runs again: at least once).
+_OUTCOME_RETRY_S = 120.0
+
+
+def _retrying(fn: Any, *args: Any, **kw: Any) -> Any:
+    """``fn(*args, **kw)``, retried with backoff on Redis connection errors. Each transition is
+    a fenced Lua script, so a retry after a lost reply answers "stale", never acts twice."""
+    deadline = time.monotonic() + _OUTCOME_RETRY_S
+    delay = 0.1
+    while True:
+        try:
+            return fn(*args, **kw)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("Redis unreachable (%s); retrying in %.1f s", exc, delay)
+            time.sleep(delay)
+            delay = min(2.0, delay * 2)
 
 
 def _fail_before_start(
@@ -448,7 +483,7 @@ def _end(
 ) -> None:
     outcome.state = state
     outcome.reason = reason
-    got = ctx.store.finish(job_id, attempt, state, outcome.model_dump_json(), reason)
+    got = _retrying(ctx.store.finish, job_id, attempt, state, outcome.model_dump_json(), reason)
     kind = "cancelled" if state == "cancelled" else "finished"
     events.emit(
         [

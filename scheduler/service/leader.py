@@ -78,6 +78,12 @@ __all__ = ["SchedulerService", "StepStats"]
 
 log = logging.getLogger("snugfit.scheduler")
 
+#: Longest wait between retries while Redis is unreachable.
+_MAX_BACKOFF_S = 2.0
+
+#: Up to this many jobs in ``placed``, every step checks that each has its RQ job.
+_RECOVER_EVERY_STEP_MAX = 1000
+
 
 @dataclass(slots=True)
 class StepStats:
@@ -161,6 +167,7 @@ class SchedulerService:
         self._closed: frozenset[str] = frozenset()
         self._fence = node_gpus(pool, ())
         self._evacuated_at: dict[str, float] = {}
+        self._recovered_at = -math.inf
         self.core = SchedulerCore(pool.state(), self.policy)
         self.is_leader = False
         self._capver = -1
@@ -230,34 +237,54 @@ class SchedulerService:
         self._sync(force=True)
         self._recover_placed()
 
-    def _recover_placed(self) -> None:
-        """Enqueue placed jobs whose RQ job is missing (the old leader died before enqueueing)."""
+    def _recover_placed(self, rebuild: bool = True) -> int:
+        """Enqueue placed jobs whose RQ job is missing: the old leader died between commit and
+        enqueue, an enqueue failed on a connection error, or a Redis restart lost the RQ write.
+        ``rebuild`` also refills the placement-lease index (at takeover). Returns how many."""
         ids = self.store.job_ids("placed")
         if not ids:
-            return
-        rows = self.store.get_fields(ids, ["placement", "attempt", "decision"])
-        items = []
-        placed: list[tuple[float, str, int]] = []
-        for jid, (raw, attempt, _) in zip(ids, rows, strict=True):
+            return 0
+        rows = self.store.get_fields(ids, ["placement", "attempt"])
+        found: list[tuple[str, PlacementRecord]] = []
+        for jid, (raw, attempt) in zip(ids, rows, strict=True):
             try:
                 p = PlacementRecord.model_validate_json(raw or "")
             except ValidationError:
                 continue
             if attempt is None or int(attempt) != p.attempt:
                 continue
-            placed.append((p.placed_at, jid, p.attempt))
-            if not self.store.enqueued(p.node, jid, p.attempt):
-                items.append((p.node, jid, p.attempt, {"snugfit_job": jid, "recovered": True}))
-        for placed_at, jid, att in sorted(placed):
-            self._placed[jid] = (att, placed_at)
+            found.append((jid, p))
+        if rebuild:
+            for jid, p in sorted(found, key=lambda jp: jp[1].placed_at):
+                self._placed[jid] = (p.attempt, p.placed_at)
+        have = self.store.enqueued_many([(jid, p.attempt) for jid, p in found])
+        items = [
+            (p.node, jid, p.attempt, {"snugfit_job": jid, "recovered": True})
+            for (jid, p), ok in zip(found, have, strict=True)
+            if not ok
+        ]
         if items:
-            log.info("re-enqueueing %d placed jobs that had no RQ job", len(items))
+            log.warning("re-enqueueing %d placed jobs that had no RQ job", len(items))
             self.store.enqueue(items)
+        return len(items)
+
+    def _check_enqueued(self, now: float) -> None:
+        """Every step while few jobs wait in ``placed`` (a worker starts them in milliseconds);
+        once a second when many do, so a big backlog does not slow every step."""
+        if self.store.count("placed") > _RECOVER_EVERY_STEP_MAX and now - self._recovered_at < 1:
+            return
+        self._recovered_at = now
+        self._recover_placed(rebuild=False)
 
     def resign(self) -> None:
-        if self.leader_election and self.is_leader:
-            self.store.release_leader(self.token)
+        """Give up the lease (best effort: with Redis unreachable the lease simply lapses)."""
+        was = self.is_leader
         self.is_leader = False
+        if self.leader_election and was:
+            try:
+                self.store.release_leader(self.token)
+            except Exception as exc:
+                log.warning("could not release the leader lease (%s); it lapses by itself", exc)
 
     # -- one iteration ------------------------------------------------------------------------
 
@@ -270,6 +297,7 @@ class SchedulerService:
         now = time.time()
         stats.reclaimed = self._reclaim(now) + self._reclaim_unstarted(now)
         stats.moved = self._check_nodes(now)
+        self._check_enqueued(now)
         self._sync()
         stats.ingested, stats.invalid = self._ingest(now)
         decisions = tick_fenced(self.core, self._fence, now)
@@ -301,26 +329,50 @@ class SchedulerService:
         return stats
 
     def run(self, stop: threading.Event | None = None, max_steps: int | None = None) -> None:
-        """Step until ``stop`` is set (or ``max_steps``); sleeps on the wake-up list when idle."""
+        """Step until ``stop`` is set (or ``max_steps``); sleeps on the wake-up list when idle.
+
+        A failed step (Redis restarting or unreachable, a bug) never ends the loop: the leader
+        drops its in-memory view, waits with exponential backoff (``poll_s`` doubling to
+        ``_MAX_BACKOFF_S``) and, once a step succeeds again, takes over afresh from Redis
+        (capacity, allocations, placed jobs whose RQ job is missing). Only a
+        :class:`ServiceError` (a configuration conflict such as another pool) ends it.
+        """
         stop = stop or threading.Event()
         steps = 0
+        failures = 0
         try:
             while not stop.is_set() and (max_steps is None or steps < max_steps):
                 steps += 1
                 try:
                     s = self.step()
+                    if not s.leader:
+                        stop.wait(min(1.0, self.lease_ttl_ms / 4000))
+                    elif s.placed == 0 and s.ingested == 0 and s.reclaimed == 0 and not s.moved:
+                        # Inside the guard: the wake-up BLPOP is the first command to meet a
+                        # Redis restart while the scheduler is idle.
+                        self.store.wait_wakeup(self.poll_s)
                 except ServiceError:
                     raise
-                except Exception:
-                    log.exception("scheduler step failed; retrying")
-                    time.sleep(self.poll_s)
+                except Exception as exc:
+                    failures += 1
+                    if failures == 1:
+                        log.exception("scheduler step failed; retrying with backoff")
+                    else:
+                        log.warning("scheduler step failed again (%d): %s", failures, exc)
+                    self._step_failed()
+                    stop.wait(min(_MAX_BACKOFF_S, self.poll_s * 2 ** min(failures, 10)))
                     continue
-                if not s.leader:
-                    stop.wait(min(1.0, self.lease_ttl_ms / 4000))
-                elif s.placed == 0 and s.ingested == 0 and s.reclaimed == 0 and s.moved == 0:
-                    self.store.wait_wakeup(self.poll_s)
+                if failures:
+                    log.warning("scheduler recovered after %d failed steps", failures)
+                    failures = 0
         finally:
             self.resign()
+
+    def _step_failed(self) -> None:
+        """Forget the in-memory view: what Redis holds is re-read at the next takeover."""
+        self.is_leader = False
+        self._renewed_at = 0.0
+        self._reset()
 
     # -- reclaim ------------------------------------------------------------------------------
 

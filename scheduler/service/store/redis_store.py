@@ -294,6 +294,17 @@ class RedisStore:
 
         return bool(self.raw.exists(f"rq:job:{rq_job_id(job_id, attempt)}"))
 
+    def enqueued_many(self, items: Sequence[tuple[str, int]]) -> list[bool]:
+        """Whether each ``(job id, attempt)`` has its RQ job (one pipelined round trip)."""
+        from scheduler.service.store.keys import rq_job_id
+
+        if not items:
+            return []
+        pipe = self.raw.pipeline(transaction=False)
+        for job_id, attempt in items:
+            pipe.exists(f"rq:job:{rq_job_id(job_id, attempt)}")
+        return [bool(x) for x in pipe.execute()]
+
     # -- events, history, logs, nodes ---------------------------------------------------------
 
     def emit(self, events: Sequence[Mapping[str, Any]]) -> None:
