@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -36,7 +37,9 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
-from predictor.gpus import get_gpu
+from predictor.gpus import GPU_NAMES, get_gpu
+from scheduler.core.escalation import escalate_after_oom, largest_slot_gib
+from scheduler.core.pool import Pool
 from scheduler.service.events import EventLog, event
 from scheduler.service.store.protocol import Store
 from scheduler.service.store.records import OutcomeRecord, PlacementRecord, dumps
@@ -75,6 +78,8 @@ class WorkerContext:
     # thread, so every job placed on the node runs at once instead of one after another while
     # the others' GPUs sit reserved. Inline mode (direct callers, tests) runs it to the end.
     concurrent: bool = False
+    # The pool (when known): an OOM retry that no GPU of it can hold fails at once.
+    pool: Pool | None = None
     _running: dict[str, threading.Thread] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -341,7 +346,9 @@ def _supervise(run: _Started) -> dict[str, Any]:
         )
         return {"status": "cancelled"}
     if res.oom:
-        got = _requeue_after_oom(ctx, events, job_id, attempt, p, limit, res, outcome, option)
+        got = _requeue_after_oom(
+            ctx, events, job_id, attempt, p, limit, res, outcome, option, gpu_pin=spec.get("gpu")
+        )
         return {"status": "oom", "requeue": got}
     state = "succeeded" if res.exit_code == 0 else "failed"
     reason = (
@@ -395,19 +402,39 @@ def _requeue_after_oom(
     res: RunResult,
     outcome: OutcomeRecord,
     option: dict[str, Any] | None,
+    gpu_pin: Any = None,
 ) -> str:
-    """Requeue an OOM'd attempt with a larger reservation; returns the store's answer."""
-    new_res = max(p.reserved_gib * ctx.oom_growth, (res.peak_vram_gib or 0.0) * 1.1)
-    reason = (
-        f"CUDA OOM on {p.label}: reserved {p.reserved_gib:.2f} GiB, limit {limit:.2f} GiB; "
-        f"requeued with {new_res:.2f} GiB"
+    """Requeue an OOM'd attempt with a larger reservation, on a bigger slot when it had the
+    whole one (:mod:`scheduler.core.escalation`), or fail it at once when nothing bigger
+    exists; returns the store's answer."""
+    pin = gpu_pin if gpu_pin in GPU_NAMES else None
+    esc = escalate_after_oom(
+        label=p.label,
+        kind=p.kind,
+        reserved_gib=p.reserved_gib,
+        capacity_gib=p.capacity_gib,
+        peak_gib=res.peak_vram_gib,
+        largest_gib=math.inf if ctx.pool is None else largest_slot_gib(ctx.pool, pin),
+        growth=ctx.oom_growth,
     )
+    reason = esc.reason
     outcome.state = "oom"
     outcome.reason = reason
     _retrying(ctx.store.set_fields, job_id, {"outcome": outcome.model_dump_json()})
-    got = _retrying(
-        ctx.store.requeue, job_id, attempt, reason=reason, counter="ooms", reserved_gib=new_res
-    )
+    if esc.possible:
+        got = _retrying(
+            ctx.store.requeue,
+            job_id,
+            attempt,
+            reason=reason,
+            counter="ooms",
+            reserved_gib=esc.reserved_gib,
+        )
+    else:
+        got = _retrying(
+            ctx.store.finish, job_id, attempt, "failed", outcome.model_dump_json(), reason
+        )
+        got = "failed" if got == "ok" else got
     events.emit(
         [
             event(

@@ -138,6 +138,7 @@ class NodeWorker:
             nvml=self.nvml,
             local_index=local,
             mig_uuids=self._mig_uuids(local),
+            pool=pool,
         )
         self.queue = Queue(queue_name(node), connection=store.raw, serializer=JSONSerializer)
         self._stop = threading.Event()
