@@ -54,7 +54,7 @@ from pydantic import ValidationError
 
 from predictor.gpus import GPU_NAMES
 from scheduler.core.decision import Decision, Option
-from scheduler.core.fence import node_gpus, tick_fenced
+from scheduler.core.fence import tick_fenced
 from scheduler.core.pool import MIB_PER_GIB, Pool
 from scheduler.core.requests import RunningJob
 from scheduler.core.state import PoolState
@@ -70,7 +70,7 @@ from scheduler.service._commit import (
 )
 from scheduler.service._intake import InvalidRecord, decode_request
 from scheduler.service.events import EventLog, event
-from scheduler.service.nodes import DEFAULT_NODE_STALE_S, NodeStatus, node_statuses
+from scheduler.service.nodes import DEFAULT_NODE_STALE_S, NodeWatch, move_off
 from scheduler.service.store.protocol import Commit, Store
 from scheduler.service.store.records import PlacementRecord, dumps
 
@@ -159,14 +159,7 @@ class SchedulerService:
         self._s_per_job: float | None = None
         # Node liveness: worker records are re-read every node_check_s; staleness is judged
         # every step from them. None turns liveness off (cordon/drain still apply).
-        self.node_stale_s = None if node_stale_s is None else float(node_stale_s)
-        self.node_check_s = float(node_check_s)
-        self._node_records: tuple[dict[str, dict[str, str]], dict[str, str]] = ({}, {})
-        self._nodes_read_at = -math.inf
-        self.nodes: dict[str, NodeStatus] = {}
-        self._closed: frozenset[str] = frozenset()
-        self._fence = node_gpus(pool, ())
-        self._evacuated_at: dict[str, float] = {}
+        self.node_watch = NodeWatch(store, pool, stale_s=node_stale_s, check_s=node_check_s)
         self._recovered_at = -math.inf
         self.core = SchedulerCore(pool.state(), self.policy)
         self.is_leader = False
@@ -300,7 +293,7 @@ class SchedulerService:
         self._check_enqueued(now)
         self._sync()
         stats.ingested, stats.invalid = self._ingest(now)
-        decisions = tick_fenced(self.core, self._fence, now)
+        decisions = tick_fenced(self.core, self.node_watch.fence, now)
         if not self._still_leader():
             # The lease lapsed while we decided (a long tick): another scheduler may lead now,
             # so nothing decided here is committed; the fenced commit would refuse it anyway.
@@ -465,69 +458,16 @@ class SchedulerService:
     # -- nodes --------------------------------------------------------------------------------
 
     def _check_nodes(self, now: float) -> int:
-        """Close down / cordoned nodes to placement; move unstarted jobs off down / draining
-        ones. Returns how many jobs were moved."""
-        if now - self._nodes_read_at >= self.node_check_s:
-            self._nodes_read_at = now
-            self._node_records = (self.store.nodes(), self.store.node_admin())
-        registered, admin = self._node_records
-        names = [n.name for n in self.pool.nodes]
-        self.nodes = node_statuses(names, registered, admin, now=now, stale_s=self.node_stale_s)
-        closed = frozenset(n for n, st in self.nodes.items() if not st.schedulable)
-        if closed != self._closed:
-            for n in sorted(closed - self._closed):
-                log.warning("no new placements on %s", self.nodes[n].reason)
-            for n in sorted(self._closed - closed):
-                log.info("node %s takes placements again", n)
-            self._closed = closed
-            self._fence = node_gpus(self.pool, closed)
-        leaving = {n for n, st in self.nodes.items() if st.evacuate}
-        for n in list(self._evacuated_at):
-            if n not in leaving:
-                del self._evacuated_at[n]
-        # Sweep a node when it starts leaving, then every few seconds while it stays out (a
-        # standby that led before may have placed there).
-        due = {n for n in leaving if now - self._evacuated_at.get(n, -math.inf) >= 5.0}
+        """Fence down / cordoned nodes for this step's tick; move unstarted jobs off down /
+        draining ones (no retry used). Returns how many jobs were moved."""
+        due = self.node_watch.check(now)
         if not due:
             return 0
-        for n in due:
-            self._evacuated_at[n] = now
-        return self._move_off(due)
-
-    def _move_off(self, nodes: set[str]) -> int:
-        """Requeue placed, unstarted jobs on ``nodes``; counted as ``moved``, not a retry."""
-        ids = self.store.job_ids("placed")
-        if not ids:
-            return 0
-        rows = self.store.get_fields(ids, ["placement", "attempt"])
-        events = []
-        for jid, (raw, att) in zip(ids, rows, strict=True):
-            try:
-                p = PlacementRecord.model_validate_json(raw or "")
-            except ValidationError:
-                continue
-            if p.node not in nodes or att is None or int(att) != p.attempt:
-                continue
-            reason = f"moved before it started: {self.nodes[p.node].reason}"
-            got = self.store.requeue(
-                jid, p.attempt, reason=reason, counter="moved", from_states="placed"
-            )
-            if got in ("requeued", "failed", "cancelled"):
-                self._placed.pop(jid, None)
-                events.append(
-                    event(
-                        "requeued" if got == "requeued" else "finished",
-                        jid,
-                        attempt=p.attempt,
-                        node=p.node,
-                        reason=f"{reason}; job {got} (no retry used)",
-                        policy=self.policy.name.value,
-                    )
-                )
-        if events:
-            log.warning("moved %d unstarted jobs off %s", len(events), ", ".join(sorted(nodes)))
+        moved, events = move_off(self.store, due, self.node_watch.statuses, self.policy.name.value)
+        for jid in moved:
+            self._placed.pop(jid, None)
         self.events.emit(events)
-        return len(events)
+        return len(moved)
 
     # -- capacity sync ------------------------------------------------------------------------
 

@@ -19,17 +19,35 @@ Operators take a node out of service with ``snugfit node cordon|drain NAME`` (``
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
+
+from pydantic import ValidationError
+
+from scheduler.core.fence import node_gpus
+from scheduler.core.pool import Pool
+from scheduler.service.events import event
+from scheduler.service.store.protocol import Store
+from scheduler.service.store.records import PlacementRecord
 
 __all__ = [
     "DEFAULT_NODE_STALE_S",
     "NodeAdmin",
     "NodeStatus",
+    "NodeWatch",
+    "move_off",
     "node_statuses",
 ]
+
+log = logging.getLogger("snugfit.scheduler")
+
+#: While a node stays down or draining, its placed jobs are swept again this often (a standby
+#: that led before may have placed there).
+_RESWEEP_S = 5.0
 
 #: A worker beats every 5 s; three missed beats make its node down.
 DEFAULT_NODE_STALE_S = 15.0
@@ -106,3 +124,90 @@ def node_statuses(
             why = f"node {name} is {a} (`snugfit node uncordon {name}` returns it)"
         out[name] = NodeStatus(name, liveness, age, a, why)
     return out
+
+
+class NodeWatch:
+    """The leader's view of its nodes: worker records re-read every ``check_s``, staleness
+    judged at every :meth:`check` from them."""
+
+    def __init__(
+        self,
+        store: Store,
+        pool: Pool,
+        *,
+        stale_s: float | None = DEFAULT_NODE_STALE_S,
+        check_s: float = 1.0,
+    ) -> None:
+        self.store = store
+        self.pool = pool
+        self.stale_s = None if stale_s is None else float(stale_s)
+        self.check_s = float(check_s)
+        self.statuses: dict[str, NodeStatus] = {}
+        self.closed: frozenset[str] = frozenset()
+        self.fence = node_gpus(pool, ())
+        self._records: tuple[dict[str, dict[str, str]], dict[str, str]] = ({}, {})
+        self._read_at = -math.inf
+        self._swept_at: dict[str, float] = {}
+
+    def check(self, now: float) -> set[str]:
+        """Refresh :attr:`statuses`, :attr:`closed` and :attr:`fence` (the GPUs of nodes that
+        take nothing new); returns the down / draining nodes whose placed jobs to move now."""
+        if now - self._read_at >= self.check_s:
+            self._read_at = now
+            self._records = (self.store.nodes(), self.store.node_admin())
+        registered, admin = self._records
+        names = [n.name for n in self.pool.nodes]
+        self.statuses = node_statuses(names, registered, admin, now=now, stale_s=self.stale_s)
+        closed = frozenset(n for n, st in self.statuses.items() if not st.schedulable)
+        if closed != self.closed:
+            for n in sorted(closed - self.closed):
+                log.warning("no new placements on %s", self.statuses[n].reason)
+            for n in sorted(self.closed - closed):
+                log.info("node %s takes placements again", n)
+            self.closed = closed
+            self.fence = node_gpus(self.pool, closed)
+        leaving = {n for n, st in self.statuses.items() if st.evacuate}
+        for n in list(self._swept_at):
+            if n not in leaving:
+                del self._swept_at[n]
+        due = {n for n in leaving if now - self._swept_at.get(n, -math.inf) >= _RESWEEP_S}
+        for n in due:
+            self._swept_at[n] = now
+        return due
+
+
+def move_off(
+    store: Store, nodes: set[str], statuses: Mapping[str, NodeStatus], policy: str
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Requeue placed, unstarted jobs on ``nodes``, counted as ``moved`` (not a retry):
+    (the jobs moved, their events)."""
+    ids = store.job_ids("placed")
+    if not ids:
+        return [], []
+    rows = store.get_fields(ids, ["placement", "attempt"])
+    moved: list[str] = []
+    events: list[dict[str, Any]] = []
+    for jid, (raw, att) in zip(ids, rows, strict=True):
+        try:
+            p = PlacementRecord.model_validate_json(raw or "")
+        except ValidationError:
+            continue
+        if p.node not in nodes or att is None or int(att) != p.attempt:
+            continue
+        reason = f"moved before it started: {statuses[p.node].reason}"
+        got = store.requeue(jid, p.attempt, reason=reason, counter="moved", from_states="placed")
+        if got in ("requeued", "failed", "cancelled"):
+            moved.append(jid)
+            events.append(
+                event(
+                    "requeued" if got == "requeued" else "finished",
+                    jid,
+                    attempt=p.attempt,
+                    node=p.node,
+                    reason=f"{reason}; job {got} (no retry used)",
+                    policy=policy,
+                )
+            )
+    if moved:
+        log.warning("moved %d unstarted jobs off %s", len(moved), ", ".join(sorted(nodes)))
+    return moved, events

@@ -177,7 +177,7 @@ def test_sigstopped_worker_its_queued_job_runs_elsewhere_with_no_retry_used(
         workers[node] = snugfit(args, redis_url, home)
         procs.append(workers[node])
     wait_for(lambda: set(store.nodes()) == {"cheap", "dear"}, 60, "both workers to register")
-    wait_for(lambda: (svc.step(), not svc._closed)[1], 30, "both nodes up")
+    wait_for(lambda: (svc.step(), not svc.node_watch.closed)[1], 30, "both nodes up")
     workers["cheap"].send_signal(signal.SIGSTOP)
     try:
         h = client.submit(spec(0))
@@ -201,6 +201,8 @@ def test_sigstopped_worker_its_queued_job_runs_elsewhere_with_no_retry_used(
     finally:
         workers["cheap"].send_signal(signal.SIGCONT)
     # The thawed worker finds attempt 1 in its queue: stale, so it is skipped, not run twice.
-    wait_for(lambda: (svc.step(), "cheap" not in svc._closed)[1], 30, "cheap to beat again")
+    wait_for(
+        lambda: (svc.step(), "cheap" not in svc.node_watch.closed)[1], 30, "cheap to beat again"
+    )
     started = [e for _, e in store.events() if e["event"] == "started" and e["job_id"] == h.id]
     assert [e["node"] for e in started] == ["dear"]
