@@ -554,13 +554,24 @@ def _hf_cache_config(repo_id: str) -> Path | None:
 
 def load_hf_config(path: str | os.PathLike[str]) -> ModelArch:
     """Read a Hugging Face ``config.json`` (or a directory holding one) offline."""
+    from .limits import MAX_CONFIG_BYTES
+
     p = Path(path).expanduser()
     if p.is_dir():
         p = p / "config.json"
     try:
-        config = json.loads(p.read_text(encoding="utf-8"))
+        with p.open("rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise SpecError(
+                f"{str(p)!r} is larger than {MAX_CONFIG_BYTES >> 20} MiB, so it is not a Hugging "
+                "Face config.json; point `model` at the model's config.json"
+            )
+        config = json.loads(data.decode("utf-8", "replace"))
     except FileNotFoundError as exc:
         raise UnknownModelError(f"no Hugging Face config.json at {str(p)!r}") from exc
+    except RecursionError:
+        raise SpecError(f"Hugging Face config {str(p)!r} is nested too deeply") from None
     except (OSError, json.JSONDecodeError) as exc:
         raise SpecError(f"cannot read Hugging Face config {str(p)!r}: {exc}") from exc
     if not isinstance(config, dict):
@@ -586,12 +597,19 @@ def resolve_model(value: str | os.PathLike[str] | Mapping[str, Any] | ModelArch)
     if not text:
         raise UnknownModelError(f"empty model name. {_NOT_FOUND_HINT}")
     path = Path(text).expanduser()
-    if path.is_file() or (path.is_dir() and (path / "config.json").is_file()):
+    try:
+        is_config = path.is_file() or (path.is_dir() and (path / "config.json").is_file())
+    except OSError:  # a name longer than the file system allows (ENAMETOOLONG) is no path
+        is_config = False
+    if is_config:
         return load_hf_config(path)
     found = _lookup_name(text)
     if found is not None:
         return found
-    cached = _hf_cache_config(text)
+    try:
+        cached = _hf_cache_config(text)
+    except OSError:
+        cached = None
     if cached is not None:
         return load_hf_config(cached)
     if path.suffix == ".json" or text.startswith((".", "/", "~")):

@@ -28,6 +28,17 @@ from pydantic import (
 from ._execution import MAX_TIME_LIMIT_S, check_env, check_workdir
 from .exceptions import SpecError
 from .gpus import GPU_NAMES
+from .limits import (
+    MAX_GPUS,
+    MAX_JOB_FILE_BYTES,
+    MAX_MODEL_NAME_CHARS,
+    MAX_NESTING,
+    MAX_PARALLEL,
+    MAX_PRIORITY,
+    MAX_RUNTIME_S,
+    MAX_YAML_NODES,
+    MIN_PRIORITY,
+)
 from .models import ModelArch, resolve_model
 
 __all__ = [
@@ -224,14 +235,14 @@ class JobSpec(BaseModel):
     gradient_checkpointing: bool | None = None
     lora_rank: int | None = Field(default=None, gt=0)
     lora_target: LoraTarget | None = None
-    n_gpus: int = Field(default=1, gt=0)
-    tensor_parallel: int = Field(default=1, gt=0)
-    pipeline_parallel: int = Field(default=1, gt=0)
+    n_gpus: int = Field(default=1, gt=0, le=MAX_GPUS)
+    tensor_parallel: int = Field(default=1, gt=0, le=MAX_PARALLEL)
+    pipeline_parallel: int = Field(default=1, gt=0, le=MAX_PARALLEL)
     zero_stage: int | None = Field(default=None, ge=0, le=3)
     gpu: str | None = None
     command: list[str] | None = None
-    priority: int = 0
-    deadline_s: float | None = Field(default=None, gt=0)
+    priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY)
+    deadline_s: float | None = Field(default=None, gt=0, le=MAX_RUNTIME_S)
     # `serve` deployments (see predictor.serving and ``_check_serve``).
     request_rate: float | None = None
     slo_ttft_s: float | None = None
@@ -284,6 +295,8 @@ class JobSpec(BaseModel):
                 f"`command` must be an argv list, not a shell string; got {cmd!r}. "
                 f"Write it as {json.dumps(cmd.split())}"
             )
+        _check_command(cmd)
+        _check_model(data.get("model"))
         return data
 
     @model_validator(mode="before")
@@ -463,6 +476,63 @@ class JobSpec(BaseModel):
         return self.model_dump(mode="json", exclude_none=True)
 
 
+def _check_command(cmd: Any) -> None:
+    if cmd is None:
+        return
+    if not isinstance(cmd, list):
+        raise SpecError(
+            f"`command` must be a list of strings (argv, no shell); got {type(cmd).__name__} "
+            f'{cmd!r:.80}. Write it as ["python", "train.py", "--config", "cfg.yaml"]'
+        )
+    bad = [(i, a) for i, a in enumerate(cmd) if not isinstance(a, str)]
+    if bad:
+        i, a = bad[0]
+        raise SpecError(
+            f"`command` must be a list of strings (argv); item {i} is {type(a).__name__} "
+            f"{a!r:.60}. Quote every argument, e.g. {json.dumps(str(a))}"
+        )
+
+
+def _check_model(model: Any) -> None:
+    if isinstance(model, str):
+        if len(model) > MAX_MODEL_NAME_CHARS:
+            raise SpecError(
+                f"`model` is {len(model)} characters (at most {MAX_MODEL_NAME_CHARS}); give a "
+                "catalogue name such as 'llama-3.1-8b' or a config.json path"
+            )
+        return
+    if isinstance(model, Mapping):
+        if _depth(model) > MAX_NESTING:
+            raise SpecError(
+                f"`model` is nested more than {MAX_NESTING} levels deep; an explicit model is "
+                "a flat object of architecture numbers (n_layers, hidden_size, ...)"
+            )
+        return
+    if model is not None:
+        raise SpecError(
+            f"`model` must be a catalogue name such as 'llama-3.1-8b', a config.json path, or "
+            f"an object of architecture numbers; got {type(model).__name__} {model!r:.60}. "
+            'Quote a name (`model: "12"`); `snugfit models` lists the catalogue'
+        )
+
+
+def _depth(obj: Any, limit: int = MAX_NESTING + 1) -> int:
+    """Nesting depth of dicts/lists, counted without recursion (and only up to ``limit``)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        o, d = stack.pop()
+        if d > deepest:
+            deepest = d
+            if deepest >= limit:
+                return deepest
+        if isinstance(o, Mapping):
+            stack.extend((v, d + 1) for v in o.values())
+        elif isinstance(o, list | tuple):
+            stack.extend((v, d + 1) for v in o)
+    return deepest
+
+
 def _format_validation_error(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():
@@ -503,7 +573,7 @@ def iter_spec_dicts(path: str | Path) -> Iterator[tuple[str, Any]]:
     p = Path(path)
     if not p.exists():
         raise SpecError(f"job file {str(p)!r} does not exist")
-    text = p.read_text()
+    text = _read_capped(p, MAX_JOB_FILE_BYTES, "job file")
     suffix = p.suffix.lower()
     lines = [ln for ln in text.splitlines() if ln.strip()]
     is_jsonl = suffix == ".jsonl" or (
@@ -516,9 +586,12 @@ def iter_spec_dicts(path: str | Path) -> Iterator[tuple[str, Any]]:
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
             try:
-                yield f"{p.name}:{i}", json.loads(line)
+                obj = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise SpecError(f"{p.name}:{i}: not valid JSON ({exc.msg})") from None
+            except RecursionError:
+                raise SpecError(f"{p.name}:{i}: nested too deeply to be a job spec") from None
+            yield f"{p.name}:{i}", obj
         return
     docs: list[Any]
     if suffix == ".json":
@@ -526,14 +599,18 @@ def iter_spec_dicts(path: str | Path) -> Iterator[tuple[str, Any]]:
             loaded = json.loads(text)
         except json.JSONDecodeError as exc:
             raise SpecError(f"{p.name}: not valid JSON ({exc})") from None
+        except RecursionError:
+            raise SpecError(f"{p.name}: nested too deeply to be a job spec") from None
         docs = loaded if isinstance(loaded, list) else [loaded]
     else:
         import yaml
 
         try:
-            raw_docs = [d for d in yaml.safe_load_all(text) if d is not None]
+            raw_docs = [d for d in _safe_yaml_docs(text, p.name) if d is not None]
         except yaml.YAMLError as exc:
             raise SpecError(f"{p.name}: not valid YAML ({exc})") from None
+        except RecursionError:
+            raise SpecError(f"{p.name}: nested too deeply to be a job spec") from None
         docs = []
         for d in raw_docs:
             docs.extend(d if isinstance(d, list) else [d])
@@ -542,6 +619,69 @@ def iter_spec_dicts(path: str | Path) -> Iterator[tuple[str, Any]]:
 
 
 _MAX_REPORTED_ERRORS = 50
+
+
+def _read_capped(p: Path, cap: int, what: str) -> str:
+    """A text file, refused unread when it is larger than ``cap`` bytes."""
+    try:
+        with p.open("rb") as f:
+            data = f.read(cap + 1)
+    except OSError as exc:
+        raise SpecError(f"cannot read {what} {str(p)!r}: {exc.strerror or exc}") from None
+    if len(data) > cap:
+        raise SpecError(f"{what} {str(p)!r} is larger than {cap >> 20} MiB; refused unread")
+    return data.decode("utf-8", "replace")
+
+
+def _safe_yaml_docs(text: str, name: str) -> list[Any]:
+    """``yaml.safe_load_all`` with aliases capped: the composed graph is sized with each alias
+    counted as its full expansion before anything is built, so a 1 KB alias bomb fails fast."""
+    import yaml
+
+    loader = yaml.SafeLoader(text)
+    docs = []
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            _expanded_size(node, name)
+            docs.append(loader.construct_document(node))
+    finally:
+        loader.dispose()
+    return docs
+
+
+def _expanded_size(root: Any, name: str) -> int:
+    """Nodes of ``root`` with every alias expanded (memoised, no recursion); SpecError past
+    :data:`MAX_YAML_NODES` or :data:`MAX_NESTING`."""
+    import yaml
+
+    size: dict[int, int] = {}
+    stack: list[tuple[Any, int, bool]] = [(root, 1, False)]
+    while stack:
+        node, depth, done = stack.pop()
+        if depth > MAX_NESTING:
+            raise SpecError(f"{name}: nested more than {MAX_NESTING} levels deep; refused")
+        if id(node) in size and not done:
+            continue
+        if isinstance(node, yaml.SequenceNode):
+            kids = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            kids = [x for kv in node.value for x in kv]
+        else:
+            size[id(node)] = 1
+            continue
+        if not done:
+            stack.append((node, depth, True))
+            stack.extend((k, depth + 1, False) for k in kids if id(k) not in size)
+            continue
+        total = 1 + sum(size.get(id(k), 1) for k in kids)
+        if total > MAX_YAML_NODES:
+            raise SpecError(
+                f"{name}: expands to more than {MAX_YAML_NODES:,} YAML nodes (aliases "
+                "included); refused (a YAML alias bomb?)"
+            )
+        size[id(node)] = total
+    return size[id(root)]
 
 
 def load_specs(path: str | Path) -> list[JobSpec]:

@@ -37,14 +37,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import redis
 from pydantic import ValidationError
 
 from predictor._execution import check_env, check_workdir
 from predictor.exceptions import SpecError
-from predictor.gpus import get_gpu
+from predictor.gpus import GPU_NAMES, get_gpu
 from predictor.history import fingerprint_dict
+from scheduler.core.escalation import escalate_after_oom, largest_slot_gib
+from scheduler.core.pool import Pool
 from scheduler.core.requests import TYPE_INDEX
-from scheduler.core.rules import memory_limit_gib, requeue_reservation_gib
+from scheduler.core.rules import memory_limit_gib
 from scheduler.service.events import EventLog, event
 from scheduler.service.store.protocol import Store
 from scheduler.service.store.records import OutcomeRecord, PlacementRecord, dumps
@@ -90,6 +93,8 @@ class WorkerContext:
     mig: Any = None
     # The node's MPS daemons (workers.mps.MpsDaemons) on a shared node: each client's limits.
     mps: Any = None
+    # The pool (when known): an OOM retry that no GPU of it can hold fails at once.
+    pool: Pool | None = None
     _running: dict[str, threading.Thread] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -224,7 +229,11 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
         events.emit([event("invalid", None, reason=reason, node=ctx.node)])
         return {"status": "invalid", "reason": reason}
     now_ms = int(time.time() * 1000)
-    got = ctx.store.start(job_id, attempt, ctx.worker_name, now_ms + int(ctx.lease_s * 1000))
+    # Retried through a Redis restart: a failed start would leave the job placed, its RQ job
+    # spent, until the placement lease (minutes). start.lua answers "ok" to the same worker.
+    got = _retrying(
+        ctx.store.start, job_id, attempt, ctx.worker_name, now_ms + int(ctx.lease_s * 1000)
+    )
     if got != "ok":
         log.info("not running %s attempt %s: %s", job_id, attempt, got)
         if got == "missing":
@@ -460,7 +469,9 @@ def _supervise_run(run: _Started) -> dict[str, Any]:
         _end(ctx, events, job_id, attempt, "failed", reason, outcome, option)
         return {"status": "failed", "reason": reason}
     if res.oom:
-        got = _requeue_after_oom(ctx, events, job_id, attempt, p, limit, res, outcome, option)
+        got = _requeue_after_oom(
+            ctx, events, job_id, attempt, p, limit, res, outcome, option, gpu_pin=spec.get("gpu")
+        )
         return {"status": "oom", "requeue": got}
     state = "succeeded" if res.exit_code == 0 else "failed"
     reason = (
@@ -496,7 +507,13 @@ def _watch(
     last_logs = 0.0
     t0 = time.monotonic()
     while not runner.wait(ctx.heartbeat_s):
-        hb = ctx.store.heartbeat(job_id, attempt, int(time.time() * 1000 + ctx.lease_s * 1000))
+        try:
+            hb = ctx.store.heartbeat(job_id, attempt, int(time.time() * 1000 + ctx.lease_s * 1000))
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            # Redis restarting: the job keeps running. If the outage outlasts the lease, the
+            # scheduler reclaims it once Redis is back and the next beat says "lost".
+            log.warning("heartbeat of %s failed (%s); the job keeps running", job_id, exc)
+            continue
         if hb == "cancel" and not cancelled:
             cancelled = True
             runner.stop(ctx.kill_grace_s)
@@ -516,7 +533,8 @@ def _watch(
             last_logs = time.monotonic()
             tail = runner.output_tail()
             if tail is not None:
-                ctx.store.set_logs(job_id, tail)
+                with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):
+                    ctx.store.set_logs(job_id, tail)
     return cancelled, lost, timed_out
 
 
@@ -530,18 +548,38 @@ def _requeue_after_oom(
     res: RunResult,
     outcome: OutcomeRecord,
     option: dict[str, Any] | None,
+    gpu_pin: Any = None,
 ) -> str:
-    """Requeue an OOM'd attempt with a larger reservation; returns the store's answer."""
-    # The peak was at least the limit (the run died there): the shared rule reserves above it.
-    new_res = requeue_reservation_gib(p.reserved_gib, limit)
-    reason = (
-        f"CUDA OOM on {p.label}: reserved {p.reserved_gib:.2f} GiB, limit {limit:.2f} GiB; "
-        f"requeued with {new_res:.2f} GiB"
+    """Requeue an OOM'd attempt by the shared rule (above the old reservation and above the
+    limit it died at), on a bigger slot when it had the whole one
+    (:mod:`scheduler.core.escalation`), or fail it at once when nothing bigger exists; returns
+    the store's answer."""
+    pin = gpu_pin if gpu_pin in GPU_NAMES else None
+    esc = escalate_after_oom(
+        label=p.label,
+        kind=p.kind,
+        reserved_gib=p.reserved_gib,
+        capacity_gib=p.capacity_gib,
+        largest_gib=math.inf if ctx.pool is None else largest_slot_gib(ctx.pool, pin),
     )
+    reason = esc.reason
     outcome.state = "oom"
     outcome.reason = reason
-    ctx.store.set_fields(job_id, {"outcome": outcome.model_dump_json()})
-    got = ctx.store.requeue(job_id, attempt, reason=reason, counter="ooms", reserved_gib=new_res)
+    _retrying(ctx.store.set_fields, job_id, {"outcome": outcome.model_dump_json()})
+    if esc.possible:
+        got = _retrying(
+            ctx.store.requeue,
+            job_id,
+            attempt,
+            reason=reason,
+            counter="ooms",
+            reserved_gib=esc.reserved_gib,
+        )
+    else:
+        got = _retrying(
+            ctx.store.finish, job_id, attempt, "failed", outcome.model_dump_json(), reason
+        )
+        got = "failed" if got == "ok" else got
     events.emit(
         [
             event(
@@ -566,6 +604,27 @@ def _requeue_after_oom(
         ]
     )
     return got
+
+
+#: How long a finished attempt keeps retrying to record its outcome while Redis is down; past
+#: that its lease lapses and the scheduler requeues it (it runs again: at least once).
+_OUTCOME_RETRY_S = 120.0
+
+
+def _retrying(fn: Any, *args: Any, **kw: Any) -> Any:
+    """``fn(*args, **kw)``, retried with backoff on Redis connection errors. Each transition is
+    a fenced Lua script, so a retry after a lost reply answers "stale", never acts twice."""
+    deadline = time.monotonic() + _OUTCOME_RETRY_S
+    delay = 0.1
+    while True:
+        try:
+            return fn(*args, **kw)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("Redis unreachable (%s); retrying in %.1f s", exc, delay)
+            time.sleep(delay)
+            delay = min(2.0, delay * 2)
 
 
 def _fail_before_start(
@@ -596,7 +655,7 @@ def _end(
 ) -> None:
     outcome.state = state
     outcome.reason = reason
-    got = ctx.store.finish(job_id, attempt, state, outcome.model_dump_json(), reason)
+    got = _retrying(ctx.store.finish, job_id, attempt, state, outcome.model_dump_json(), reason)
     kind = "cancelled" if state == "cancelled" else "finished"
     events.emit(
         [

@@ -14,6 +14,7 @@ GPUs are registered from NVML when it answers, else from the pool file's entry f
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import socket
@@ -32,6 +33,7 @@ from scheduler.core.pool import Pool
 from scheduler.service.events import EventLog, event
 from scheduler.service.store.keys import JOB_FUNCTION, queue_name
 from scheduler.service.store.redis_store import RedisStore
+from workers.exceptions import WorkerError
 from workers.execute import WorkerContext, set_context
 from workers.mig import MigSlices, mig_control
 from workers.mps import MpsDaemons
@@ -40,6 +42,9 @@ from workers.nvml import Nvml, mig_devices, open_nvml
 __all__ = ["NodeWorker", "UnsafeJobError"]
 
 log = logging.getLogger("snugfit.worker")
+
+#: Longest wait between retries while Redis is unreachable.
+_MAX_BACKOFF_S = 2.0
 
 
 class UnsafeJobError(Exception):
@@ -103,6 +108,14 @@ def _refuse(rq_id: str, reason: str) -> None:
         )
 
 
+def _stop_asked(rq: SimpleWorker | None) -> bool:
+    """A SIGTERM/SIGINT reached RQ's handler: an idle RQ worker only records the date (and
+    raises StopRequested inside its loop), a busy one sets ``_stop_requested``."""
+    if rq is None:
+        return False
+    return bool(rq._stop_requested or rq._shutdown_requested_date is not None)
+
+
 class NodeWorker:
     """The node's worker: context for ``run_job``, node registration, the RQ loop."""
 
@@ -123,10 +136,20 @@ class NodeWorker:
         name: str | None = None,
         concurrent: bool = True,
         home: str | Path | None = None,
+        node_heartbeat_s: float = 5.0,
     ) -> None:
         if pool is None:
             config = store.pool_config()
             pool = Pool.from_dict(config) if config is not None else None
+        if pool is not None and node not in {n.name for n in pool.nodes}:
+            # A typo would otherwise wait forever on a queue nobody places onto.
+            raise WorkerError(
+                f"node {node!r} is not in pool {pool.name!r}; its nodes are: "
+                f"{', '.join(n.name for n in pool.nodes)}"
+            )
+        # How often the node's liveness record is renewed; the scheduler treats the node as
+        # down after its --node-stale (15 s by default, three beats).
+        self.node_heartbeat_s = float(node_heartbeat_s)
         self.store = store
         self.node = node
         self.concurrent = concurrent
@@ -154,6 +177,7 @@ class NodeWorker:
             nvml=self.nvml,
             local_index=local,
             mig_uuids=self._mig_uuids(local),
+            pool=pool,
         )
         self.ctx.mig = self._mig_slices(local)
         self.ctx.mps = self._mps_daemons(local, home)
@@ -250,9 +274,11 @@ class NodeWorker:
         )
 
     def _beat(self) -> None:
-        while not self._stop.wait(5.0):
+        seen: set[bytes] = set()
+        while not self._stop.wait(self.node_heartbeat_s):
             try:
                 self.store.register_node(self.node, {"heartbeat_at": repr(time.time())})
+                seen = self._requeue_stuck(seen)
             except Exception as exc:
                 log.warning("node heartbeat failed: %s", exc)
 
@@ -276,7 +302,7 @@ class NodeWorker:
             self.ctx.mps.stop()
         return False
 
-    def rq_worker(self) -> SimpleWorker:
+    def rq_worker(self, name: str | None = None) -> SimpleWorker:
         # SimpleWorker runs jobs in this process: the job's process group, heartbeat and
         # cancellation are ours (in supervisor threads); RQ's work-horse fork would only add a
         # layer, and a forked horse could not keep the supervisors alive.
@@ -285,8 +311,47 @@ class NodeWorker:
             connection=self.store.raw,
             serializer=JSONSerializer,
             job_class=_AllowListJob,
-            name=self.name,
+            name=name or self.name,
         )
+
+    def _requeue_stuck(self, seen: set[bytes]) -> set[bytes]:
+        """Put back jobs that sat in RQ's intermediate list (dequeued, never started) for a
+        whole node beat: a BLMOVE whose reply a Redis restart lost, or a worker killed between
+        dequeue and start. RQ would fail them after a minute, leaving the snugfit job placed
+        until its placement lease. A job only passes through that list for milliseconds; if a
+        worker is starting it after all, the fenced start lets only one run. Returns what is
+        there now, for the next beat."""
+        q = self.queue
+        r: Any = self.store.raw
+        now: set[bytes] = set(r.lrange(q.intermediate_queue_key, 0, -1))
+        for rq_id in now & seen:
+            if r.lrem(q.intermediate_queue_key, 1, rq_id):
+                r.lpush(q.key, rq_id)
+                log.warning("requeued RQ job %s: dequeued but never started", rq_id.decode())
+        return now - seen
+
+    def _redis_up(self) -> bool:
+        try:
+            return bool(self.store.raw.ping())
+        except Exception:
+            return False
+
+    def _work_once(
+        self, k: int, burst: bool, max_jobs: int | None
+    ) -> tuple[SimpleWorker | None, bool, bool]:
+        """One RQ loop: (the RQ worker, whether it ran jobs, whether the worker is done)."""
+        rq: SimpleWorker | None = None
+        try:
+            # A new RQ name after the first round: the old one may still be registered (a
+            # Redis restart with AOF keeps it). Building the worker talks to Redis too.
+            rq = self.rq_worker(self.name if k == 0 else f"{self.name}-r{k}")
+            self.register()
+            worked = bool(rq.work(burst=burst, max_jobs=max_jobs, logging_level="WARNING"))
+        except Exception as exc:
+            log.warning("worker loop failed (%s); retrying", exc)
+            return rq, False, False
+        done = _stop_asked(rq) or ((burst or max_jobs is not None) and self._redis_up())
+        return rq, worked, bool(done)
 
     def work(self, burst: bool = False, max_jobs: int | None = None) -> bool:
         """Pull the node's queue; every placed job runs at once, each under its own supervisor.
@@ -305,10 +370,23 @@ class NodeWorker:
         beat.start()
         if self.refused and not self._wait_until_fixed(burst):
             return False
+        worked = False
         try:
-            return bool(
-                self.rq_worker().work(burst=burst, max_jobs=max_jobs, logging_level="WARNING")
-            )
+            for k in itertools.count():
+                # RQ's loop quits on any Redis error outside its dequeue (heartbeat,
+                # maintenance, registration); this one never does.
+                rq, got, done = self._work_once(k, burst, max_jobs)
+                worked |= got
+                if done:
+                    return worked
+                delay = min(_MAX_BACKOFF_S, 0.1 * 2 ** min(k, 10))
+                log.warning("Redis unreachable or RQ loop ended; retrying in %.1f s", delay)
+                end = time.monotonic() + delay
+                while time.monotonic() < end and not _stop_asked(rq):
+                    time.sleep(0.05)
+                if _stop_asked(rq):  # SIGTERM in the backoff (RQ's handler saw it)
+                    return worked
+            return worked
         finally:
             self.ctx.join_running()
             self._stop.set()

@@ -34,6 +34,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "explain": ("scheduler.cli.ops", "Explain why a job went where it went."),
     "pool": ("scheduler.cli.ops", "Show pool occupancy."),
     "serve": ("scheduler.cli.serve", "Scale and inspect serving deployments (task: serve)."),
+    "node": ("scheduler.cli.node", "Cordon, drain or uncordon a node."),
     "scheduler": ("scheduler.cli.service", "Run the scheduler service (leader election)."),
     "worker": ("scheduler.cli.worker", "Run a worker for one node."),
     "demo": ("scheduler.cli.demo.command", "Run the end-to-end demo on an embedded Redis."),

@@ -15,7 +15,14 @@ from typing import Any
 
 import click
 
-__all__ = ["explain_command", "load_record", "log_command", "parse_record", "pool_command"]
+__all__ = [
+    "explain_command",
+    "load_record",
+    "log_command",
+    "node_state_label",
+    "parse_record",
+    "pool_command",
+]
 
 _JSON_FIELDS = ("spec", "request", "predictions", "decision", "placement", "outcome")
 _FLOAT_FIELDS = ("submitted_at", "updated_at", "started_at", "finished_at", "reserved_gib")
@@ -270,9 +277,10 @@ def _explain_deployment(store: Any, dep_id: str, as_json: bool, width: int | Non
 @click.option(
     "--heartbeat-s",
     type=float,
-    default=30.0,
+    default=15.0,
     show_default=True,
-    help="A node whose worker heartbeat is older than this is shown as down.",
+    help="A node whose worker heartbeat is older than this is shown as down (as the "
+    "scheduler's --node-stale).",
 )
 @_url_option
 @_prefix_option
@@ -308,8 +316,11 @@ def pool_command(
             if isinstance(a, dict):
                 allocs[jid] = a
         nodes = store.nodes()
+        admin = store.node_admin()
     finally:
         store.close()
+    from scheduler.service.nodes import node_statuses
+
     now = time.time()
     alive = {}
     for name, info in nodes.items():
@@ -320,6 +331,11 @@ def pool_command(
         alive[name] = math.isfinite(hb) and now - hb <= heartbeat_s
     # What a worker found wrong with its node (MIG layout, MPS daemon): it takes no work.
     refusing = {n: info["refuse"] for n, info in nodes.items() if info.get("refuse")}
+    statuses = node_statuses(
+        [n.name for n in pool.nodes], nodes, admin, now=now, stale_s=heartbeat_s
+    )
+    held = {a.get("option", {}).get("node") for a in allocs.values()}
+    states = {n: node_state_label(st.liveness, st.admin, n in held) for n, st in statuses.items()}
     if as_json:
         from scheduler.cli.render import free_by_type
 
@@ -329,6 +345,7 @@ def pool_command(
                     "name": pool.name,
                     "allocations": allocs,
                     "nodes_alive": alive,
+                    "node_states": states,
                     "free_by_type": free_by_type(pool, allocs),
                     "nodes_refusing": refusing,
                 },
@@ -337,7 +354,15 @@ def pool_command(
         )
         return
     Console(width=width, soft_wrap=False).print(
-        pool_view(pool, allocs, nodes_alive=alive if nodes else None)
+        pool_view(pool, allocs, nodes_alive=alive if nodes else None, node_states=states)
     )
     for name, why in sorted(refusing.items()):
         click.echo(f"node {name} refuses work: {why}")
+
+
+def node_state_label(liveness: str, admin: str | None, busy: bool) -> str:
+    """What ``snugfit pool`` shows for a node: up / down / unknown, and the operator state."""
+    if admin is None:
+        return liveness
+    shown = "drained" if admin == "draining" and not busy else admin
+    return f"{liveness}, {shown}"

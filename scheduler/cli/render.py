@@ -390,12 +390,14 @@ def pool_view(
     *,
     peaks_gib: Mapping[str, float] | None = None,
     nodes_alive: Mapping[str, bool] | None = None,
+    node_states: Mapping[str, str] | None = None,
 ) -> RenderableType:
     """Per node and GPU: who runs where, reserved vs used VRAM, MIG layout; free by type.
 
     ``allocations`` are ``P:allocs`` values (job id -> allocation JSON). ``peaks_gib`` gives a
     job's measured (or, while running, predicted) per-GPU VRAM; without it "used" is the
-    prediction stored in the option.
+    prediction stored in the option. ``node_states`` labels each node (``up``, ``down``,
+    ``unknown``, ``up, cordoned`` ...).
     """
     peaks = peaks_gib or {}
     per_gpu: dict[int, list[tuple[str, Mapping[str, Any]]]] = {}
@@ -417,6 +419,8 @@ def pool_view(
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for node in pool.nodes:
         alive = "" if nodes_alive is None else (" ●" if nodes_alive.get(node.name) else " ○")
+        if node_states is not None and node.name in node_states:
+            alive += f" ({node_states[node.name]})"
         for k, g in enumerate(node.gpu_indices):
             cap_mib = int(pool.capacity_mib[g])
             held = per_gpu.get(g, [])

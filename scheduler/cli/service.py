@@ -223,10 +223,24 @@ def logs_command(job_id: str, redis_url: str | None) -> None:
 )
 @click.option("--simulated", is_flag=True, help="Label placements as simulated (demo, tests).")
 @click.option(
+    "--node-stale",
+    type=click.FloatRange(min=0.1),
+    default=15.0,
+    show_default=True,
+    help="A node whose worker heartbeat is older than this takes no new placements, and its "
+    "unstarted jobs move elsewhere (no retry used).",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
     default=None,
     help="Serve Prometheus metrics on this port (/metrics).",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics endpoint binds; 0.0.0.0 exposes it to the network.",
 )
 @click.option("-v", "--verbose", is_flag=True)
 def scheduler_command(
@@ -237,7 +251,9 @@ def scheduler_command(
     window: int,
     log_file: Path | None,
     simulated: bool,
+    node_stale: float,
     metrics_port: int | None,
+    metrics_host: str,
     verbose: bool,
 ) -> None:
     """Run the scheduler service (leader election: start several, one leads)."""
@@ -259,11 +275,14 @@ def scheduler_command(
             from scheduler.service.telemetry import start_metrics_server
 
             try:
-                telemetry, server = start_metrics_server(metrics_port, store.raw, keys=store.keys)
+                telemetry, server = start_metrics_server(
+                    metrics_port, store.raw, keys=store.keys, addr=metrics_host
+                )
             except OSError as exc:
                 raise click.ClickException(
-                    f"cannot serve metrics on port {metrics_port}: {exc.strerror or exc}; "
-                    "pick a free port with --metrics-port"
+                    f"cannot serve metrics on {metrics_host}:{metrics_port}: "
+                    f"{exc.strerror or exc}; pick a free port with --metrics-port or another "
+                    "address with --metrics-host"
                 ) from None
         svc = SchedulerService(
             store,
@@ -274,6 +293,7 @@ def scheduler_command(
             log_path=log_file or snugfit_home() / "placement-log.jsonl",
             simulated=simulated,
             telemetry=telemetry,
+            node_stale_s=node_stale,
         )
     except SchedulerError as exc:
         raise _fail(exc) from None
@@ -282,7 +302,7 @@ def scheduler_command(
         signal.signal(sig, lambda *_: stop.set())
     click.echo(f"scheduler {svc.token}: pool {svc.pool.name!r}, policy {policy}", err=True)
     if server is not None:
-        click.echo(f"metrics: http://0.0.0.0:{metrics_port}/metrics", err=True)
+        click.echo(f"metrics: http://{metrics_host}:{metrics_port}/metrics", err=True)
     try:
         svc.run(stop)
     except SchedulerError as exc:

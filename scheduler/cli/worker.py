@@ -50,6 +50,13 @@ __all__ = ["worker_command"]
     default=None,
     help="History JSONL (default: $SNUGFIT_HOME/history.jsonl).",
 )
+@click.option(
+    "--node-heartbeat",
+    type=click.FloatRange(min=0.01),
+    default=5.0,
+    show_default=True,
+    help="Seconds between node liveness beats (the scheduler's --node-stale must exceed it).",
+)
 @click.option("--burst", is_flag=True, help="Exit when the queue is empty.")
 @click.option("-v", "--verbose", is_flag=True)
 def worker_command(
@@ -62,6 +69,7 @@ def worker_command(
     lease: float,
     heartbeat: float,
     history: Path | None,
+    node_heartbeat: float,
     burst: bool,
     verbose: bool,
 ) -> None:
@@ -70,6 +78,7 @@ def worker_command(
     from scheduler.exceptions import SchedulerError
     from scheduler.service.store.embedded import snugfit_home
     from scheduler.service.store.redis_store import open_store
+    from workers.exceptions import WorkerError
     from workers.worker import NodeWorker
 
     logging.basicConfig(
@@ -98,8 +107,9 @@ def worker_command(
             history_path=history or home / "history.jsonl",
             log_path=home / "placement-log.jsonl",
             home=home,
+            node_heartbeat_s=node_heartbeat,
         )
-    except SchedulerError as exc:
+    except (SchedulerError, WorkerError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(
         f"worker {w.name}: queue snugfit:node:{node}"

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import ValidationError
 
+from predictor.limits import MAX_VRAM_GIB
 from scheduler.core.pool import Pool
 from scheduler.core.requests import PlacementRequest, requested_type
 from scheduler.exceptions import PlacementError
@@ -54,10 +55,20 @@ def decode_request(
         att = int(attempt or "0")
         t = float(submitted or "nan")
         floor = None if reserved is None else float(reserved)
-    except (ValidationError, ValueError) as exc:
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"]) or "request"
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise InvalidRecord(f"malformed record: `{where}`: {msg}"[:300]) from None
+    except ValueError as exc:
         raise InvalidRecord(f"malformed record: {str(exc).splitlines()[0][:200]}") from None
-    if not math.isfinite(t) or att < 0 or (floor is not None and not floor >= 0):
-        raise InvalidRecord("malformed record: bad submitted_at, attempt or reserved_gib")
+    if not math.isfinite(t) or att < 0:
+        raise InvalidRecord("malformed record: bad submitted_at or attempt")
+    if floor is not None and not (math.isfinite(floor) and 0 <= floor <= MAX_VRAM_GIB):
+        raise InvalidRecord(
+            f"malformed record: reserved_gib must be finite and in [0, {MAX_VRAM_GIB:g}]; "
+            f"got {floor!r}"
+        )
     try:
         upper = _inf(rr.vram_upper_gib)
         return PlacementRequest(

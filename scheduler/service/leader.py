@@ -12,6 +12,10 @@ Each :meth:`SchedulerService.step`:
    the attempt number, so a worker that was only slow cannot finish over a newer attempt).
    Placed jobs that no worker started within ``placement_lease_s`` (a node with no live
    worker) are requeued the same way.
+   **Nodes.** Nodes whose worker heartbeat is older than ``node_stale_s`` (15 s), or that an
+   operator cordoned or is draining, take no new placements; jobs placed on a down or draining
+   node that no worker started move back to pending without using up a retry
+   (:mod:`scheduler.service.nodes`).
 3. **Sync.** When ``P:capver`` moved (workers finished jobs, another scheduler placed some),
    the in-memory :class:`~scheduler.core.state.PoolState` is brought in line with ``P:allocs``.
 4. **Ingest** a window of ``P:pending`` (oldest first, ``window`` jobs, so memory stays flat
@@ -72,13 +76,19 @@ from scheduler.service._intake import InvalidRecord, decode_engine, decode_reque
 from scheduler.service.deployments import expire_due
 from scheduler.service.events import EventLog, event
 from scheduler.service.history_feed import HistoryFeed
-from scheduler.service.refusals import NodeRefusals
+from scheduler.service.nodes import DEFAULT_NODE_STALE_S, NodeWatch, move_off
 from scheduler.service.store.protocol import Commit, Store
 from scheduler.service.store.records import PlacementRecord, dumps
 
 __all__ = ["SchedulerService", "StepStats"]
 
 log = logging.getLogger("snugfit.scheduler")
+
+#: Longest wait between retries while Redis is unreachable.
+_MAX_BACKOFF_S = 2.0
+
+#: Up to this many jobs in ``placed``, every step checks that each has its RQ job.
+_RECOVER_EVERY_STEP_MAX = 1000
 
 
 @dataclass(slots=True)
@@ -91,6 +101,7 @@ class StepStats:
     conflicts: int = 0
     reclaimed: int = 0
     pending_in_window: int = 0
+    moved: int = 0  # placed jobs moved off down or draining nodes (no retry used)
 
 
 def _new_token() -> str:
@@ -124,6 +135,8 @@ class SchedulerService:
         telemetry: Any | None = None,
         placement_lease_s: float = 120.0,
         step_target_s: float | None = None,
+        node_stale_s: float | None = DEFAULT_NODE_STALE_S,
+        node_check_s: float = 1.0,
     ) -> None:
         from scheduler.core.loop import SchedulerCore
 
@@ -153,7 +166,10 @@ class SchedulerService:
         # because each step has fixed costs; a low arrival rate gets small steps anyway.
         self.step_target_s = None if step_target_s is None else float(step_target_s)
         self._s_per_job: float | None = None
-        self.refusals = NodeRefusals(store, pool)
+        # Node liveness: worker records are re-read every node_check_s; staleness is judged
+        # every step from them. None turns liveness off (cordon/drain still apply).
+        self.node_watch = NodeWatch(store, pool, stale_s=node_stale_s, check_s=node_check_s)
+        self._recovered_at = -math.inf
         self.core = SchedulerCore(pool.state(), self.policy)
         self.is_leader = False
         self._capver = -1
@@ -225,37 +241,57 @@ class SchedulerService:
         self._sync(force=True)
         self._recover_placed()
 
-    def _recover_placed(self) -> None:
-        """Enqueue placed jobs whose RQ job is missing (the old leader died before enqueueing)."""
+    def _recover_placed(self, rebuild: bool = True) -> int:
+        """Enqueue placed jobs whose RQ job is missing: the old leader died between commit and
+        enqueue, an enqueue failed on a connection error, or a Redis restart lost the RQ write.
+        ``rebuild`` also refills the placement-lease index (at takeover). Returns how many."""
         ids = self.store.job_ids("placed")
         if not ids:
-            return
-        rows = self.store.get_fields(ids, ["placement", "attempt", "decision"])
-        items = []
-        placed: list[tuple[float, str, int]] = []
-        for jid, (raw, attempt, _) in zip(ids, rows, strict=True):
+            return 0
+        rows = self.store.get_fields(ids, ["placement", "attempt"])
+        found: list[tuple[str, PlacementRecord]] = []
+        for jid, (raw, attempt) in zip(ids, rows, strict=True):
             try:
                 p = PlacementRecord.model_validate_json(raw or "")
             except ValidationError:
                 continue
             if attempt is None or int(attempt) != p.attempt:
                 continue
-            placed.append((p.placed_at, jid, p.attempt))
-            if not self.store.enqueued(p.node, jid, p.attempt):
-                meta: dict[str, Any] = {"snugfit_job": jid, "recovered": True}
-                if p.engine is not None:
-                    meta["engine"] = p.engine
-                items.append((p.node, jid, p.attempt, meta))
-        for placed_at, jid, att in sorted(placed):
-            self._placed[jid] = (att, placed_at)
+            found.append((jid, p))
+        if rebuild:
+            for jid, p in sorted(found, key=lambda jp: jp[1].placed_at):
+                self._placed[jid] = (p.attempt, p.placed_at)
+        have = self.store.enqueued_many([(jid, p.attempt) for jid, p in found])
+        items = []
+        for (jid, p), ok in zip(found, have, strict=True):
+            if ok:
+                continue
+            meta: dict[str, Any] = {"snugfit_job": jid, "recovered": True}
+            if p.engine is not None:
+                meta["engine"] = p.engine
+            items.append((p.node, jid, p.attempt, meta))
         if items:
-            log.info("re-enqueueing %d placed jobs that had no RQ job", len(items))
+            log.warning("re-enqueueing %d placed jobs that had no RQ job", len(items))
             self.store.enqueue(items)
+        return len(items)
+
+    def _check_enqueued(self, now: float) -> None:
+        """Every step while few jobs wait in ``placed`` (a worker starts them in milliseconds);
+        once a second when many do, so a big backlog does not slow every step."""
+        if self.store.count("placed") > _RECOVER_EVERY_STEP_MAX and now - self._recovered_at < 1:
+            return
+        self._recovered_at = now
+        self._recover_placed(rebuild=False)
 
     def resign(self) -> None:
-        if self.leader_election and self.is_leader:
-            self.store.release_leader(self.token)
+        """Give up the lease (best effort: with Redis unreachable the lease simply lapses)."""
+        was = self.is_leader
         self.is_leader = False
+        if self.leader_election and was:
+            try:
+                self.store.release_leader(self.token)
+            except Exception as exc:
+                log.warning("could not release the leader lease (%s); it lapses by itself", exc)
 
     # -- one iteration ------------------------------------------------------------------------
 
@@ -270,11 +306,14 @@ class SchedulerService:
         if now - self._expiry_checked_at >= 1.0:  # deployments whose duration_s ran out
             self._expiry_checked_at = now
             expire_due(self.store, now)
+        stats.moved = self._check_nodes(now)
+        self._check_enqueued(now)
         self._sync()
         self.history.poll()
         stats.ingested, stats.invalid = self._ingest(now)
-        # Nodes whose worker refuses work (MIG layout mismatch, no MPS daemon) get nothing new.
-        decisions = tick_fenced(self.core, self.refusals.gpus(now), now)
+        # Down, cordoned, draining and refusing nodes (MIG layout mismatch, no MPS daemon)
+        # get nothing new.
+        decisions = tick_fenced(self.core, self.node_watch.fence, now)
         if not self._still_leader():
             # The lease lapsed while we decided (a long tick): another scheduler may lead now,
             # so nothing decided here is committed; the fenced commit would refuse it anyway.
@@ -290,31 +329,63 @@ class SchedulerService:
         if stats.ingested >= 8:
             per = (time.perf_counter() - t0) / stats.ingested
             self._s_per_job = per if self._s_per_job is None else 0.7 * self._s_per_job + 0.3 * per
-        for name in ("placed", "rejected", "invalid", "conflicts", "reclaimed", "ingested"):
+        for name in (
+            "placed",
+            "rejected",
+            "invalid",
+            "conflicts",
+            "reclaimed",
+            "ingested",
+            "moved",
+        ):
             setattr(self.totals, name, getattr(self.totals, name) + getattr(stats, name))
         return stats
 
     def run(self, stop: threading.Event | None = None, max_steps: int | None = None) -> None:
-        """Step until ``stop`` is set (or ``max_steps``); sleeps on the wake-up list when idle."""
+        """Step until ``stop`` is set (or ``max_steps``); sleeps on the wake-up list when idle.
+
+        A failed step (Redis restarting or unreachable, a bug) never ends the loop: the leader
+        drops its in-memory view, waits with exponential backoff (``poll_s`` doubling to
+        ``_MAX_BACKOFF_S``) and, once a step succeeds again, takes over afresh from Redis
+        (capacity, allocations, placed jobs whose RQ job is missing). Only a
+        :class:`ServiceError` (a configuration conflict such as another pool) ends it.
+        """
         stop = stop or threading.Event()
         steps = 0
+        failures = 0
         try:
             while not stop.is_set() and (max_steps is None or steps < max_steps):
                 steps += 1
                 try:
                     s = self.step()
+                    if not s.leader:
+                        stop.wait(min(1.0, self.lease_ttl_ms / 4000))
+                    elif s.placed == 0 and s.ingested == 0 and s.reclaimed == 0 and not s.moved:
+                        # Inside the guard: the wake-up BLPOP is the first command to meet a
+                        # Redis restart while the scheduler is idle.
+                        self.store.wait_wakeup(self.poll_s)
                 except ServiceError:
                     raise
-                except Exception:
-                    log.exception("scheduler step failed; retrying")
-                    time.sleep(self.poll_s)
+                except Exception as exc:
+                    failures += 1
+                    if failures == 1:
+                        log.exception("scheduler step failed; retrying with backoff")
+                    else:
+                        log.warning("scheduler step failed again (%d): %s", failures, exc)
+                    self._step_failed()
+                    stop.wait(min(_MAX_BACKOFF_S, self.poll_s * 2 ** min(failures, 10)))
                     continue
-                if not s.leader:
-                    stop.wait(min(1.0, self.lease_ttl_ms / 4000))
-                elif s.placed == 0 and s.ingested == 0 and s.reclaimed == 0:
-                    self.store.wait_wakeup(self.poll_s)
+                if failures:
+                    log.warning("scheduler recovered after %d failed steps", failures)
+                    failures = 0
         finally:
             self.resign()
+
+    def _step_failed(self) -> None:
+        """Forget the in-memory view: what Redis holds is re-read at the next takeover."""
+        self.is_leader = False
+        self._renewed_at = 0.0
+        self._reset()
 
     # -- reclaim ------------------------------------------------------------------------------
 
@@ -403,6 +474,20 @@ class SchedulerService:
             events += got_events
         self.events.emit(events)
         return n
+
+    # -- nodes --------------------------------------------------------------------------------
+
+    def _check_nodes(self, now: float) -> int:
+        """Fence down / cordoned nodes for this step's tick; move unstarted jobs off down /
+        draining ones (no retry used). Returns how many jobs were moved."""
+        due = self.node_watch.check(now)
+        if not due:
+            return 0
+        moved, events = move_off(self.store, due, self.node_watch.statuses, self.policy.name.value)
+        for jid in moved:
+            self._placed.pop(jid, None)
+        self.events.emit(events)
+        return len(moved)
 
     # -- capacity sync ------------------------------------------------------------------------
 

@@ -34,11 +34,16 @@ from prometheus_client.registry import Collector
 from scheduler.service.store.keys import EVENT_KINDS, JobState, Keys
 
 __all__ = [
+    "DEFAULT_METRICS_HOST",
     "LATENCY_BUCKETS_SECONDS",
     "RATIO_BUCKETS",
     "Telemetry",
     "start_metrics_server",
 ]
+
+#: Loopback by default: queue depths and job counts are not for the whole network; an operator
+#: who scrapes from elsewhere says so (``snugfit scheduler --metrics-host 0.0.0.0``).
+DEFAULT_METRICS_HOST = "127.0.0.1"
 
 # Placement is meant to take milliseconds (p99 <= 50 ms goal), so the buckets resolve that range.
 LATENCY_BUCKETS_SECONDS: tuple[float, ...] = (
@@ -253,7 +258,7 @@ class Telemetry:
                 if rt is not None:
                     self.runtime_ratio.labels(gpu_type).observe(rt)
 
-    def serve(self, port: int, addr: str = "0.0.0.0") -> Any:
+    def serve(self, port: int, addr: str = DEFAULT_METRICS_HOST) -> Any:
         """Serve ``/metrics`` on a daemon thread; returns the HTTP server (``.shutdown()``)."""
         server, _thread = start_http_server(port, addr=addr, registry=self.registry)
         return server
@@ -264,7 +269,7 @@ def start_metrics_server(
     redis: Any | None = None,
     *,
     keys: Keys | None = None,
-    addr: str = "0.0.0.0",
+    addr: str = DEFAULT_METRICS_HOST,
 ) -> tuple[Telemetry, Any]:
     """Start serving the scheduler's metrics; returns the :class:`Telemetry` and the server."""
     telemetry = Telemetry(redis, keys=keys)

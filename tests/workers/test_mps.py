@@ -128,7 +128,7 @@ def test_node_refuses_shared_work_when_mps_cannot_start(
     monkeypatch.setenv("FAKE_MPS_FAIL", "1")
     h = Client(store=store).submit(spec(0, [sys.executable, "-c", DUMP]))
     svc = SchedulerService(store, POOL)
-    svc.refusals.check_s = 0.0
+    svc.node_watch.check_s = 0.0
     w = NodeWorker(store, "n1", pool=POOL, nvml=nvml(), heartbeat_s=0.05, home=tmp_path)
     assert w.work(burst=True) is False
     refuse = store.nodes()["n1"]["refuse"]

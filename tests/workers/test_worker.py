@@ -35,10 +35,10 @@ def store(redis_url: str) -> RedisStore:
 def make_worker(store: RedisStore, tmp_path: Path, **kw: Any) -> NodeWorker:
     kw.setdefault("simulate", True)
     kw.setdefault("time_scale", 1e-4)
+    kw.setdefault("pool", POOL)
     return NodeWorker(
         store,
         "n1",
-        pool=POOL,
         heartbeat_s=0.05,
         history_path=tmp_path / "h.jsonl",
         log_path=tmp_path / "log.jsonl",
@@ -115,27 +115,48 @@ def test_failing_command_fails_with_exit_code(store: RedisStore, tmp_path: Path)
     assert store.alloc_ids() == []
 
 
-def test_oom_in_output_requeues_with_larger_reservation(store: RedisStore, tmp_path: Path) -> None:
+def test_oom_in_output_requeues_on_a_bigger_slot(store: RedisStore, tmp_path: Path) -> None:
+    # The H100 node is cheaper for this job; after an OOM with the whole 80 GB it must go to
+    # the H200 (a bigger type), not back to another H100.
+    two = Pool.from_dict(
+        {
+            "name": "two",
+            "nodes": [
+                {"name": "n1", "gpu": "H100-80GB", "count": 2},
+                {"name": "n2", "gpu": "H200-141GB", "count": 1},
+            ],
+        }
+    )
     code = "import sys; print('torch.OutOfMemoryError: CUDA out of memory.'); sys.exit(1)"
     h = Client(store=store).submit(spec(0, [sys.executable, "-c", code]))
-    svc = SchedulerService(store, POOL)
+    svc = SchedulerService(store, two)
     svc.step()
     first = h.placement
-    assert first is not None
-    drain(make_worker(store, tmp_path, simulate=False, nvml=None))
+    assert first is not None and first.node == "n1"
+    drain(make_worker(store, tmp_path, simulate=False, nvml=None, pool=two))
     assert h.status() == "pending"
     # It died at the whole GPU's 80 GiB, so its peak was above that: the new reservation is
     # above the limit (the shared rule), not just 1.25x the old reservation.
     assert float(h.record()["reserved_gib"]) > first.capacity_gib
     assert h.record()["ooms"] == "1"
+    assert "bigger GPU type" in (h.reason or "")
     kinds = [e["event"] for _, e in store.events()]
     assert "oom" in kinds and "requeued" in kinds
     rows = [json.loads(x) for x in store.history()]
     assert rows[-1]["oom"] is True
     assert rows[-1]["hardware"]["limit_gib"] == pytest.approx(first.capacity_gib, abs=1e-3)
     svc.step()
-    # No H100-80GB in this pool holds more than 80 GiB: rejected with the reason, not retried.
-    assert h.status() == "rejected"
+    assert h.placement is not None and h.placement.gpu_type == "H200-141GB"
+
+
+def test_oom_with_nothing_bigger_fails_at_once(store: RedisStore, tmp_path: Path) -> None:
+    code = "import sys; print('torch.OutOfMemoryError: CUDA out of memory.'); sys.exit(1)"
+    h = Client(store=store).submit(spec(0, [sys.executable, "-c", code]))
+    SchedulerService(store, POOL).step()
+    drain(make_worker(store, tmp_path, simulate=False, nvml=None))
+    assert h.status() == "failed"
+    assert "nothing bigger exists" in (h.reason or "") and "ooms" not in h.record()
+    assert store.alloc_ids() == []
 
 
 def test_detect_oom_from_text_or_nvml() -> None:

@@ -46,6 +46,8 @@ Keys
 ``P:deploys``                      ZSET of deployment ids, score = created_at
 ``P:deploy_expiry``                ZSET of active deployments with a ``duration_s``, score =
                                    expires_at (the leader cancels their replicas when due)
+``P:node_admin``                   HASH node name -> operator state (``cordoned`` | ``draining``)
+                                   set by ``snugfit node cordon|drain``, removed by ``uncordon``
 RQ ``rq:queue:snugfit:node:{name}``  one RQ queue per node (queue name ``snugfit:node:{name}``),
                                    JSON serializer; RQ job id ``{job id}-a{attempt}`` (see
                                    :func:`rq_job_id`), function
@@ -93,6 +95,8 @@ Job record (``P:job:{id}`` fields; JSON values marked ``json``)
 ``attempt``          int, bumped at each placement; fences stale workers and RQ job ids
 ``max_retries``      int, how many lost leases (dead workers) are retried before ``failed``
 ``lost``             int, leases lost so far
+``moved``            int, times the job was moved off a dead or draining node before it
+                     started (never counted against ``max_retries``)
 ``ooms``             int, OOM kills so far (``max_oom_retries`` caps the requeues)
 ``max_oom_retries``  int
 ``reserved_gib``     float, reservation floor after an OOM (absent before the first OOM)
@@ -298,6 +302,10 @@ class Keys:
     @property
     def deploy_expiry(self) -> str:
         return f"{self.prefix}:deploy_expiry"
+
+    @property
+    def node_admin(self) -> str:
+        return f"{self.prefix}:node_admin"
 
     def all_states(self) -> list[str]:
         return [self.state(s.value) for s in JobState]

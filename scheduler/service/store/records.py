@@ -12,6 +12,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from predictor.gpus import GPU_NAMES
+from predictor.limits import (
+    MAX_GPUS,
+    MAX_PARALLEL,
+    MAX_PRIORITY,
+    MAX_RUNTIME_S,
+    MAX_VRAM_GIB,
+    MIN_PRIORITY,
+)
 
 __all__ = ["OutcomeRecord", "PlacementRecord", "RequestRecord", "dumps", "parse_engine"]
 
@@ -63,13 +71,14 @@ class RequestRecord(BaseModel):
     busy_frac: list[float | None] | None = Field(
         default=None, min_length=_N_TYPES, max_length=_N_TYPES
     )
-    n_gpus: int = Field(default=1, ge=1, le=1024)
-    tensor_parallel: int = Field(default=1, ge=1, le=1024)
-    pipeline_parallel: int = Field(default=1, ge=1, le=1024)
+    # The same bounds as JobSpec (predictor.limits), so what the client accepts is placeable.
+    n_gpus: int = Field(default=1, ge=1, le=MAX_GPUS)
+    tensor_parallel: int = Field(default=1, ge=1, le=MAX_PARALLEL)
+    pipeline_parallel: int = Field(default=1, ge=1, le=MAX_PARALLEL)
     gpu: str | None = None
     requested_gpu: str | None = None
-    priority: int = Field(default=0, ge=-(10**6), le=10**6)
-    deadline_s: float | None = Field(default=None, ge=0)
+    priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY)
+    deadline_s: float | None = Field(default=None, ge=0, le=MAX_RUNTIME_S)
 
     @field_validator("gpu", "requested_gpu")
     @classmethod
@@ -86,12 +95,24 @@ class RequestRecord(BaseModel):
                 raise ValueError(f"busy_frac values must be in [0, 1] or null; got {x!r}")
         return v
 
-    @field_validator("vram_gib", "vram_upper_gib", "runtime_s", "runtime_upper_s")
+    @field_validator("vram_gib", "vram_upper_gib")
     @classmethod
-    def _non_negative(cls, v: list[float | None]) -> list[float | None]:
+    def _vram(cls, v: list[float | None]) -> list[float | None]:
+        # Every job holds at least a CUDA context: a 0 GiB request would take a shared slot
+        # for nothing.
         for x in v:
-            if x is not None and not (math.isfinite(x) and x >= 0):
-                raise ValueError(f"values must be finite and >= 0 or null; got {x!r}")
+            if x is not None and not (math.isfinite(x) and 0 < x <= MAX_VRAM_GIB):
+                raise ValueError(
+                    f"VRAM values must be in (0, {MAX_VRAM_GIB:g}] GiB or null; got {x!r}"
+                )
+        return v
+
+    @field_validator("runtime_s", "runtime_upper_s")
+    @classmethod
+    def _runtime(cls, v: list[float | None]) -> list[float | None]:
+        for x in v:
+            if x is not None and not (math.isfinite(x) and 0 <= x <= MAX_RUNTIME_S):
+                raise ValueError(f"runtimes must be in [0, {MAX_RUNTIME_S:g}] s or null; got {x!r}")
         return v
 
 

@@ -36,10 +36,12 @@ def pool_fingerprint(config_json: str) -> str:
     return hashlib.sha256(config_json.encode()).hexdigest()[:16]
 
 
-_DEFAULT_MAX = {"ooms": "3", "lost": "2"}
+# ``moved`` (off a dead or draining node before the job started) is no retry: its cap only
+# stops a job from bouncing forever between nodes that keep dying.
+_DEFAULT_MAX = {"ooms": "3", "lost": "2", "moved": "1000"}
 
 
-_MAX_FIELD = {"ooms": "max_oom_retries", "lost": "max_retries"}
+_MAX_FIELD = {"ooms": "max_oom_retries", "lost": "max_retries", "moved": "max_moves"}
 
 
 def _now() -> str:
@@ -292,6 +294,17 @@ class RedisStore:
 
         return bool(self.raw.exists(f"rq:job:{rq_job_id(job_id, attempt)}"))
 
+    def enqueued_many(self, items: Sequence[tuple[str, int]]) -> list[bool]:
+        """Whether each ``(job id, attempt)`` has its RQ job (one pipelined round trip)."""
+        from scheduler.service.store.keys import rq_job_id
+
+        if not items:
+            return []
+        pipe = self.raw.pipeline(transaction=False)
+        for job_id, attempt in items:
+            pipe.exists(f"rq:job:{rq_job_id(job_id, attempt)}")
+        return [bool(x) for x in pipe.execute()]
+
     # -- events, history, logs, nodes ---------------------------------------------------------
 
     def emit(self, events: Sequence[Mapping[str, Any]]) -> None:
@@ -343,6 +356,15 @@ class RedisStore:
         for n in names:
             pipe.hgetall(self.keys.node(n))
         return dict(zip(names, pipe.execute(), strict=True))
+
+    def set_node_admin(self, name: str, state: str | None) -> None:
+        if state is None:
+            self.r.hdel(self.keys.node_admin, name)
+        else:
+            self.r.hset(self.keys.node_admin, name, state)
+
+    def node_admin(self) -> dict[str, str]:
+        return dict(self.r.hgetall(self.keys.node_admin))
 
 
 def open_store(url: str | None = None, prefix: str = DEFAULT_PREFIX) -> RedisStore:

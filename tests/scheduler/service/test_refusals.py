@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import redis
 
 from scheduler.core.pool import Pool
@@ -21,23 +23,29 @@ POOL = Pool.from_dict(
 )
 
 
+def _refusing(svc: SchedulerService) -> dict[str, str]:
+    return {n: st.refuse for n, st in svc.node_watch.statuses.items() if st.refuse}
+
+
 def test_refusing_node_gets_no_placements_until_it_clears(redis_url: str) -> None:
     store = RedisStore(redis.Redis.from_url(redis_url))
-    store.register_node("n1", {"heartbeat_at": "0", "refuse": "MPS: daemon cannot start"})
+    store.register_node(
+        "n1", {"heartbeat_at": str(time.time()), "refuse": "MPS: daemon cannot start"}
+    )
     svc = SchedulerService(store, POOL)
-    svc.refusals.check_s = 0.0
+    svc.node_watch.check_s = 0.0
     client = Client(store=store)
     first = client.submit(spec(0, gpu=None))
     svc.step()
     assert first.placement is not None and first.placement.node == "n2"
-    assert svc.refusals.reasons == {"n1": "MPS: daemon cannot start"}
+    assert _refusing(svc) == {"n1": "MPS: daemon cannot start"}
     second = client.submit(spec(1))
     svc.step()
     assert second.status() == "pending"  # n2 is full and n1 refuses
-    store.register_node("n1", {"refuse": ""})
+    store.register_node("n1", {"heartbeat_at": str(time.time()), "refuse": ""})
     svc.step()
     assert second.placement is not None and second.placement.node == "n1"
-    assert svc.refusals.reasons == {}
+    assert _refusing(svc) == {}
 
 
 def test_snugfit_pool_shows_why_a_node_refuses_work(redis_url: str) -> None:

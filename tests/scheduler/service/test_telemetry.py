@@ -125,3 +125,21 @@ def test_metrics_endpoint_serves_prometheus_text(redis_url: str) -> None:
         assert 'snugfit_jobs{state="pending"} 0.0' in body
     finally:
         server.shutdown()
+
+
+def test_metrics_endpoint_binds_loopback_by_default() -> None:
+    port = _free_port()
+    _t, server = start_metrics_server(port)
+    try:
+        assert server.server_address[0] == "127.0.0.1"
+    finally:
+        server.shutdown()
+
+
+def test_scheduler_command_has_metrics_host_flag() -> None:
+    from click.testing import CliRunner
+
+    from scheduler.cli import cli
+
+    out = CliRunner().invoke(cli, ["scheduler", "--help"]).output
+    assert "--metrics-host" in out and "127.0.0.1" in out

@@ -1,0 +1,64 @@
+"""``snugfit node cordon|drain|uncordon NAME``: take a node out of service and back.
+
+``cordon``: no new placements. ``drain``: no new placements, and jobs placed there that have
+not started move to other nodes (running jobs finish). ``uncordon``: back in service.
+The state is shown by ``snugfit pool`` (see :mod:`scheduler.service.nodes`).
+"""
+
+from __future__ import annotations
+
+import click
+
+__all__ = ["node_command"]
+
+_ACTIONS = {"cordon": "cordoned", "drain": "draining", "uncordon": None}
+
+
+@click.command("node")
+@click.argument("action", type=click.Choice(sorted(_ACTIONS)))
+@click.argument("name")
+@click.option(
+    "--redis",
+    "--url",
+    "url",
+    envvar="SNUGFIT_REDIS_URL",
+    default=None,
+    help="Redis URL (default: $SNUGFIT_REDIS_URL, else the embedded server).",
+)
+@click.option("--prefix", default="snugfit", show_default=True, help="Key prefix of the cluster.")
+def node_command(action: str, name: str, url: str | None, prefix: str) -> None:
+    """Cordon, drain or uncordon the node NAME (as in the pool file)."""
+    from scheduler.exceptions import ServiceError
+    from scheduler.service.store.redis_store import open_store
+
+    try:
+        store = open_store(url, prefix)
+    except ServiceError as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        config = store.pool_config()
+        if config is None:
+            raise click.ClickException(
+                f"no pool in Redis under {prefix}:pool; start `snugfit scheduler --pool FILE` "
+                "first (it publishes the pool)"
+            )
+        names = [str(n.get("name")) for n in config.get("nodes", [])]
+        if name not in names:
+            raise click.ClickException(
+                f"node {name!r} is not in pool {config.get('name')!r}; its nodes are: "
+                f"{', '.join(names)}"
+            )
+        state = _ACTIONS[action]
+        store.set_node_admin(name, state)
+        store.wake()
+    finally:
+        store.close()
+    if state is None:
+        click.echo(f"node {name}: back in service")
+    elif state == "cordoned":
+        click.echo(f"node {name}: cordoned (no new placements; its jobs stay)")
+    else:
+        click.echo(
+            f"node {name}: draining (no new placements; unstarted jobs move elsewhere, running "
+            "jobs finish; `snugfit pool` shows it drained when empty)"
+        )

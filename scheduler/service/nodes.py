@@ -1,0 +1,219 @@
+"""Node liveness and operator state: which nodes take new placements, and why not.
+
+A node's worker writes ``heartbeat_at`` into ``P:node:{name}`` every few seconds. A node whose
+heartbeat is older than ``stale_s`` is **down**: it gets no new placements, and jobs placed
+there that no worker has started move elsewhere without using up a retry (its running jobs are
+reclaimed by their own leases).
+A node no worker ever registered is **unknown** and still placeable: the placement lease
+(``placement_lease_s``) covers it, and a scheduler started before its workers places at once.
+
+Operators take a node out of service with ``snugfit node cordon|drain NAME`` (``P:node_admin``):
+
+- **cordoned**: no new placements; what is placed or running there stays (Kubernetes'
+  ``kubectl cordon``).
+- **draining**: no new placements, and jobs placed there but not started move elsewhere;
+  running jobs finish (Slurm's DRAIN). Shown as **drained** once nothing is left on it.
+
+``uncordon`` returns the node to service.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pydantic import ValidationError
+
+from scheduler.core.fence import node_gpus
+from scheduler.core.pool import Pool
+from scheduler.service.events import event
+from scheduler.service.store.protocol import Store
+from scheduler.service.store.records import PlacementRecord
+
+__all__ = [
+    "DEFAULT_NODE_STALE_S",
+    "NodeAdmin",
+    "NodeStatus",
+    "NodeWatch",
+    "move_off",
+    "node_statuses",
+]
+
+log = logging.getLogger("snugfit.scheduler")
+
+#: While a node stays down or draining, its placed jobs are swept again this often (a standby
+#: that led before may have placed there).
+_RESWEEP_S = 5.0
+
+#: A worker beats every 5 s; three missed beats make its node down.
+DEFAULT_NODE_STALE_S = 15.0
+
+
+class NodeAdmin(StrEnum):
+    CORDONED = "cordoned"
+    DRAINING = "draining"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    """One node as placement sees it."""
+
+    name: str
+    liveness: str  # "up" | "down" | "unknown" (no worker ever registered)
+    heartbeat_age_s: float | None
+    admin: str | None  # a NodeAdmin value, or None
+    reason: str  # why it takes no new placements ("" when it does)
+    # What the node's worker found wrong with it (a static MIG layout that does not match the
+    # GPU, MIG mode off, no MPS daemon): it runs nothing until the worker clears it.
+    refuse: str = ""
+
+    @property
+    def schedulable(self) -> bool:
+        return self.liveness != "down" and self.admin is None and not self.refuse
+
+    @property
+    def evacuate(self) -> bool:
+        """Jobs placed here but not started should move elsewhere."""
+        return self.liveness == "down" or self.admin == NodeAdmin.DRAINING or bool(self.refuse)
+
+
+def _float(v: str | None) -> float:
+    try:
+        return float(v) if v is not None else math.nan
+    except ValueError:
+        return math.nan
+
+
+def node_statuses(
+    names: list[str] | tuple[str, ...],
+    registered: Mapping[str, Mapping[str, str]],
+    admin: Mapping[str, str],
+    *,
+    now: float,
+    stale_s: float | None = DEFAULT_NODE_STALE_S,
+) -> dict[str, NodeStatus]:
+    """The status of every pool node ``names`` from the worker records and operator states.
+
+    ``stale_s=None`` turns liveness off (every node counts as up; operator states still apply).
+    """
+    out: dict[str, NodeStatus] = {}
+    for name in names:
+        info = registered.get(name)
+        a = admin.get(name)
+        a = a if a in (NodeAdmin.CORDONED, NodeAdmin.DRAINING) else None
+        age: float | None = None
+        if not info:
+            liveness = "unknown"
+            why = ""
+        else:
+            hb = _float(info.get("heartbeat_at"))
+            age = now - hb if math.isfinite(hb) else None
+            if stale_s is None:
+                liveness, why = "up", ""
+            elif age is None or age > stale_s:
+                seen = "never" if age is None else f"{age:.0f} s ago"
+                liveness = "down"
+                why = (
+                    f"node {name}: worker heartbeat {seen} (stale after {stale_s:g} s; is "
+                    f"`snugfit worker --node {name}` running?)"
+                )
+            else:
+                liveness, why = "up", ""
+        refuse = str((info or {}).get("refuse") or "")
+        if refuse and not why:
+            why = f"node {name} refuses work: {refuse}"
+        if a is not None and not why:
+            why = f"node {name} is {a} (`snugfit node uncordon {name}` returns it)"
+        out[name] = NodeStatus(name, liveness, age, a, why, refuse)
+    return out
+
+
+class NodeWatch:
+    """The leader's view of its nodes: worker records re-read every ``check_s``, staleness
+    judged at every :meth:`check` from them."""
+
+    def __init__(
+        self,
+        store: Store,
+        pool: Pool,
+        *,
+        stale_s: float | None = DEFAULT_NODE_STALE_S,
+        check_s: float = 1.0,
+    ) -> None:
+        self.store = store
+        self.pool = pool
+        self.stale_s = None if stale_s is None else float(stale_s)
+        self.check_s = float(check_s)
+        self.statuses: dict[str, NodeStatus] = {}
+        self.closed: frozenset[str] = frozenset()
+        self.fence = node_gpus(pool, ())
+        self._records: tuple[dict[str, dict[str, str]], dict[str, str]] = ({}, {})
+        self._read_at = -math.inf
+        self._swept_at: dict[str, float] = {}
+
+    def check(self, now: float) -> set[str]:
+        """Refresh :attr:`statuses`, :attr:`closed` and :attr:`fence` (the GPUs of nodes that
+        take nothing new); returns the down / draining nodes whose placed jobs to move now."""
+        if now - self._read_at >= self.check_s:
+            self._read_at = now
+            self._records = (self.store.nodes(), self.store.node_admin())
+        registered, admin = self._records
+        names = [n.name for n in self.pool.nodes]
+        self.statuses = node_statuses(names, registered, admin, now=now, stale_s=self.stale_s)
+        closed = frozenset(n for n, st in self.statuses.items() if not st.schedulable)
+        if closed != self.closed:
+            for n in sorted(closed - self.closed):
+                log.warning("no new placements on %s", self.statuses[n].reason)
+            for n in sorted(self.closed - closed):
+                log.info("node %s takes placements again", n)
+            self.closed = closed
+            self.fence = node_gpus(self.pool, closed)
+        leaving = {n for n, st in self.statuses.items() if st.evacuate}
+        for n in list(self._swept_at):
+            if n not in leaving:
+                del self._swept_at[n]
+        due = {n for n in leaving if now - self._swept_at.get(n, -math.inf) >= _RESWEEP_S}
+        for n in due:
+            self._swept_at[n] = now
+        return due
+
+
+def move_off(
+    store: Store, nodes: set[str], statuses: Mapping[str, NodeStatus], policy: str
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Requeue placed, unstarted jobs on ``nodes``, counted as ``moved`` (not a retry):
+    (the jobs moved, their events)."""
+    ids = store.job_ids("placed")
+    if not ids:
+        return [], []
+    rows = store.get_fields(ids, ["placement", "attempt"])
+    moved: list[str] = []
+    events: list[dict[str, Any]] = []
+    for jid, (raw, att) in zip(ids, rows, strict=True):
+        try:
+            p = PlacementRecord.model_validate_json(raw or "")
+        except ValidationError:
+            continue
+        if p.node not in nodes or att is None or int(att) != p.attempt:
+            continue
+        reason = f"moved before it started: {statuses[p.node].reason}"
+        got = store.requeue(jid, p.attempt, reason=reason, counter="moved", from_states="placed")
+        if got in ("requeued", "failed", "cancelled"):
+            moved.append(jid)
+            events.append(
+                event(
+                    "requeued" if got == "requeued" else "finished",
+                    jid,
+                    attempt=p.attempt,
+                    node=p.node,
+                    reason=f"{reason}; job {got} (no retry used)",
+                    policy=policy,
+                )
+            )
+    if moved:
+        log.warning("moved %d unstarted jobs off %s", len(moved), ", ".join(sorted(nodes)))
+    return moved, events
