@@ -477,14 +477,17 @@ class SchedulerService:
         commits: list[Commit] = []
         records: list[PlacementRecord] = []
         for d in placed:
-            # The committed option, from the pool state: d.chosen_option would build the whole
-            # option list just to pick one (the compact decision record builds it once below).
-            opt = self.core.state.option_of(d.job_id)
             known = self._known[d.job_id]
             rec = placement_record(
-                d.job_id, opt, known.attempt + 1, now=now, policy=policy, simulated=self.simulated
+                self.pool,
+                d,
+                known.attempt + 1,
+                now=now,
+                policy=policy,
+                simulated=self.simulated,
             )
-            commits.append(build_commit(self.pool, d, opt, known.attempt, rec))
+            decision_json = dumps(d.to_dict(compact=True))
+            commits.append(build_commit(rec, known.attempt, decision_json))
             records.append(rec)
         token = self.token if self.leader_election else ""
         results = commit_chunks(self.store, commits, token, self._still_leader)
@@ -514,9 +517,8 @@ class SchedulerService:
             self._placed[d.job_id] = (rec.attempt, rec.placed_at)
             if self.telemetry is not None and seen is not None:
                 self.telemetry.observe_placement_latency(committed_at - seen.submitted_at)
-            opt = self.core.state.option_of(d.job_id)
-            items.append((rec.node, d.job_id, rec.attempt, job_meta(d, rec, opt, self.simulated)))
-            events.append(placed_event(d, rec, opt, self.simulated))
+            items.append((rec.node, d.job_id, rec.attempt, job_meta(rec)))
+            events.append(placed_event(rec))
         if self._capver >= 0 and versions == list(
             range(self._capver + 1, self._capver + 1 + len(versions))
         ):
