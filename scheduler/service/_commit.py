@@ -129,11 +129,6 @@ def build_commit(rec: PlacementRecord, expected_attempt: int, decision_json: str
     return Commit(
         job_id=rec.job_id,
         expected_attempt=expected_attempt,
-        kind=KIND_CODE[rec.kind],
-        gpus=tuple(rec.gpu_indices),
-        used_mib=rec.used_mib,
-        reserved_mib=gib_to_mib_ceil(rec.reserved_gib),
-        mig_mask=rec.mig_mask,
         alloc_json=dumps(alloc_record(rec)),
         placement_json=rec.model_dump_json(),
         decision_json=decision_json,
@@ -141,15 +136,21 @@ def build_commit(rec: PlacementRecord, expected_attempt: int, decision_json: str
 
 
 def commit_chunks(
-    store: Store, commits: Sequence[Commit], token: str, still_leader: Callable[[], bool]
+    store: Store,
+    commits: Sequence[Commit],
+    token: str,
+    still_leader: Callable[[], bool],
+    *,
+    fenced: bool = True,
 ) -> list[str]:
-    """Commit in chunks of :data:`COMMIT_CHUNK`, re-checking the lease between chunks."""
+    """Commit in chunks of :data:`COMMIT_CHUNK` (one atomic script each), re-checking the
+    lease between chunks."""
     results: list[str] = []
     for start in range(0, len(commits), COMMIT_CHUNK):
         if start and not still_leader():
             results += ["err:lease lost during commit"] * (len(commits) - start)
             break
-        results += store.commit(commits[start : start + COMMIT_CHUNK], token)
+        results += store.commit(commits[start : start + COMMIT_CHUNK], token, fenced=fenced)
     return results
 
 

@@ -161,28 +161,23 @@ class RedisStore:
     def capacity_version(self) -> int:
         return int(self.r.get(self.keys.capver) or 0)
 
-    def commit(self, commits: Sequence[Commit], token: str) -> list[str]:
+    def commit(self, commits: Sequence[Commit], token: str, *, fenced: bool = True) -> list[str]:
+        """Commit a chunk in one script: per job ``ok:<capver>``, ``err:`` or ``bad:``.
+
+        ``fenced`` (the default) commits only while ``token`` holds the leader lease; an empty
+        token never passes. A script that fails as a whole (it should not: every value is
+        checked before anything is written) answers ``err:`` for every job of the chunk.
+        """
         if not commits:
             return []
-        pipe = self.r.pipeline(transaction=False)
-        now = _now()
+        args: list[Any] = [self.prefix, token, "1" if fenced else "0", _now()]
         for c in commits:
-            args: list[Any] = [
-                self.prefix,
-                c.job_id,
-                token,
-                c.expected_attempt,
-                now,
-                c.alloc_json,
-                c.placement_json,
-                c.decision_json,
-                c.kind,
-                c.used_mib,
-                c.mig_mask,
-                *c.gpus,
-            ]
-            self._commit(args=args, client=pipe)
-        return [str(x) for x in pipe.execute()]
+            args += [c.job_id, c.expected_attempt, c.alloc_json, c.placement_json, c.decision_json]
+        try:
+            got = self._commit(args=args)
+        except redis.ResponseError as exc:
+            return [f"err:commit failed: {str(exc)[:200]}"] * len(commits)
+        return [str(x) for x in got]
 
     # -- transitions --------------------------------------------------------------------------
 
