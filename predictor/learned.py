@@ -281,12 +281,32 @@ class ResidualRegressor:
 
     @classmethod
     def from_model_string(cls, text: str) -> ResidualRegressor:
-        import lightgbm as lgb
-
+        lgb = _lightgbm_for_predicting()
         est = cls()
         est.booster_ = lgb.Booster(model_str=text)
         est.n_features_in_ = est.booster_.num_feature()
         return est
+
+
+def _lightgbm_for_predicting() -> Any:
+    """lightgbm for loading and running a booster, without importing scikit-learn.
+
+    lightgbm imports scikit-learn (about 2 s on a loaded 2-core machine) for its sklearn
+    wrappers, which predicting never uses; when nothing has imported scikit-learn yet, hide
+    it for the duration of that import. Training imports both normally afterwards.
+    """
+    import sys
+
+    if "lightgbm" in sys.modules or "sklearn" in sys.modules:
+        import lightgbm
+
+        return lightgbm
+    sys.modules["sklearn"] = None  # type: ignore[assignment]
+    try:
+        import lightgbm
+    finally:
+        del sys.modules["sklearn"]
+    return lightgbm
 
 
 # ------------------------------------------------------------------------------ data

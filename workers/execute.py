@@ -362,6 +362,9 @@ def _runner_for(
         pred = predictions.get(p.gpu_type)
         breakdown = pred.get("breakdown_gib") if isinstance(pred, dict) else None
         told = engine_values(p.reserved_gib, p.capacity_gib, breakdown)
+        # A serving replica also carries its plan's values (TP size, max-num-seqs, KV dtype,
+        # quantization, ...), which take precedence: the planner sized the engine for its slot.
+        told.update(p.engine or {})
         argv = [fill_placeholders(a, told) for a in argv]
         spec_env = {k: fill_placeholders(v, told) for k, v in (spec_env or {}).items()}
         worker_vars = engine_env(told, p.reserved_gib) | _device_vars(ctx, p)

@@ -110,18 +110,18 @@ def predict_command(
         )
     except PredictorError as exc:
         raise click.ClickException(str(exc)) from None
-    preds = [Prediction.model_construct(**r) for r in rows]
     if fmt == "table" and output is None:
-        render_predictions(specs, preds)
+        render_predictions(specs, [Prediction.model_construct(**r) for r in rows])
         return
+    # JSONL needs only the rows: a Prediction object per row was a fifth of the command's time.
     lines = "".join(json.dumps(r) + "\n" for r in rows)
     if output is None:
         sys.stdout.write(lines)
     else:
         output.write_text(lines)
-        click.echo(f"wrote {len(preds)} predictions for {len(specs)} jobs to {output}", err=True)
+        click.echo(f"wrote {len(rows)} predictions for {len(specs)} jobs to {output}", err=True)
         if fmt == "table":
-            render_predictions(specs, preds)
+            render_predictions(specs, [Prediction.model_construct(**r) for r in rows])
 
 
 @click.command("models")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -69,9 +69,7 @@ def place(
     others[chosen] = False
     runner = table.best(keys(table), others)
 
-    def thunk() -> list[Option]:
-        return table.options(chosen, opt, loser_reason=loser_reason, by_cost=by_cost)
-
+    lazy = _PlacedThunks(table, chosen, opt, loser_reason, by_cost)
     return Decision(
         table.request.job_id,
         policy,
@@ -80,8 +78,44 @@ def place(
         reason=reason,
         runner_up=runner,
         time_s=now_s,
-        options_thunk=thunk,
+        options_thunk=lazy.options,
+        committed=opt,
+        option_thunk=lazy.option,
+        columns_thunk=lazy.columns,
     )
+
+
+class _PlacedThunks:
+    """A placed Decision's options, one option, or their columns, built only when read."""
+
+    __slots__ = ("by_cost", "chosen", "loser_reason", "opt", "table")
+
+    def __init__(
+        self, table: OptionTable, chosen: int, opt: Option, loser_reason: str, by_cost: bool
+    ) -> None:
+        self.table = table
+        self.chosen = chosen
+        self.opt = opt
+        self.loser_reason = loser_reason
+        self.by_cost = by_cost
+
+    def options(self) -> list[Option]:
+        return self.table.options(
+            self.chosen, self.opt, loser_reason=self.loser_reason, by_cost=self.by_cost
+        )
+
+    def option(self, c: int) -> Option:
+        if c == self.chosen:
+            return self.opt
+        why = self.table.loser_reason(
+            c, self.chosen, loser_reason=self.loser_reason, by_cost=self.by_cost
+        )
+        return self.table.option(c, reason=why)
+
+    def columns(self) -> dict[str, list[Any]]:
+        return self.table.columns(
+            self.chosen, self.opt, loser_reason=self.loser_reason, by_cost=self.by_cost
+        )
 
 
 def pending_decision(

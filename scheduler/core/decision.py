@@ -123,6 +123,9 @@ class Decision:
     """
 
     __slots__ = (
+        "_columns_thunk",
+        "_committed",
+        "_option_thunk",
         "_options",
         "_reason",
         "_reason_thunk",
@@ -148,6 +151,9 @@ class Decision:
         *,
         options_thunk: Callable[[], list[Option]] | None = None,
         reason_thunk: Callable[[], str] | None = None,
+        committed: Option | None = None,
+        option_thunk: Callable[[int], Option] | None = None,
+        columns_thunk: Callable[[], dict[str, list[Any]]] | None = None,
     ) -> None:
         self.job_id = job_id
         self.policy = policy
@@ -159,6 +165,12 @@ class Decision:
         self._reason_thunk = reason_thunk if not reason else None
         self.runner_up = runner_up
         self.time_s = time_s
+        # A placed decision carries the option it committed (the one the pool state holds),
+        # and optionally builds one option, or every option's columns, straight from the
+        # policy's arrays, so the commit path never builds the whole option list.
+        self._committed = committed
+        self._option_thunk = option_thunk if options is None else None
+        self._columns_thunk = columns_thunk if options is None else None
 
     @property
     def options(self) -> list[Option]:
@@ -170,7 +182,7 @@ class Decision:
     @options.setter
     def options(self, value: list[Option]) -> None:
         self._options = value
-        self._thunk = None
+        self._thunk = self._option_thunk = self._columns_thunk = None
 
     @property
     def reason(self) -> str:
@@ -186,7 +198,25 @@ class Decision:
 
     @property
     def chosen_option(self) -> Option | None:
-        return None if self.chosen is None else self.options[self.chosen]
+        """The chosen option; for a placed decision, the very Option committed (no list built)."""
+        if self.chosen is None:
+            return None
+        if self._committed is not None:
+            return self._committed
+        return self.options[self.chosen]
+
+    @property
+    def runner_up_option(self) -> Option | None:
+        return None if self.runner_up is None else self.option(self.runner_up)
+
+    def option(self, i: int) -> Option:
+        """Option ``i``; a lazy decision builds only that one from its arrays."""
+        if self._options is None:
+            if i == self.chosen and self._committed is not None:
+                return self._committed
+            if self._option_thunk is not None:
+                return self._option_thunk(i)
+        return self.options[i]
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Decision):
@@ -209,14 +239,26 @@ class Decision:
         ``options`` only the chosen and runner-up options as dicts (``null`` elsewhere), so
         readers that only want those two index ``options`` as before.
         """
-        opts = self.options
-        if not compact:
-            options: list[Any] = [o.to_dict() for o in opts]
-        else:
-            options = [None] * len(opts)
+        options: list[Any]
+        columns: dict[str, list[Any]] = {}
+        if compact and self._options is None and self._columns_thunk is not None:
+            # The hot path: columns straight from the arrays, two options built as dicts.
+            columns = self._columns_thunk()
+            n = len(columns["kind"])
+            options = [None] * n
             for i in (self.chosen, self.runner_up):
-                if i is not None and 0 <= i < len(opts):
-                    options[i] = opts[i].to_dict()
+                if i is not None and 0 <= i < n:
+                    options[i] = self.option(i).to_dict()
+        else:
+            opts = self.options
+            if not compact:
+                options = [o.to_dict() for o in opts]
+            else:
+                options = [None] * len(opts)
+                for i in (self.chosen, self.runner_up):
+                    if i is not None and 0 <= i < len(opts):
+                        options[i] = opts[i].to_dict()
+                columns = _columns(opts)
         out: dict[str, Any] = {
             "job_id": self.job_id,
             "policy": self.policy,
@@ -228,7 +270,7 @@ class Decision:
             "time_s": self.time_s,
         }
         if compact:
-            out["option_columns"] = _columns(opts)
+            out["option_columns"] = columns
         return out
 
     @classmethod

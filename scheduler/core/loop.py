@@ -128,19 +128,14 @@ class SchedulerCore:
             )
         req = entry[1]
         if d.state == "placed":
-            if d.job_id in self.state:
-                # Read the committed option from the state: touching d.options would build
-                # the whole (lazy) option list of every placed job.
-                opt = self.state.option_of(d.job_id)
-            else:
+            opt = d.chosen_option
+            if opt is None:
+                raise SchedulerError(
+                    f"policy {self.policy.name} placed {d.job_id!r} without a chosen option"
+                )
+            if d.job_id not in self.state:
                 # Policies are meant to commit as they go; commit here for any that do not.
-                chosen = d.chosen_option
-                if chosen is None:
-                    raise SchedulerError(
-                        f"policy {self.policy.name} placed {d.job_id!r} without a chosen option"
-                    )
-                self.state.allocate(chosen, d.job_id)
-                opt = chosen
+                self.state.allocate(opt, d.job_id)
             runtime = opt.runtime_s if opt.runtime_s is not None else math.inf
             user = req.user_runtime_estimate_s
             self.running[d.job_id] = RunningJob(

@@ -48,6 +48,10 @@ __all__ = [
 ]
 
 
+#: No slot is this large (1 EiB); what asks for more is capped here, then refused as too big.
+_MAX_NEED_GIB = float(2**30)
+
+
 class OptionBatch:
     """The state-independent half of option enumeration for many jobs, as (jobs, classes) arrays.
 
@@ -118,7 +122,10 @@ class OptionBatch:
         busy = np.stack([r.busy_frac for r in requests]) if n_jobs else rt
         runtime = rt[:, ct] * (1.0 + busy[:, ct] * (pool.class_runtime_scale - 1.0))
         finite = np.isfinite(need_gib) & np.isfinite(runtime)
-        need = np.ceil(np.where(finite, need_gib, 0.0) * MIB_PER_GIB).astype(np.int64)
+        # Capped far above any GPU, so a forged 1e308 GiB stays a "needs more than the slot"
+        # refusal instead of overflowing the MiB cast into a negative reservation.
+        need_gib = np.minimum(np.where(finite, need_gib, 0.0), _MAX_NEED_GIB)
+        need = np.ceil(need_gib * MIB_PER_GIB).astype(np.int64)
         cap_ok = need <= pool.class_capacity_mib
         if reserve_whole:
             # The job must still fit; it then holds the whole GPU, as users do today.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -12,7 +13,7 @@ from predictor.gpus import GPU_NAMES
 from scheduler.core._classes import class_masks, gib, node_max_size, opt_float
 from scheduler.core.binding import Binding, Select, bind, shared_gpu
 from scheduler.core.decision import Option
-from scheduler.core.pool import KIND_MIG, KIND_NAMES, KIND_SHARED, KIND_WHOLE, Pool
+from scheduler.core.pool import KIND_MIG, KIND_NAMES, KIND_SHARED, KIND_WHOLE, MIB_PER_GIB, Pool
 from scheduler.core.requests import PlacementRequest
 from scheduler.core.state import PoolState, Summary
 from scheduler.exceptions import PlacementError
@@ -253,6 +254,27 @@ class OptionTable:
             leftover_gib=leftover,
         )
 
+    def loser_reason(
+        self,
+        c: int,
+        chosen: int | None = None,
+        *,
+        loser_reason: str = "ranked lower by this policy",
+        by_cost: bool = True,
+        override_reason: str | None = None,
+    ) -> str:
+        """What option ``c``'s record says when ``chosen`` won (:meth:`options`' reasons)."""
+        if not self.fits_now[c]:
+            return self.reason(c)
+        if override_reason is not None:
+            return override_reason
+        if chosen is None:
+            return ""
+        extra = float(self.cost[c]) - float(self.cost[chosen])
+        if by_cost and extra >= 0.005:
+            return f"costs ${extra:.2f} more than chosen"
+        return loser_reason
+
     def options(
         self,
         chosen: int | None = None,
@@ -264,21 +286,74 @@ class OptionTable:
     ) -> list[Option]:
         """The Option list for a Decision; feasible losers say why the chosen one beat them."""
         out: list[Option] = []
-        chosen_cost = float(self.cost[chosen]) if chosen is not None else math.inf
         for c in range(len(self)):
             if c == chosen and chosen_option is not None:
                 out.append(chosen_option)
                 continue
-            reason: str | None = None
-            if self.fits_now[c]:
-                if override_reason is not None:
-                    reason = override_reason
-                elif chosen is not None:
-                    extra = float(self.cost[c]) - chosen_cost
-                    reason = (
-                        f"costs ${extra:.2f} more than chosen"
-                        if by_cost and extra >= 0.005
-                        else loser_reason
-                    )
-            out.append(self.option(c, reason=reason))
+            why = self.loser_reason(
+                c,
+                chosen,
+                loser_reason=loser_reason,
+                by_cost=by_cost,
+                override_reason=override_reason,
+            )
+            out.append(self.option(c, reason=why))
         return out
+
+    def columns(
+        self,
+        chosen: int | None = None,
+        chosen_option: Option | None = None,
+        *,
+        loser_reason: str = "ranked lower by this policy",
+        by_cost: bool = True,
+        override_reason: str | None = None,
+    ) -> dict[str, list[Any]]:
+        """:meth:`options` as the compact decision's ``option_columns``, built from the arrays.
+
+        Equal to ``Decision._columns(self.options(...))`` without an Option per class: the
+        service stores one of these per placed job, thousands per second.
+        """
+        pool = self.pool
+        k = len(self)
+        ct = pool.class_type
+        req = self.request
+        whole = pool.class_kind == KIND_WHOLE
+        reasons = [
+            self.loser_reason(
+                c,
+                chosen,
+                loser_reason=loser_reason,
+                by_cost=by_cost,
+                override_reason=override_reason,
+            )
+            for c in range(k)
+        ]
+        cols: dict[str, list[Any]] = {
+            "kind": [KIND_NAMES[x] for x in pool.class_kind.tolist()],
+            "gpu_type": [GPU_NAMES[t] for t in ct.tolist()],
+            "node": [None] * k,
+            "gpu_indices": [[] for _ in range(k)],
+            "mig_profile": list(pool.class_profile),
+            "n_gpus": np.where(whole, req.n_gpus, 1).tolist(),
+            "capacity_gib": (self.capacity_mib / MIB_PER_GIB).tolist(),
+            "reserved_gib": (self.need_mib / MIB_PER_GIB).tolist(),
+            "vram_gib": _finite_list(req.vram_gib[ct]),
+            "vram_upper_gib": _finite_list(req.vram_upper_gib[ct]),
+            "runtime_s": _finite_list(self.runtime),
+            "cost_usd": _finite_list(self.cost),
+            "fits_now": self.fits_now.tolist(),
+            "fits_empty": self.fits_empty.tolist(),
+            "reason": reasons,
+            "mig_start": [None] * k,
+            "leftover_gib": [None] * k,
+        }
+        if chosen is not None and chosen_option is not None:
+            row = chosen_option.to_dict()
+            for name, col in cols.items():
+                col[chosen] = row[name]
+        return cols
+
+
+def _finite_list(a: np.ndarray) -> list[float | None]:
+    return [x if math.isfinite(x) else None for x in a.tolist()]

@@ -1,8 +1,9 @@
-"""What the leader writes when it commits a placement, one small function per form.
+"""The one record of a placement, and every form derived from it.
 
-A placed Decision becomes a :class:`PlacementRecord` (the job record's ``placement``), the
-allocation the Lua commit checks capacity with, the RQ ``job.meta`` and the ``placed`` event.
-Each is derived from the committed :class:`Option` and the record, nothing else.
+A placed :class:`~scheduler.core.decision.Decision` becomes a :class:`PlacementRecord` (the
+job record's ``placement``); the allocation and the Lua arguments the commit checks capacity
+with, the RQ ``job.meta`` and the ``placed`` event are each built from that record alone, by
+one function here, so the forms cannot drift apart.
 """
 
 from __future__ import annotations
@@ -19,22 +20,24 @@ from scheduler.service.store.records import PlacementRecord, dumps
 
 __all__ = [
     "COMMIT_CHUNK",
+    "alloc_record",
     "build_commit",
     "commit_chunks",
     "job_meta",
     "placed_event",
     "placement_record",
+    "record_option",
     "slot",
 ]
 
-_KIND_CODE = {"whole": 0, "mig": 1, "shared": 2}
+KIND_CODE = {"whole": 0, "mig": 1, "shared": 2}
 #: Commits per pipeline; the lease is renewed between chunks so a long batch keeps it.
 COMMIT_CHUNK = 500
 
 
 def slot(pool: Pool, opt: Option) -> tuple[int, int, int]:
     """(kind code, MiB taken per GPU, MIG mask) exactly as PoolState.allocate counts it."""
-    kind = _KIND_CODE[opt.kind]
+    kind = KIND_CODE[opt.kind]
     g = opt.gpu_indices[0]
     if kind == 0:
         return kind, int(pool.capacity_mib[g]), 0
@@ -46,8 +49,8 @@ def slot(pool: Pool, opt: Option) -> tuple[int, int, int]:
 
 
 def placement_record(
-    job_id: str,
-    opt: Option,
+    pool: Pool,
+    d: Decision,
     attempt: int,
     *,
     now: float,
@@ -55,12 +58,17 @@ def placement_record(
     simulated: bool,
     engine: dict[str, str] | None = None,
 ) -> PlacementRecord:
-    assert opt.node is not None
-    return PlacementRecord(
+    """The record of ``d``'s placement as attempt ``attempt`` (built unvalidated: it comes from
+    the core, and every reader validates it)."""
+    opt = d.chosen_option
+    assert opt is not None and opt.node is not None, f"{d.job_id} is not placed"
+    _, used, mask = slot(pool, opt)
+    runner = d.runner_up_option
+    return PlacementRecord.model_construct(
         attempt=attempt,
         node=opt.node,
         queue=queue_name(opt.node),
-        rq_job_id=rq_job_id(job_id, attempt),
+        rq_job_id=rq_job_id(d.job_id, attempt),
         label=opt.label,
         kind=opt.kind,
         gpu_type=opt.gpu_type,
@@ -74,90 +82,125 @@ def placement_record(
         placed_at=now,
         policy=policy,
         simulated=simulated,
+        job_id=d.job_id,
+        n_gpus=opt.n_gpus,
+        vram_gib=opt.vram_gib,
+        vram_upper_gib=opt.vram_upper_gib,
+        leftover_gib=opt.leftover_gib,
+        used_mib=used,
+        mig_mask=mask,
+        reason=d.reason,
+        runner_up=None if runner is None else runner.to_dict(),
         engine=engine,
     )
 
 
-def build_commit(
-    pool: Pool, d: Decision, opt: Option, expected_attempt: int, rec: PlacementRecord
-) -> Commit:
-    """The atomic commit of ``opt`` for ``d``: capacity, allocation and record in one script."""
-    kind, used, mask = slot(pool, opt)
-    reserved_mib = gib_to_mib_ceil(opt.reserved_gib)
-    alloc = {
+def record_option(rec: PlacementRecord) -> Option:
+    """The committed option, rebuilt from the record (it fits now, so its reason is empty)."""
+    return Option(
+        kind=rec.kind,  # type: ignore[arg-type]
+        gpu_type=rec.gpu_type,
+        node=rec.node,
+        gpu_indices=tuple(rec.gpu_indices),
+        mig_profile=rec.mig_profile,
+        n_gpus=rec.n_gpus if rec.n_gpus is not None else len(rec.gpu_indices),
+        capacity_gib=rec.capacity_gib,
+        reserved_gib=rec.reserved_gib,
+        vram_gib=rec.vram_gib,
+        vram_upper_gib=rec.vram_upper_gib,
+        runtime_s=rec.runtime_s,
+        cost_usd=rec.cost_usd,
+        fits_now=True,
+        fits_empty=True,
+        reason="",
+        mig_start=rec.mig_start,
+        leftover_gib=rec.leftover_gib,
+    )
+
+
+def alloc_record(rec: PlacementRecord) -> dict[str, Any]:
+    """The ``P:allocs`` entry: what the commit adds, what every release takes back."""
+    return {
         "attempt": rec.attempt,
-        "kind": kind,
-        "gpus": list(opt.gpu_indices),
-        "used_mib": used,
-        "reserved_mib": reserved_mib,
-        "mig_mask": mask,
-        "option": opt.to_dict(),
+        "kind": KIND_CODE[rec.kind],
+        "gpus": rec.gpu_indices,
+        "used_mib": rec.used_mib,
+        "reserved_mib": gib_to_mib_ceil(rec.reserved_gib),
+        "mig_mask": rec.mig_mask,
+        "option": record_option(rec).to_dict(),
     }
+
+
+def build_commit(rec: PlacementRecord, expected_attempt: int, decision_json: str) -> Commit:
+    """The atomic commit of ``rec``: capacity, allocation and job record in one script."""
+    assert rec.job_id is not None and rec.used_mib is not None
     return Commit(
-        job_id=d.job_id,
+        job_id=rec.job_id,
         expected_attempt=expected_attempt,
-        kind=kind,
-        gpus=tuple(opt.gpu_indices),
-        used_mib=used,
-        reserved_mib=reserved_mib,
-        mig_mask=mask,
-        alloc_json=dumps(alloc),
+        alloc_json=dumps(alloc_record(rec)),
         placement_json=rec.model_dump_json(),
-        decision_json=dumps(d.to_dict(compact=True)),
+        decision_json=decision_json,
     )
 
 
 def commit_chunks(
-    store: Store, commits: Sequence[Commit], token: str, still_leader: Callable[[], bool]
+    store: Store,
+    commits: Sequence[Commit],
+    token: str,
+    still_leader: Callable[[], bool],
+    *,
+    fenced: bool = True,
 ) -> list[str]:
-    """Commit in chunks of :data:`COMMIT_CHUNK`, re-checking the lease between chunks."""
+    """Commit in chunks of :data:`COMMIT_CHUNK` (one atomic script each), re-checking the
+    lease between chunks."""
     results: list[str] = []
     for start in range(0, len(commits), COMMIT_CHUNK):
         if start and not still_leader():
             results += ["err:lease lost during commit"] * (len(commits) - start)
             break
-        results += store.commit(commits[start : start + COMMIT_CHUNK], token)
+        results += store.commit(commits[start : start + COMMIT_CHUNK], token, fenced=fenced)
     return results
 
 
-def _runner_up(d: Decision) -> Option | None:
-    return d.options[d.runner_up] if d.runner_up is not None else None
+def _runner_up_line(rec: PlacementRecord) -> str | None:
+    ru = rec.runner_up
+    if ru is None:
+        return None
+    return f"{Option.from_dict(ru).label}: {ru.get('reason', '')}"
 
 
-def job_meta(d: Decision, rec: PlacementRecord, opt: Option, simulated: bool) -> dict[str, Any]:
+def job_meta(rec: PlacementRecord) -> dict[str, Any]:
     """The RQ ``job.meta`` a worker and ``rq info`` read."""
-    runner = _runner_up(d)
-    cost = None if opt.cost_usd is None else round(opt.cost_usd, 4)
-    meta = {
-        "snugfit_job": d.job_id,
+    cost = None if rec.cost_usd is None else round(rec.cost_usd, 4)
+    meta: dict[str, Any] = {
+        "snugfit_job": rec.job_id,
         "attempt": rec.attempt,
-        "placement": opt.label,
+        "placement": rec.label,
         "node": rec.node,
         "gpus": rec.gpu_indices,
-        "reserved_gib": round(opt.reserved_gib, 3),
+        "reserved_gib": round(rec.reserved_gib, 3),
         "cost_usd": cost,
-        "reason": d.reason,
-        "runner_up": None if runner is None else f"{runner.label}: {runner.reason}",
+        "reason": rec.reason,
+        "runner_up": _runner_up_line(rec),
         "policy": rec.policy,
-        "simulated": simulated,
+        "simulated": rec.simulated,
     }
     if rec.engine is not None:
         meta["engine"] = rec.engine  # a serving replica: the command's placeholder values
     return meta
 
 
-def placed_event(d: Decision, rec: PlacementRecord, opt: Option, simulated: bool) -> dict[str, Any]:
+def placed_event(rec: PlacementRecord) -> dict[str, Any]:
     """The ``placed`` event of the placement log."""
-    runner = _runner_up(d)
     return event(
         "placed",
-        d.job_id,
+        rec.job_id,
         attempt=rec.attempt,
         node=rec.node,
-        option=opt.to_dict(),
-        cost_usd=opt.cost_usd,
-        runner_up=None if runner is None else runner.to_dict(),
-        reason=d.reason,
+        option=record_option(rec).to_dict(),
+        cost_usd=rec.cost_usd,
+        runner_up=rec.runner_up,
+        reason=rec.reason,
         policy=rec.policy,
-        simulated=simulated,
+        simulated=rec.simulated,
     )

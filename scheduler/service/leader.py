@@ -29,10 +29,13 @@ Each :meth:`SchedulerService.step`:
    the arrivals since the last one (a low rate gets a step per job) and batch up to ``window``
    under a burst; ``step_target_s`` optionally caps a step to that much measured work.
 5. **Decide** with :class:`~scheduler.core.loop.SchedulerCore` and the configured policy.
-6. **Commit** every placement with one Lua script per job (pipelined) that re-checks the
-   capacity in ``P:gpu`` and the job's state and attempt; a refused commit (capacity taken by
-   someone else) rolls the placement back in memory and resyncs. So no GPU is double-booked,
-   even by two schedulers running by mistake.
+6. **Commit** placements in chunks, one Lua script per chunk, fenced by the lease token. It
+   checks every job (capacity in ``P:gpu`` with the chunk's earlier jobs counted, state,
+   attempt, and that every figure is well formed) before it writes anything, so a chunk never
+   stops halfway. A refused commit (capacity taken by someone else) rolls the placement back
+   in memory and resyncs; a malformed one rejects that job with its reason. So no GPU is
+   double-booked, even by two schedulers running by mistake, and no job holds capacity
+   without its scheduler knowing.
 7. **Enqueue** committed jobs on ``snugfit:node:{node}`` (RQ, JSON serializer, function
    ``workers.execute.run_job``, args ``[job id, attempt]``) with the decision in ``job.meta``.
 8. **Log** placed/rejected/reclaimed/requeued events to ``P:events`` and a JSON-lines file.
@@ -587,52 +590,61 @@ class SchedulerService:
         commits: list[Commit] = []
         records: list[PlacementRecord] = []
         for d in placed:
-            # The committed option, from the pool state: d.chosen_option would build the whole
-            # option list just to pick one (the compact decision record builds it once below).
-            opt = self.core.state.option_of(d.job_id)
             known = self._known[d.job_id]
             rec = placement_record(
-                d.job_id,
-                opt,
+                self.pool,
+                d,
                 known.attempt + 1,
                 now=now,
                 policy=policy,
                 simulated=self.simulated,
                 engine=known.engine,
             )
-            commits.append(build_commit(self.pool, d, opt, known.attempt, rec))
+            decision_json = dumps(d.to_dict(compact=True))
+            commits.append(build_commit(rec, known.attempt, decision_json))
             records.append(rec)
-        token = self.token if self.leader_election else ""
-        results = commit_chunks(self.store, commits, token, self._still_leader)
-        return self._after_commit(placed, records, results)
+        results = commit_chunks(
+            self.store, commits, self.token, self._still_leader, fenced=self.leader_election
+        )
+        return self._after_commit(placed, records, commits, results)
 
     def _after_commit(
-        self, placed: list[Decision], records: list[PlacementRecord], results: list[str]
+        self,
+        placed: list[Decision],
+        records: list[PlacementRecord],
+        commits: list[Commit],
+        results: list[str],
     ) -> tuple[int, int]:
-        """Enqueue and log what committed, undo our view of what did not: (placed, conflicts)."""
+        """Enqueue and log what committed, undo our view of what did not: (placed, conflicts).
+
+        ``bad:`` (a malformed value in the job's placement) rejects the job with that reason;
+        ``err:`` (capacity or the job taken meanwhile) leaves it pending for the next step.
+        """
         items: list[tuple[str, str, int, dict[str, Any]]] = []
         events: list[dict[str, Any]] = []
         versions: list[int] = []
         conflicts = 0
         committed_at = time.time()
-        for d, rec, res in zip(placed, records, results, strict=True):
+        for d, rec, c, res in zip(placed, records, commits, results, strict=True):
             seen = self._known.pop(d.job_id, None)
             if not res.startswith("ok"):
                 conflicts += 1
-                # Someone else took the capacity or the job: undo our view, resync next step.
+                # Someone else took the capacity or the job, or the value was malformed: undo
+                # our view and resync next step.
                 if d.job_id in self.core.running:
                     self.core.finish(d.job_id)
                 self._capver = -1
                 log.info("commit of %s refused: %s", d.job_id, res)
+                if res.startswith("bad:"):
+                    events += self._reject_bad(d.job_id, res[4:], c.decision_json)
                 continue
             versions.append(int(res.split(":", 1)[1]))
             self._placed.pop(d.job_id, None)
             self._placed[d.job_id] = (rec.attempt, rec.placed_at)
             if self.telemetry is not None and seen is not None:
                 self.telemetry.observe_placement_latency(committed_at - seen.submitted_at)
-            opt = self.core.state.option_of(d.job_id)
-            items.append((rec.node, d.job_id, rec.attempt, job_meta(d, rec, opt, self.simulated)))
-            ev = placed_event(d, rec, opt, self.simulated)
+            items.append((rec.node, d.job_id, rec.attempt, job_meta(rec)))
+            ev = placed_event(rec)
             if seen is not None and seen.method is not None:
                 ev["method"] = seen.method
             events.append(ev)
@@ -646,6 +658,12 @@ class SchedulerService:
             self.store.enqueue(items)
         self.events.emit(events)
         return len(items), conflicts
+
+    def _reject_bad(self, job_id: str, why: str, decision_json: str) -> list[dict[str, Any]]:
+        reason = f"malformed placement refused at commit: {why}"
+        if self.store.reject(job_id, reason, decision_json) != "rejected":
+            return []
+        return [event("rejected", job_id, reason=reason, policy=self.policy.name.value)]
 
     def _reject(self, rejected: list[Decision]) -> int:
         events = []

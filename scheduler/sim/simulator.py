@@ -225,9 +225,8 @@ class Simulator:
 
     def _start(self, d: Decision, now: float) -> None:
         job = self.jobs[d.job_id]
-        # The committed option, read from the pool state: d.chosen_option would build the
-        # decision's whole option list (every class of the pool) just to pick one.
-        opt = self.core.state.option_of(d.job_id)
+        opt = d.chosen_option
+        assert opt is not None
         job.option = opt
         job.attempt_start_s = now
         upper = float(job.request.vram_upper_gib[TYPE_INDEX[opt.gpu_type]])

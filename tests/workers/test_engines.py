@@ -81,3 +81,25 @@ def test_the_engine_is_told_through_its_command_and_environment(
     assert want in " ".join(seen_argv) and "{" not in " ".join(seen_argv)
     assert env["FRAC"] == want and env[f"SNUGFIT_{key.upper()}"] == want
     assert env["SNUGFIT_RESERVED_GIB"] == f"{p.reserved_gib:.3f}"
+
+
+def test_a_replica_is_told_its_plans_values_too(store: RedisStore, tmp_path: Path) -> None:
+    # A serving replica's placement carries its plan's engine values (issue 15); they fill the
+    # command's placeholders beside the memory fractions, and are exported as SNUGFIT_*.
+    argv = [
+        "--max-num-seqs",
+        "{max_num_seqs}",
+        "--gpu-memory-utilization",
+        "{gpu_memory_utilization}",
+    ]
+    h = Client(store=store).submit(spec(0, [sys.executable, "-c", ECHO, *argv], framework="vllm"))
+    SchedulerService(store, POOL).step()
+    p = h.placement
+    assert p is not None
+    p.engine = {"max_num_seqs": "48", "gpu_memory_utilization": "0.8800"}
+    store.set_fields("job-0", {"placement": p.model_dump_json()})
+    NodeWorker(store, "n1", pool=POOL, nvml=None, heartbeat_s=0.05).work(burst=True)
+    assert h.status() == "succeeded", h.reason
+    seen_argv, env = json.loads(next(x for x in h.logs().splitlines() if x.startswith("OUT="))[4:])
+    assert seen_argv == ["--max-num-seqs", "48", "--gpu-memory-utilization", "0.8800"]
+    assert env["SNUGFIT_MAX_NUM_SEQS"] == "48"

@@ -15,15 +15,14 @@ __all__ = ["Commit", "Store", "iter_chunks"]
 
 @dataclass(frozen=True, slots=True)
 class Commit:
-    """One placement to commit atomically: capacity on ``gpus`` plus pending -> placed."""
+    """One placement to commit: the capacity its allocation names, plus pending -> placed.
+
+    ``alloc_json`` is the one source of the figures (kind, GPUs, MiB per GPU, MIG mask): the
+    commit adds exactly what it says and every release takes back the same.
+    """
 
     job_id: str
     expected_attempt: int  # the attempt the scheduler read; the new one is this + 1
-    kind: int  # 0 whole, 1 MIG, 2 shared
-    gpus: tuple[int, ...]
-    used_mib: int
-    reserved_mib: int
-    mig_mask: int
     alloc_json: str
     placement_json: str
     decision_json: str
@@ -56,7 +55,9 @@ class Store(Protocol):
     def allocations(self, job_ids: Sequence[str] | None = None) -> dict[str, str]: ...
     def alloc_ids(self) -> list[str]: ...
     def capacity_version(self) -> int: ...
-    def commit(self, commits: Sequence[Commit], token: str) -> list[str]: ...
+    def commit(
+        self, commits: Sequence[Commit], token: str, *, fenced: bool = True
+    ) -> list[str]: ...
 
     # transitions
     def start(self, job_id: str, attempt: int, worker: str, lease_until_ms: int) -> str: ...

@@ -117,7 +117,13 @@ class RequestRecord(BaseModel):
 
 
 class PlacementRecord(BaseModel):
-    """The ``placement`` field of a job record: where one attempt runs."""
+    """The ``placement`` field of a job record: where one attempt runs.
+
+    It is the one record of a placement: the commit's Lua arguments and allocation, the RQ
+    ``job.meta`` and the ``placed`` event are all derived from it
+    (:mod:`scheduler.service._commit`). Fields after ``simulated`` were added later and
+    default so that older records still read.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -138,6 +144,17 @@ class PlacementRecord(BaseModel):
     placed_at: float
     policy: str
     simulated: bool = False
+    job_id: str | None = None
+    n_gpus: int | None = None
+    vram_gib: float | None = None
+    vram_upper_gib: float | None = None
+    leftover_gib: float | None = None
+    #: MiB each GPU in ``gpu_indices`` is charged (what the commit adds and the release takes).
+    used_mib: int | None = None
+    mig_mask: int = 0
+    #: Why this option won, and the runner-up option with why it lost.
+    reason: str = ""
+    runner_up: dict[str, Any] | None = None
     # A serving replica's engine values (``predictor.serving.ENGINE_PLACEHOLDERS``), for the
     # worker's placeholder substitution; None for batch jobs.
     engine: dict[str, str] | None = None

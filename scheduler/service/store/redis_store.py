@@ -43,6 +43,9 @@ _DEFAULT_MAX = {"ooms": "3", "lost": "2", "moved": "1000"}
 
 _MAX_FIELD = {"ooms": "max_oom_retries", "lost": "max_retries", "moved": "max_moves"}
 
+# The job's own lease, not RQ's timeout, bounds it (timeout -1): RQ must not kill it.
+_RQ_JOB_KWARGS: dict[str, Any] = {"timeout": -1, "result_ttl": 3600, "failure_ttl": 86400}
+
 
 def _now() -> str:
     return repr(time.time())
@@ -163,28 +166,23 @@ class RedisStore:
     def capacity_version(self) -> int:
         return int(self.r.get(self.keys.capver) or 0)
 
-    def commit(self, commits: Sequence[Commit], token: str) -> list[str]:
+    def commit(self, commits: Sequence[Commit], token: str, *, fenced: bool = True) -> list[str]:
+        """Commit a chunk in one script: per job ``ok:<capver>``, ``err:`` or ``bad:``.
+
+        ``fenced`` (the default) commits only while ``token`` holds the leader lease; an empty
+        token never passes. A script that fails as a whole (it should not: every value is
+        checked before anything is written) answers ``err:`` for every job of the chunk.
+        """
         if not commits:
             return []
-        pipe = self.r.pipeline(transaction=False)
-        now = _now()
+        args: list[Any] = [self.prefix, token, "1" if fenced else "0", _now()]
         for c in commits:
-            args: list[Any] = [
-                self.prefix,
-                c.job_id,
-                token,
-                c.expected_attempt,
-                now,
-                c.alloc_json,
-                c.placement_json,
-                c.decision_json,
-                c.kind,
-                c.used_mib,
-                c.mig_mask,
-                *c.gpus,
-            ]
-            self._commit(args=args, client=pipe)
-        return [str(x) for x in pipe.execute()]
+            args += [c.job_id, c.expected_attempt, c.alloc_json, c.placement_json, c.decision_json]
+        try:
+            got = self._commit(args=args)
+        except redis.ResponseError as exc:
+            return [f"err:commit failed: {str(exc)[:200]}"] * len(commits)
+        return [str(x) for x in got]
 
     # -- transitions --------------------------------------------------------------------------
 
@@ -263,30 +261,47 @@ class RedisStore:
         return q
 
     def enqueue(self, items: Sequence[tuple[str, str, int, dict[str, Any]]]) -> None:
-        """RQ jobs ``(node, job id, attempt, meta)``: JSON-only args, pipelined per node."""
+        """RQ jobs ``(node, job id, attempt, meta)``: JSON-only args, one MULTI/EXEC.
+
+        Each node's jobs are written as rq writes them, replayed from one template job per
+        node (:mod:`._rq_fast`); rq's own per-job path is the fallback.
+        """
+        from scheduler.service.store._rq_fast import replay_commands
         from scheduler.service.store.keys import JOB_FUNCTION, rq_job_id
 
-        by_node: dict[str, list[Any]] = {}
+        by_node: dict[str, list[tuple[str, str, int, str, dict[str, Any]]]] = {}
         for node, job_id, attempt, meta in items:
-            q = self._queue(node)
             by_node.setdefault(node, []).append(
-                q.prepare_data(
-                    JOB_FUNCTION,
-                    args=[job_id, attempt],
-                    job_id=rq_job_id(job_id, attempt),
-                    # The job's own lease, not RQ's timeout, bounds it; RQ must not kill it.
-                    timeout=-1,
-                    result_ttl=3600,
-                    failure_ttl=86400,
-                    description=f"snugfit job {job_id} attempt {attempt}",
-                    meta=meta,
+                (
+                    rq_job_id(job_id, attempt),
+                    job_id,
+                    attempt,
+                    f"snugfit job {job_id} attempt {attempt}",
+                    meta,
                 )
             )
         # One MULTI/EXEC for every node's queue: a step places on hundreds of nodes, and a round
         # trip per node was a fifth of the commit path.
         pipe = self.raw.pipeline()
-        for node, datas in by_node.items():
-            self._queue(node).enqueue_many(datas, pipeline=pipe)
+        for node, jobs in by_node.items():
+            q = self._queue(node)
+            cmds = replay_commands(q, JOB_FUNCTION, _RQ_JOB_KWARGS, jobs)
+            if cmds is not None:
+                for cmd in cmds:
+                    pipe.execute_command(*cmd)
+                continue
+            datas = [
+                q.prepare_data(
+                    JOB_FUNCTION,
+                    args=[job_id, attempt],
+                    job_id=rq_id,
+                    description=desc,
+                    meta=meta,
+                    **_RQ_JOB_KWARGS,
+                )
+                for rq_id, job_id, attempt, desc, meta in jobs
+            ]
+            q.enqueue_many(datas, pipeline=pipe)
         pipe.execute()
 
     def enqueued(self, node: str, job_id: str, attempt: int) -> bool:

@@ -130,21 +130,9 @@ def _write(redis_url: str) -> Scenario:
             }
         )
         res = store.commit(
-            [
-                Commit(
-                    d.job_id,
-                    0,
-                    alloc.kind,
-                    alloc.gpus,
-                    alloc.used_mib,
-                    alloc.reserved_mib,
-                    alloc.mig_mask,
-                    alloc_json,
-                    dumps(placement),
-                    dumps(d.to_dict()),
-                )
-            ],
+            [Commit(d.job_id, 0, alloc_json, dumps(placement), dumps(d.to_dict()))],
             token="",
+            fenced=False,
         )
         assert res[0].startswith("ok"), res
         runner = d.options[d.runner_up].to_dict() if d.runner_up is not None else None

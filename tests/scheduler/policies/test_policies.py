@@ -299,6 +299,9 @@ def test_invariants_hold_for_every_policy(
             masks[o.gpu_indices[0]] = masks.get(o.gpu_indices[0], 0) | m
     by_id = {j.job_id: j for j in jobs}
     for d in ds:
+        # The compact record built from the arrays equals the one built from every Option.
+        lazy = d.to_dict(compact=True)
+        assert lazy == Decision.from_dict(d.to_dict()).to_dict(compact=True)
         if d.state == "placed":
             o = _opt(d)
             upper = by_id[d.job_id].vram_upper_gib[GPU_NAMES.index(o.gpu_type)]

@@ -1,55 +1,83 @@
--- ARGV: P, id, token, expected_attempt, now, alloc, placement, decision, kind, used, mask, gpus...
-local job = ARGV[2]
-if ARGV[3] ~= '' and redis.call('GET', P .. ':leader') ~= ARGV[3] then
-  return 'err:not the leader'
+-- A chunk of placements, atomically. ARGV: P, token, fenced ('1' | '0'), now, then per job:
+-- id, expected_attempt, alloc, placement, decision. Returns one reply per job:
+-- 'ok:<capver>', 'err:<conflict>' (capacity or job taken: retry after a resync) or
+-- 'bad:<reason>' (a malformed value: reject the job). Every job is checked, against Redis and
+-- against the chunk's earlier jobs, before anything is written, so no error can strike halfway
+-- and leave a job holding capacity that its scheduler never hears about.
+-- The allocation JSON is the one source of the figures: the add here and every release read it.
+local token, fenced, now = ARGV[2], ARGV[3], ARGV[4]
+local n = (#ARGV - 4) / 5
+local out = {}
+if fenced ~= '0' and (token == '' or redis.call('GET', P .. ':leader') ~= token) then
+  for j = 1, n do out[j] = 'err:not the leader' end
+  return out
 end
-local jk = P .. ':job:' .. job
-local st = redis.call('HGET', jk, 'state')
-if st ~= 'pending' then return 'err:job is ' .. tostring(st) end
-if tonumber(redis.call('HGET', jk, 'attempt') or '0') ~= tonumber(ARGV[4]) then
-  return 'err:stale attempt'
-end
-if redis.call('HEXISTS', P .. ':allocs', job) == 1 then return 'err:already holds capacity' end
 local gk = P .. ':gpu'
-local kind = tonumber(ARGV[9])
-local used = tonumber(ARGV[10])
-local mask = tonumber(ARGV[11])
-for i = 12, #ARGV do
-  local p = ARGV[i] .. ':'
-  local cap = tonumber(redis.call('HGET', gk, p .. 'cap') or '-1')
-  if cap < 0 then return 'err:unknown GPU ' .. ARGV[i] end
-  if tonumber(redis.call('HGET', gk, p .. 'mode')) ~= kind then
-    return 'err:GPU ' .. ARGV[i] .. ' is not in this mode'
+local d_used, d_mig, d_shared, seen_job = {}, {}, {}, {}
+
+local function check(job, expected, raw)
+  if seen_job[job] then return 'bad:job listed twice in one commit' end
+  local jk = P .. ':job:' .. job
+  local st = redis.call('HGET', jk, 'state')
+  if st ~= 'pending' then return 'err:job is ' .. tostring(st) end
+  local exp = tonumber(expected)
+  if exp == nil or tonumber(redis.call('HGET', jk, 'attempt') or '0') ~= exp then
+    return 'err:stale attempt'
   end
-  local u = tonumber(redis.call('HGET', gk, p .. 'used') or '0')
-  if kind == 0 then
-    if u ~= 0 or used > cap then return 'err:GPU ' .. ARGV[i] .. ' is taken' end
-  elseif kind == 1 then
-    local m = tonumber(redis.call('HGET', gk, p .. 'mig') or '0')
-    if bit.band(m, mask) ~= 0 or u + used > cap then
-      return 'err:MIG slices on GPU ' .. ARGV[i] .. ' are taken'
+  if redis.call('HEXISTS', P .. ':allocs', job) == 1 then return 'err:already holds capacity' end
+  local a = valid_alloc(raw)
+  if type(a) == 'string' then return 'bad:' .. a end
+  if a.attempt ~= exp + 1 then return 'bad:allocation attempt is not the next attempt' end
+  for _, g in ipairs(a.gpus) do
+    local p = g .. ':'
+    local cap = tonumber(redis.call('HGET', gk, p .. 'cap') or '-1')
+    if cap < 0 then return 'err:unknown GPU ' .. g end
+    if tonumber(redis.call('HGET', gk, p .. 'mode')) ~= a.kind then
+      return 'err:GPU ' .. g .. ' is not in this mode'
     end
+    local u = tonumber(redis.call('HGET', gk, p .. 'used') or '0') + (d_used[g] or 0)
+    if a.kind == 0 then
+      if u ~= 0 or a.used_mib > cap then return 'err:GPU ' .. g .. ' is taken' end
+    elseif a.kind == 1 then
+      local m = bit.bor(tonumber(redis.call('HGET', gk, p .. 'mig') or '0'), d_mig[g] or 0)
+      if bit.band(m, a.mig_mask) ~= 0 or u + a.used_mib > cap then
+        return 'err:MIG slices on GPU ' .. g .. ' are taken'
+      end
+    else
+      local k = tonumber(redis.call('HGET', gk, p .. 'shared') or '0') + (d_shared[g] or 0)
+      local mx = tonumber(redis.call('HGET', gk, p .. 'max_shared') or '0')
+      if k >= mx or cap - u < a.used_mib then return 'err:shared GPU ' .. g .. ' is full' end
+    end
+  end
+  return a
+end
+
+local ok = {}
+for j = 1, n do
+  local b = 4 + (j - 1) * 5
+  local job = ARGV[b + 1]
+  local a = check(job, ARGV[b + 2], ARGV[b + 3])
+  if type(a) == 'string' then
+    out[j] = a
   else
-    local n = tonumber(redis.call('HGET', gk, p .. 'shared') or '0')
-    local mx = tonumber(redis.call('HGET', gk, p .. 'max_shared') or '0')
-    if n >= mx or cap - u < used then
-      return 'err:shared GPU ' .. ARGV[i] .. ' is full'
+    seen_job[job] = true
+    for _, g in ipairs(a.gpus) do
+      d_used[g] = (d_used[g] or 0) + a.used_mib
+      if a.kind == 1 then d_mig[g] = bit.bor(d_mig[g] or 0, a.mig_mask) end
+      if a.kind == 2 then d_shared[g] = (d_shared[g] or 0) + 1 end
     end
+    ok[#ok + 1] = {j, b, a}
   end
 end
-for i = 12, #ARGV do
-  local p = ARGV[i] .. ':'
-  redis.call('HINCRBY', gk, p .. 'used', used)
-  if kind == 1 then
-    local m = tonumber(redis.call('HGET', gk, p .. 'mig') or '0')
-    redis.call('HSET', gk, p .. 'mig', bit.bor(m, mask))
-  elseif kind == 2 then
-    redis.call('HINCRBY', gk, p .. 'shared', 1)
-  end
+for _, item in ipairs(ok) do
+  local j, b, a = item[1], item[2], item[3]
+  local job = ARGV[b + 1]
+  add_alloc(a, 1)
+  redis.call('HSET', P .. ':allocs', job, ARGV[b + 3])
+  redis.call('HSET', P .. ':job:' .. job, 'attempt', a.attempt, 'placement', ARGV[b + 4],
+             'decision', ARGV[b + 5], 'updated_at', now)
+  redis.call('ZREM', P .. ':pending', job)
+  set_state(job, 'pending', 'placed')
+  out[j] = 'ok:' .. redis.call('INCR', P .. ':capver')
 end
-redis.call('HSET', P .. ':allocs', job, ARGV[6])
-redis.call('HSET', jk, 'attempt', tonumber(ARGV[4]) + 1, 'placement', ARGV[7],
-           'decision', ARGV[8], 'updated_at', ARGV[5])
-redis.call('ZREM', P .. ':pending', job)
-set_state(job, 'pending', 'placed')
-return 'ok:' .. redis.call('INCR', P .. ':capver')
+return out

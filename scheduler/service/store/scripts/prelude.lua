@@ -5,22 +5,75 @@ local function set_state(job, old, new)
   redis.call('SADD', P .. ':state:' .. new, job)
   redis.call('HSET', P .. ':job:' .. job, 'state', new)
 end
+-- Figures past these are not MiB, masks or GPU indices: a forged or broken record.
+local MAX_MIB, MAX_MASK, MAX_GPU = 2 ^ 40, 2 ^ 31 - 1, 2 ^ 24
+local function int_in(x, lo, hi)
+  return type(x) == 'number' and x == math.floor(x) and x >= lo and x <= hi
+end
+-- The allocation record decoded and checked, or a string saying what is wrong with it.
+local function valid_alloc(raw)
+  local okd, a = pcall(cjson.decode, raw or '')
+  if not okd or type(a) ~= 'table' then return 'allocation is not a JSON object' end
+  if not int_in(a.attempt, 1, MAX_GPU) then return 'allocation attempt is not a number' end
+  if not int_in(a.kind, 0, 2) then return 'allocation kind must be 0, 1 or 2' end
+  if not int_in(a.used_mib, 0, MAX_MIB) then
+    return 'used_mib must be a whole number of MiB in [0, 2^40]'
+  end
+  if not int_in(a.mig_mask or 0, 0, MAX_MASK) then return 'mig_mask is out of range' end
+  a.mig_mask = a.mig_mask or 0
+  if type(a.gpus) ~= 'table' or #a.gpus == 0 then return 'allocation names no GPUs' end
+  local seen = {}
+  for _, g in ipairs(a.gpus) do
+    if not int_in(g, 0, MAX_GPU) then return 'GPU index is not a number' end
+    if seen[g] then return 'GPU ' .. g .. ' is listed twice' end
+    seen[g] = true
+  end
+  if a.kind ~= 0 and #a.gpus ~= 1 then return 'a MIG or shared allocation takes one GPU' end
+  return a
+end
+-- Add (sign 1) or take back (sign -1) what a checked allocation holds on its GPUs.
+local function add_alloc(a, sign)
+  local gk = P .. ':gpu'
+  for _, g in ipairs(a.gpus) do
+    local p = g .. ':'
+    redis.call('HINCRBY', gk, p .. 'used', string.format('%d', sign * a.used_mib))
+    if a.kind == 1 then
+      local m = tonumber(redis.call('HGET', gk, p .. 'mig') or '0')
+      if sign > 0 then m = bit.bor(m, a.mig_mask) else m = bit.band(m, bit.bnot(a.mig_mask)) end
+      redis.call('HSET', gk, p .. 'mig', string.format('%d', m))
+    elseif a.kind == 2 then
+      redis.call('HINCRBY', gk, p .. 'shared', sign)
+    end
+  end
+end
+-- Rebuild P:gpu's counters from the allocations that read: what an unreadable one held is
+-- unknown, so taking anything back for it would be a guess.
+local function recount()
+  local gk = P .. ':gpu'
+  local fields = redis.call('HKEYS', gk)
+  for _, f in ipairs(fields) do
+    local g = string.match(f, '^(%d+):cap$')
+    if g then redis.call('HSET', gk, g .. ':used', 0, g .. ':mig', 0, g .. ':shared', 0) end
+  end
+  local all = redis.call('HGETALL', P .. ':allocs')
+  for i = 1, #all, 2 do
+    local a = valid_alloc(all[i + 1])
+    if type(a) ~= 'string' then add_alloc(a, 1) end
+  end
+end
 local function release(job, attempt)
   local raw = redis.call('HGET', P .. ':allocs', job)
   if not raw then return 0 end
-  local a = cjson.decode(raw)
-  if attempt and tonumber(a['attempt']) ~= attempt then return 0 end
-  local gk = P .. ':gpu'
-  for _, g in ipairs(a['gpus']) do
-    local p = tostring(g) .. ':'
-    redis.call('HINCRBY', gk, p .. 'used', -tonumber(a['used_mib']))
-    if tonumber(a['kind']) == 1 then
-      local m = tonumber(redis.call('HGET', gk, p .. 'mig') or '0')
-      redis.call('HSET', gk, p .. 'mig', bit.band(m, bit.bnot(tonumber(a['mig_mask']))))
-    elseif tonumber(a['kind']) == 2 then
-      redis.call('HINCRBY', gk, p .. 'shared', -1)
-    end
+  local a = valid_alloc(raw)
+  if type(a) == 'string' then
+    -- Garbage must not wedge finish/requeue/cancel: drop it and recount from the rest.
+    redis.call('HDEL', P .. ':allocs', job)
+    recount()
+    redis.call('INCR', P .. ':capver')
+    return 1
   end
+  if attempt and a.attempt ~= attempt then return 0 end
+  add_alloc(a, -1)
   redis.call('HDEL', P .. ':allocs', job)
   redis.call('INCR', P .. ':capver')
   return 1
