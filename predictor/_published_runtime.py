@@ -56,57 +56,7 @@ def convert_runtime_row(r: Mapping[str, Any]) -> dict[str, Any]:
         "pipeline_parallel": pp,
     }
     if task is not None:
-        gbs, mbs, seq = _int(r.get("global_batch_size")), _int(r.get("micro_batch_size")), None
-        seq = _int(r.get("seq_len"))
-        if gbs is None or seq is None:
-            raise _Skip("training row without global batch size or seq_len")
-        mbs = mbs or 1
-        if n_gpus % (tp * pp):
-            raise _Skip(f"tp×pp={tp * pp} does not divide {n_gpus} GPUs")
-        dp_spec = n_gpus // (tp * pp)
-        if gbs % (mbs * dp_spec):
-            raise _Skip(
-                f"global batch {gbs} is not micro batch {mbs} × data-parallel {dp_spec} × GA"
-            )
-        cp = int(r.get("cp") or 1)
-        if cp > 1:
-            notes.append(
-                f"context parallel {cp} folded into data parallel (same tokens per GPU per step)"
-            )
-        if metric_is(r, "step_time_s"):
-            step = float(r["value"])
-        elif (tps := _per_gpu_tokens(r)) is not None:
-            step = gbs * seq / (tps * n_gpus)
-            notes.append("step_time_s = global_batch × seq_len / (tokens/s/GPU × n_gpus)")
-        else:
-            raise _Skip(
-                f"training metric {r['metric']!r} ({r.get('unit')}) is not a time; converting "
-                "TFLOP/s or ambiguous totals needs the source's own FLOP/GPU conventions"
-            )
-        weight = "bf16"
-        if "amp" in str(r.get("precision") or "").lower():
-            weight = "fp32"
-        spec.update(
-            task=task,
-            weight_dtype="nf4" if task == "qlora" else weight,
-            compute_dtype=precision if precision in ("fp8", "fp4", "fp16") else "bf16",
-            batch_size=mbs,
-            gradient_accumulation=gbs // (mbs * dp_spec),
-            seq_len=seq,
-            steps=1,
-        )
-        par = f"{r.get('parallelism_notes') or ''} {r.get('framework') or ''}"
-        if "checkpointing=true" in par.lower().replace(" ", ""):
-            spec["gradient_checkpointing"] = True
-        if dp_spec > 1 and ("FSDP" in par or "fsdp" in par.lower()):
-            spec["zero_stage"] = 3
-        elif dp_spec > 1 and spec["framework"] == "megatron":
-            # Megatron-Core's distributed optimizer shards optimizer states across DP ranks.
-            spec["zero_stage"] = 1
-        if task in ("lora", "qlora"):
-            notes.append("LoRA rank not in the row; JobSpec default rank 16 used")
-        # runtime_s would repeat step_time_s (steps=1) and double-count the row in reports.
-        fields["step_time_s"] = step
+        fields = _training_fields(r, spec, task, precision, notes)
     else:
         fields, spec = _inference_fields(r, spec, precision, notes)
     return measurement_row(
@@ -124,6 +74,64 @@ def convert_runtime_row(r: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
+def _training_fields(
+    r: Mapping[str, Any], spec: dict[str, Any], task: str, precision: str, notes: list[str]
+) -> dict[str, Any]:
+    """Fill a training row's spec fields; return its measured ``step_time_s``."""
+    n_gpus, tp, pp = spec["n_gpus"], spec["tensor_parallel"], spec["pipeline_parallel"]
+    fields: dict[str, Any] = {}
+    gbs, mbs, seq = _int(r.get("global_batch_size")), _int(r.get("micro_batch_size")), None
+    seq = _int(r.get("seq_len"))
+    if gbs is None or seq is None:
+        raise _Skip("training row without global batch size or seq_len")
+    mbs = mbs or 1
+    if n_gpus % (tp * pp):
+        raise _Skip(f"tp×pp={tp * pp} does not divide {n_gpus} GPUs")
+    dp_spec = n_gpus // (tp * pp)
+    if gbs % (mbs * dp_spec):
+        raise _Skip(f"global batch {gbs} is not micro batch {mbs} × data-parallel {dp_spec} × GA")
+    cp = int(r.get("cp") or 1)
+    if cp > 1:
+        notes.append(
+            f"context parallel {cp} folded into data parallel (same tokens per GPU per step)"
+        )
+    if metric_is(r, "step_time_s"):
+        step = float(r["value"])
+    elif (tps := _per_gpu_tokens(r)) is not None:
+        step = gbs * seq / (tps * n_gpus)
+        notes.append("step_time_s = global_batch × seq_len / (tokens/s/GPU × n_gpus)")
+    else:
+        raise _Skip(
+            f"training metric {r['metric']!r} ({r.get('unit')}) is not a time; converting "
+            "TFLOP/s or ambiguous totals needs the source's own FLOP/GPU conventions"
+        )
+    weight = "bf16"
+    if "amp" in str(r.get("precision") or "").lower():
+        weight = "fp32"
+    spec.update(
+        task=task,
+        weight_dtype="nf4" if task == "qlora" else weight,
+        compute_dtype=precision if precision in ("fp8", "fp4", "fp16") else "bf16",
+        batch_size=mbs,
+        gradient_accumulation=gbs // (mbs * dp_spec),
+        seq_len=seq,
+        steps=1,
+    )
+    par = f"{r.get('parallelism_notes') or ''} {r.get('framework') or ''}"
+    if "checkpointing=true" in par.lower().replace(" ", ""):
+        spec["gradient_checkpointing"] = True
+    if dp_spec > 1 and ("FSDP" in par or "fsdp" in par.lower()):
+        spec["zero_stage"] = 3
+    elif dp_spec > 1 and spec["framework"] == "megatron":
+        # Megatron-Core's distributed optimizer shards optimizer states across DP ranks.
+        spec["zero_stage"] = 1
+    if task in ("lora", "qlora"):
+        notes.append("LoRA rank not in the row; JobSpec default rank 16 used")
+    # runtime_s would repeat step_time_s (steps=1) and double-count the row in reports.
+    fields["step_time_s"] = step
+    return fields
+
+
 def metric_is(r: Mapping[str, Any], name: str) -> bool:
     return bool(r.get("metric") == name)
 
@@ -132,7 +140,7 @@ def _inference_fields(
     r: Mapping[str, Any], spec: dict[str, Any], precision: str, notes: list[str]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     workload = str(r["workload"])
-    metric, unit = str(r["metric"]), str(r.get("unit") or "")
+    metric = str(r["metric"])
     if workload.startswith("inference_offline_max_throughput"):
         raise _Skip(
             "offline max-throughput: steady-state tokens/s over a deep queue with an unknown "
@@ -181,40 +189,7 @@ def _inference_fields(
         else:
             raise _Skip(f"batch-1 latency row with metric {metric!r}")
     elif workload == "inference_static_batch_throughput":
-        if batch is None or not isinstance(out_len, int | float):
-            raise _Skip("static-batch throughput row without batch size or output length")
-        if "ambiguous" in unit and int(r.get("tp") or 1) > 1:
-            raise _Skip("throughput unit is ambiguous (per GPU or total) for a TP>1 run")
-        if "inconsistent" in unit:
-            raise _Skip("source table value is inconsistent with its own unit")
-        total = float(r["value"])
-        if "per gpu" in unit.lower() or metric.endswith("per_gpu"):
-            total *= int(r.get("num_gpus") or 1)
-        # Static batch: one batch of `batch` sequences runs prefill then `out_len` decode steps.
-        runtime = batch * float(out_len) / total
-        fields["runtime_s"] = runtime
-        replicas = int(r.get("num_gpus") or 1) // max(
-            int(r.get("tp") or 1) * int(r.get("pp") or 1), 1
-        )
-        if replicas > 1 and batch % replicas == 0:
-            # Data-parallel replicas each run an equal share of the batch at the same time;
-            # JobSpec's batch_size is one replica's.
-            notes.append(f"batch {batch} split over {replicas} data-parallel replicas")
-            num_requests, batch = batch, batch // replicas
-        ttft_ms = other_get(r, "ttft_ms")
-        if ttft_ms is not None and runtime > ttft_ms / 1e3 and out_len > 1:
-            # The batch's wall time minus its prefill leaves out_len − 1 decode steps.
-            fields["tpot_s"] = (runtime - ttft_ms / 1e3) / (float(out_len) - 1.0)
-            fields["ttft_s"] = ttft_ms / 1e3
-            notes.append(
-                "runtime_s = batch × output_len / total tokens/s (exact for one static batch); "
-                "tpot_s = (runtime_s − TTFT) / (output_len − 1), TTFT from the source"
-            )
-        else:
-            notes.append(
-                "runtime_s = batch × output_len / total tokens/s (exact for one static batch); "
-                "no TPOT: batch / tokens/s would include amortised prefill"
-            )
+        batch, num_requests = _static_throughput(r, batch, out_len, fields, notes)
     else:
         raise _Skip(f"inference workload {workload!r} has no single-batch TTFT/TPOT")
     if batch is None:
@@ -231,6 +206,51 @@ def _inference_fields(
     if "fp8 kv" in str(r.get("precision") or "").lower():
         spec["kv_cache_dtype"] = "fp8"
     return fields, spec
+
+
+def _static_throughput(
+    r: Mapping[str, Any],
+    batch: int | None,
+    out_len: Any,
+    fields: dict[str, Any],
+    notes: list[str],
+) -> tuple[int, int | None]:
+    """One static batch's runtime (and TPOT/TTFT); returns (batch per replica, requests)."""
+    metric, unit = str(r["metric"]), str(r.get("unit") or "")
+    num_requests: int | None = None
+    if batch is None or not isinstance(out_len, int | float):
+        raise _Skip("static-batch throughput row without batch size or output length")
+    if "ambiguous" in unit and int(r.get("tp") or 1) > 1:
+        raise _Skip("throughput unit is ambiguous (per GPU or total) for a TP>1 run")
+    if "inconsistent" in unit:
+        raise _Skip("source table value is inconsistent with its own unit")
+    total = float(r["value"])
+    if "per gpu" in unit.lower() or metric.endswith("per_gpu"):
+        total *= int(r.get("num_gpus") or 1)
+    # Static batch: one batch of `batch` sequences runs prefill then `out_len` decode steps.
+    runtime = batch * float(out_len) / total
+    fields["runtime_s"] = runtime
+    replicas = int(r.get("num_gpus") or 1) // max(int(r.get("tp") or 1) * int(r.get("pp") or 1), 1)
+    if replicas > 1 and batch % replicas == 0:
+        # Data-parallel replicas each run an equal share of the batch at the same time;
+        # JobSpec's batch_size is one replica's.
+        notes.append(f"batch {batch} split over {replicas} data-parallel replicas")
+        num_requests, batch = batch, batch // replicas
+    ttft_ms = other_get(r, "ttft_ms")
+    if ttft_ms is not None and runtime > ttft_ms / 1e3 and out_len > 1:
+        # The batch's wall time minus its prefill leaves out_len − 1 decode steps.
+        fields["tpot_s"] = (runtime - ttft_ms / 1e3) / (float(out_len) - 1.0)
+        fields["ttft_s"] = ttft_ms / 1e3
+        notes.append(
+            "runtime_s = batch × output_len / total tokens/s (exact for one static batch); "
+            "tpot_s = (runtime_s − TTFT) / (output_len − 1), TTFT from the source"
+        )
+    else:
+        notes.append(
+            "runtime_s = batch × output_len / total tokens/s (exact for one static batch); "
+            "no TPOT: batch / tokens/s would include amortised prefill"
+        )
+    return batch, num_requests
 
 
 def other_get(r: Mapping[str, Any], key: str) -> float | None:

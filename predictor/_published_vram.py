@@ -56,22 +56,8 @@ def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
     meas_text = str(r.get("measurement") or "")
     par = str(r.get("parallelism") or "")
     opt_text = str(r.get("optimizer") or "")
-    if workload == "model-load":
-        raise _Skip("model-load only: weights on the GPU, not a job the scheduler runs")
-    if workload == "inference-serving":
-        raise _Skip(
-            "vLLM profiler peak excludes the KV-cache pool vLLM pre-allocates afterwards; "
-            "no prediction field counts the same thing"
-        )
-    if meas_text.startswith("BOUNDARY"):
-        raise _Skip("boundary row: the longest sequence that fit, not a memory reading")
-    if "offload" in par.lower() or "cpu" in opt_text.lower():
-        raise _Skip("CPU offload of parameters/optimizer is not expressible in a JobSpec")
-    if "optimizer_in_bwd=true" in opt_text.lower().replace(" ", ""):
-        raise _Skip("optimizer_in_bwd (optimizer step fused into backward) is not a JobSpec field")
+    _check_expressible(r, workload, meas_text, par, opt_text)
     arch = r.get("arch") or {}
-    if isinstance(arch.get("layers"), str):
-        raise _Skip("encoder-decoder (T5 family): the predictor models single-stack transformers")
     task = _VRAM_TASKS.get(workload)
     if task is None:
         raise _Skip(f"workload {workload!r} has no JobSpec task")
@@ -112,35 +98,7 @@ def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
         if kv:
             spec["kv_cache_dtype"] = kv
     else:
-        if mb is None:
-            raise _Skip("training row without a micro batch size")
-        if r.get("seq_len") is None:
-            raise _Skip("training row without seq_len (dataset-dependent padding)")
-        spec["batch_size"] = mb
-        spec["seq_len"] = int(r["seq_len"])
-        spec["optimizer"] = _optimizer(opt_text)
-        ga = re.search(r"grad(?:ient)? accumulation (\d+)", opt_text.lower())
-        if ga:
-            spec["gradient_accumulation"] = int(ga.group(1))
-        gc = r.get("gradient_checkpointing")
-        if gc is None and spec["framework"] == "torchtune":
-            # Every torchtune full/LoRA recipe config ships enable_activation_checkpointing: True.
-            gc = True
-            notes.append("gradient_checkpointing not stated; torchtune configs default to True")
-        elif gc is None:
-            gc = "activation checkpointing" in lpar
-            notes.append(f"gradient_checkpointing not stated; assumed {gc}")
-        spec["gradient_checkpointing"] = bool(gc)
-        if n_gpus > 1:
-            spec["zero_stage"] = _zero_stage(par)
-        if task in ("lora", "qlora"):
-            rank, target = _lora(r.get("peft"))
-            if rank is None:
-                raise _Skip("LoRA rank not stated")
-            spec["lora_rank"] = rank
-            spec["lora_target"] = target
-        if "bf16" in str(r.get("optimizer_state_dtype") or "") and weight == "bf16":
-            notes.append("optimizer states kept in bf16 (bf16-true); JobSpec assumes fp32 states")
+        _training_fields(r, spec, task, weight, mb, par, opt_text, notes)
     gpu, mem = _gpu(r.get("gpu_model"))
     notes.append(f"measurement: {meas_text}")
     if r.get("unit_basis") == "GB(unspecified)":
@@ -163,3 +121,68 @@ def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
         software={"framework": r.get("framework"), "version": r.get("framework_version")},
         notes="; ".join(notes),
     )
+
+
+def _check_expressible(
+    r: Mapping[str, Any], workload: str, meas_text: str, par: str, opt_text: str
+) -> None:
+    """Raise ``_Skip`` for a row no JobSpec expresses (not a job, offload, encoder-decoder)."""
+    if workload == "model-load":
+        raise _Skip("model-load only: weights on the GPU, not a job the scheduler runs")
+    if workload == "inference-serving":
+        raise _Skip(
+            "vLLM profiler peak excludes the KV-cache pool vLLM pre-allocates afterwards; "
+            "no prediction field counts the same thing"
+        )
+    if meas_text.startswith("BOUNDARY"):
+        raise _Skip("boundary row: the longest sequence that fit, not a memory reading")
+    if "offload" in par.lower() or "cpu" in opt_text.lower():
+        raise _Skip("CPU offload of parameters/optimizer is not expressible in a JobSpec")
+    if "optimizer_in_bwd=true" in opt_text.lower().replace(" ", ""):
+        raise _Skip("optimizer_in_bwd (optimizer step fused into backward) is not a JobSpec field")
+    if isinstance((r.get("arch") or {}).get("layers"), str):
+        raise _Skip("encoder-decoder (T5 family): the predictor models single-stack transformers")
+
+
+def _training_fields(
+    r: Mapping[str, Any],
+    spec: dict[str, Any],
+    task: str,
+    weight: str,
+    mb: int | None,
+    par: str,
+    opt_text: str,
+    notes: list[str],
+) -> None:
+    """Fill a training row's batch, sequence, optimizer, checkpointing, ZeRO and LoRA fields."""
+    lpar = par.lower()
+    n_gpus = spec["n_gpus"]
+    if mb is None:
+        raise _Skip("training row without a micro batch size")
+    if r.get("seq_len") is None:
+        raise _Skip("training row without seq_len (dataset-dependent padding)")
+    spec["batch_size"] = mb
+    spec["seq_len"] = int(r["seq_len"])
+    spec["optimizer"] = _optimizer(opt_text)
+    ga = re.search(r"grad(?:ient)? accumulation (\d+)", opt_text.lower())
+    if ga:
+        spec["gradient_accumulation"] = int(ga.group(1))
+    gc = r.get("gradient_checkpointing")
+    if gc is None and spec["framework"] == "torchtune":
+        # Every torchtune full/LoRA recipe config ships enable_activation_checkpointing: True.
+        gc = True
+        notes.append("gradient_checkpointing not stated; torchtune configs default to True")
+    elif gc is None:
+        gc = "activation checkpointing" in lpar
+        notes.append(f"gradient_checkpointing not stated; assumed {gc}")
+    spec["gradient_checkpointing"] = bool(gc)
+    if n_gpus > 1:
+        spec["zero_stage"] = _zero_stage(par)
+    if task in ("lora", "qlora"):
+        rank, target = _lora(r.get("peft"))
+        if rank is None:
+            raise _Skip("LoRA rank not stated")
+        spec["lora_rank"] = rank
+        spec["lora_target"] = target
+    if "bf16" in str(r.get("optimizer_state_dtype") or "") and weight == "bf16":
+        notes.append("optimizer states kept in bf16 (bf16-true); JobSpec assumes fp32 states")
