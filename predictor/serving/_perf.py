@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .._jobarrays import _QBYTES  # bytes per stored element, quantisation scales included
 from ..gpus import GpuType, MigProfile
 from ..models import ModelArch
 from ..spec import DType, Framework
@@ -51,19 +52,6 @@ __all__ = [
 ]
 
 GB = 1e9
-
-#: Bytes per stored weight element including quantisation scales (mirrors
-#: ``predictor._jobarrays._QBYTES``: GPTQ/AWQ group-128 int4, NVFP4 with an fp8 scale per 16).
-_QBYTES: dict[DType, float] = {
-    DType.FP32: 4.0,
-    DType.BF16: 2.0,
-    DType.FP16: 2.0,
-    DType.FP8: 1.0,
-    DType.INT8: 1.0,
-    DType.INT4: 0.5 + 2.5 / 128,
-    DType.NF4: 0.5 + 1.0 / 64 + 4.0 / (64 * 256),
-    DType.FP4: 0.5 + 1.0 / 16,
-}
 _KV_DTYPES = (DType.BF16, DType.FP16, DType.FP8)
 
 

@@ -1,0 +1,188 @@
+"""``vram_measured.jsonl`` rows (peak memory readings) converted into measurement rows."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ._published_fields import (
+    _dtype,
+    _framework,
+    _gpu,
+    _int,
+    _kind,
+    _lora,
+    _optimizer,
+    _Skip,
+    _zero_stage,
+)
+from ._published_models import _resolve_model
+from .measurements import measurement_row
+
+__all__ = ["UNSHARDED_LOAD_QUIRK", "convert_vram_row"]
+
+_VRAM_TASKS = {
+    "lora": "lora",
+    "qlora": "qlora",
+    "full-finetune": "full_finetune",
+    "pretraining": "pretrain",
+    "inference-decode": "inference",
+}
+
+
+#: Tag (in ``notes``) of rows whose peak is a documented artefact of the source's code, not of
+#: the job: they are scored, but never train corrections or calibrate upper bounds.
+UNSHARDED_LOAD_QUIRK = (
+    "[quirk:unsharded-load] lit-gpt @8641822 FSDP LoRA materialises the whole bf16 model on "
+    "every rank before sharding, so max_memory_allocated includes the unsharded weights "
+    "(measured − predicted ≈ full weight bytes on 2 and 4 GPUs)"
+)
+
+
+def _unsharded_load_quirk(r: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
+    fw = str(r.get("framework") or "").lower()
+    return (
+        "lit-gpt" in fw
+        and spec.get("task") in ("lora", "qlora")
+        and int(spec.get("n_gpus") or 1) > 1
+        and spec.get("zero_stage") == 3
+    )
+
+
+def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
+    """One ``vram_measured.jsonl`` row → a measurement row dict; raises ``_Skip``."""
+    workload = r["workload"]
+    meas_text = str(r.get("measurement") or "")
+    par = str(r.get("parallelism") or "")
+    opt_text = str(r.get("optimizer") or "")
+    _check_expressible(r, workload, meas_text, par, opt_text)
+    arch = r.get("arch") or {}
+    task = _VRAM_TASKS.get(workload)
+    if task is None:
+        raise _Skip(f"workload {workload!r} has no JobSpec task")
+    model = _resolve_model(r["model"], arch, r.get("params_b"))
+    weight = _dtype(r.get("weight_dtype"))
+    if weight is None:
+        raise _Skip("weight dtype not stated")
+    compute = _dtype(r.get("compute_dtype")) or weight
+    n_gpus = int(r.get("num_gpus") or 1)
+    spec: dict[str, Any] = {
+        "id": r["id"],
+        "model": model,
+        "task": task,
+        "framework": _framework(r.get("framework")),
+        "weight_dtype": weight,
+        "compute_dtype": compute,
+        "n_gpus": n_gpus,
+    }
+    if task == "qlora" and weight not in ("nf4", "int4", "fp4"):
+        spec["weight_dtype"] = "nf4"
+    notes: list[str] = []
+    lpar = par.lower()
+    if n_gpus > 1:
+        if "tensor parallel" in lpar:
+            spec["tensor_parallel"] = n_gpus
+        elif "layer partitioning" in lpar or "device_map" in lpar:
+            # Layers split across devices and run one after another: pipeline without overlap.
+            spec["pipeline_parallel"] = n_gpus
+            notes.append("sequential layer split mapped to pipeline_parallel=n_gpus")
+    mb = _int(r.get("micro_batch_size"))
+    if task == "inference":
+        if r.get("input_len") is None or r.get("output_len") is None:
+            raise _Skip("inference row without input/output lengths")
+        spec["batch_size"] = mb or 1
+        spec["input_len"] = int(r["input_len"])
+        spec["output_len"] = int(r["output_len"])
+        kv = _dtype(r.get("kv_cache_dtype"))
+        if kv:
+            spec["kv_cache_dtype"] = kv
+    else:
+        _training_fields(r, spec, task, weight, mb, par, opt_text, notes)
+    gpu, mem = _gpu(r.get("gpu_model"))
+    notes.append(f"measurement: {meas_text}")
+    if r.get("unit_basis") == "GB(unspecified)":
+        notes.append("source said GB without saying 1e9 or 2^30")
+    if r.get("notes"):
+        notes.append(str(r["notes"]))
+    if _unsharded_load_quirk(r, spec):
+        notes.append(UNSHARDED_LOAD_QUIRK)
+    return measurement_row(
+        id=f"pub-vram-{r['id']}",
+        origin="published",
+        source=f"{r.get('source_name', '')} | {r['source']}".strip(" |"),
+        spec=spec,
+        gpu=gpu,
+        gpu_model=r.get("gpu_model"),
+        gpu_memory_gib=mem,
+        peak_vram_gib=float(r["peak_gib"]),
+        measurement=_kind(meas_text),
+        confidence=str(r.get("confidence") or "medium"),
+        software={"framework": r.get("framework"), "version": r.get("framework_version")},
+        notes="; ".join(notes),
+    )
+
+
+def _check_expressible(
+    r: Mapping[str, Any], workload: str, meas_text: str, par: str, opt_text: str
+) -> None:
+    """Raise ``_Skip`` for a row no JobSpec expresses (not a job, offload, encoder-decoder)."""
+    if workload == "model-load":
+        raise _Skip("model-load only: weights on the GPU, not a job the scheduler runs")
+    if workload == "inference-serving":
+        raise _Skip(
+            "vLLM profiler peak excludes the KV-cache pool vLLM pre-allocates afterwards; "
+            "no prediction field counts the same thing"
+        )
+    if meas_text.startswith("BOUNDARY"):
+        raise _Skip("boundary row: the longest sequence that fit, not a memory reading")
+    if "offload" in par.lower() or "cpu" in opt_text.lower():
+        raise _Skip("CPU offload of parameters/optimizer is not expressible in a JobSpec")
+    if "optimizer_in_bwd=true" in opt_text.lower().replace(" ", ""):
+        raise _Skip("optimizer_in_bwd (optimizer step fused into backward) is not a JobSpec field")
+    if isinstance((r.get("arch") or {}).get("layers"), str):
+        raise _Skip("encoder-decoder (T5 family): the predictor models single-stack transformers")
+
+
+def _training_fields(
+    r: Mapping[str, Any],
+    spec: dict[str, Any],
+    task: str,
+    weight: str,
+    mb: int | None,
+    par: str,
+    opt_text: str,
+    notes: list[str],
+) -> None:
+    """Fill a training row's batch, sequence, optimizer, checkpointing, ZeRO and LoRA fields."""
+    lpar = par.lower()
+    n_gpus = spec["n_gpus"]
+    if mb is None:
+        raise _Skip("training row without a micro batch size")
+    if r.get("seq_len") is None:
+        raise _Skip("training row without seq_len (dataset-dependent padding)")
+    spec["batch_size"] = mb
+    spec["seq_len"] = int(r["seq_len"])
+    spec["optimizer"] = _optimizer(opt_text)
+    ga = re.search(r"grad(?:ient)? accumulation (\d+)", opt_text.lower())
+    if ga:
+        spec["gradient_accumulation"] = int(ga.group(1))
+    gc = r.get("gradient_checkpointing")
+    if gc is None and spec["framework"] == "torchtune":
+        # Every torchtune full/LoRA recipe config ships enable_activation_checkpointing: True.
+        gc = True
+        notes.append("gradient_checkpointing not stated; torchtune configs default to True")
+    elif gc is None:
+        gc = "activation checkpointing" in lpar
+        notes.append(f"gradient_checkpointing not stated; assumed {gc}")
+    spec["gradient_checkpointing"] = bool(gc)
+    if n_gpus > 1:
+        spec["zero_stage"] = _zero_stage(par)
+    if task in ("lora", "qlora"):
+        rank, target = _lora(r.get("peft"))
+        if rank is None:
+            raise _Skip("LoRA rank not stated")
+        spec["lora_rank"] = rank
+        spec["lora_target"] = target
+    if "bf16" in str(r.get("optimizer_state_dtype") or "") and weight == "bf16":
+        notes.append("optimizer states kept in bf16 (bf16-true); JobSpec assumes fp32 states")
