@@ -87,6 +87,8 @@ class _State:
     n_gpu: np.ndarray  # (N,) GPUs per node
     # FGD per-node class terms (count, small_free, total) and fragmentation, kept incrementally.
     fgd: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+    # FGD's per-node state key (equal keys = equal scores), kept incrementally.
+    key: np.ndarray | None = None
 
 
 # GPU-affinity tags of the GpuClustering baseline: share, 1, 2, 4, 8 GPUs (others -> last).
@@ -217,10 +219,8 @@ def _make_fgd(classes: TaskClasses, strand: tuple[DemandRatios, float] | None = 
         count, small, total, frag = st.fgd
         # Most candidate nodes share a handful of states (empty nodes of one type, full ones):
         # score each distinct state once. The key is exact for integer states in practice.
-        key = st.gpu_free[idx] @ _KEY_WEIGHTS + st.cpu_free[idx] * _KEY_CPU
-        if strand is not None:
-            key = key + st.mem_free[idx] * _KEY_MEM
-        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        assert st.key is not None
+        _, first, inv = np.unique(st.key[idx], return_index=True, return_inverse=True)
         rep = idx[first]
         before = frag[rep]
         if pod.is_share:
@@ -285,6 +285,12 @@ _KEY_CPU = 1.0 / 7.0
 
 
 _KEY_MEM = 1.0 / 1013.0
+
+
+def _state_key(st: _State, rows: slice | np.ndarray, with_mem: bool) -> np.ndarray:
+    """FGD's dedup key of nodes ``rows``: GPU slots, CPU and (for FGD-strand) memory."""
+    key = st.gpu_free[rows] @ _KEY_WEIGHTS + st.cpu_free[rows] * _KEY_CPU
+    return np.asarray(key + st.mem_free[rows] * _KEY_MEM if with_mem else key)
 
 
 def _sigmoid_score(delta: np.ndarray) -> np.ndarray:
@@ -370,12 +376,17 @@ def replay(
             ratios = demand_ratios(pods.cpu_milli, pods.memory_mib, pods.num_gpu, pods.gpu_milli)
             strand = (ratios, STRANDING_WEIGHT)
         scorer = _make_fgd(classes, strand)
+        st.key = _state_key(st, slice(None), strand is not None)
     else:
-        classes = None
+        classes, strand = None, None
         scorer = _SCORERS[pol]
     models = np.array(cluster.model)
     node_rank = rng.permutation(n)
 
+    # Per node: the roomiest GPU and the count of whole free GPUs, kept incrementally so the
+    # filter does not rescan every GPU slot for every pod.
+    max_free = st.gpu_free.max(1)
+    n_full = (st.gpu_free >= MILLI_PER_GPU).sum(1)
     n_pods = len(workload)
     allocated = np.zeros(n_pods)
     placed = np.full(n_pods, -1, np.int64)
@@ -387,8 +398,10 @@ def replay(
     for i in range(n_pods):
         pod = _Pod(int(cpu_a[i]), int(mem_a[i]), int(ng_a[i]), int(gm_a[i]))
         ok = (st.cpu_free >= pod.cpu) & (st.mem_free >= pod.mem)
-        if pod.num_gpu > 0:
-            ok &= (st.gpu_free >= pod.milli).sum(1) >= pod.num_gpu
+        if pod.num_gpu == 1:
+            ok &= max_free >= pod.milli
+        elif pod.num_gpu > 1:  # multi-GPU pods ask whole GPUs (checked when loading)
+            ok &= n_full >= pod.num_gpu
             spec = workload.gpu_spec[i]
             if spec:
                 ok &= np.isin(models, list(spec))
@@ -417,6 +430,10 @@ def replay(
             t = _tag(pod.num_gpu, pod.milli)
             if t >= 0:
                 st.tags[node, t] += 1
+        max_free[node] = st.gpu_free[node].max()
+        n_full[node] = int((st.gpu_free[node] >= MILLI_PER_GPU).sum())
+        if st.key is not None:
+            st.key[node] = _state_key(st, slice(node, node + 1), strand is not None)[0]
         if st.fgd is not None and classes is not None:
             count, small, total, frag = st.fgd
             c1, s1, t1 = class_terms(st.gpu_free[node : node + 1], classes)
