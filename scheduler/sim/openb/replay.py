@@ -402,9 +402,9 @@ def replay(
             ok &= max_free >= pod.milli
         elif pod.num_gpu > 1:  # multi-GPU pods ask whole GPUs (checked when loading)
             ok &= n_full >= pod.num_gpu
-            spec = workload.gpu_spec[i]
-            if spec:
-                ok &= np.isin(models, list(spec))
+        spec = workload.gpu_spec[i]
+        if spec and pod.num_gpu > 0:
+            ok &= np.isin(models, list(spec))
         idx = np.flatnonzero(ok)
         if idx.size == 0:
             failed += 1

@@ -140,3 +140,24 @@ def test_fgdstrand_sends_cpu_only_pods_to_cpu_rich_nodes(tmp_path: Path, seed: i
     demand = np.diff(np.concatenate([[0.0], r.arrived_pct]))
     (cpu_only,) = np.flatnonzero(demand == 0)
     assert c.names[int(r.placed_node[cpu_only])] == "rich"
+
+
+@pytest.mark.parametrize("policy", [p.value for p in OpenbPolicy])
+def test_gpu_type_constraint_is_honoured(tmp_path: Path, policy: str) -> None:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text(
+        "sn,cpu_milli,memory_mib,gpu,model\na,64000,262144,2,T4\nb,64000,262144,2,P100\n"
+    )
+    rows = [f"s{i},1000,1024,1,{m},P100,LS,Running,0,1,0" for i, m in enumerate([500, 1000] * 4)]
+    rows += [f"w{i},1000,1024,2,1000,T4,LS,Running,0,1,0" for i in range(2)]
+    pods = tmp_path / "pods.csv"
+    pods.write_text(PODS_HEAD + "\n".join(rows) + "\n")
+    c, w = load_nodes(nodes), load_pods(pods)
+    r = replay(c, w, policy, seed=1)
+    # The tuned workload is the trace plus clones; every placed pod must sit on its own type.
+    demand = np.diff(np.concatenate([[0.0], r.arrived_pct])) * c.gpu_capacity_milli / 100
+    placed = r.placed_node >= 0
+    assert placed.any()
+    on = np.array(c.model)[r.placed_node[placed]]
+    want = np.where(np.isclose(demand[placed], 2000), "T4", "P100")
+    assert (on == want).all()
