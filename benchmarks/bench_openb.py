@@ -6,7 +6,7 @@ BestFit 6.92%, GpuPacking 8.00%, DotProduct 9.15%, Random 12.53%. Every list run
 on the same seeds, so a comparison between policies is paired.
 
     .venv/bin/python benchmarks/bench_openb.py [--seeds 10] [--policy fgdstrand --policy fgd]
-        [--pods default --pods multigpu50 | --all-pods] [--jobs 2]
+        [--pods default --pods multigpu50 | --all-pods] [--jobs 2] [--update]
 
 Results are written after every pod list, so an interrupted sweep keeps what it finished.
 """
@@ -60,6 +60,8 @@ def main() -> None:
     ap.add_argument("--pods", action="append", default=None, help="list name or csv path")
     ap.add_argument("--all-pods", action="store_true", help="every openb_pod_list_*.csv")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
+    ap.add_argument("--out", type=Path, default=OUT, help="JSON to write")
+    ap.add_argument("--update", action="store_true", help="keep the other lists already in --out")
     args = ap.parse_args()
     policies = args.policy or [OURS, "fgd", "bestfit"]
     seeds = list(range(42, 42 + args.seeds))
@@ -77,6 +79,10 @@ def main() -> None:
         "target_pct": TARGET_PCT,
         "lists": {},
     }
+    if args.update and args.out.exists():
+        old = json.loads(args.out.read_text())
+        out["lists"] = old.get("lists", {})
+        out["command"] = old.get("command", out["command"]) + " ; then " + out["command"]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         for pods in lists:
             futs = {p: pool.submit(_one, args.nodes, str(pods), p, seeds) for p in policies}
@@ -100,8 +106,8 @@ def main() -> None:
                 flush=True,
             )
             out["wall_s"] = round(time.perf_counter() - t0, 1)
-            OUT.parent.mkdir(parents=True, exist_ok=True)
-            OUT.write_text(json.dumps(out, indent=1) + "\n")
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(out, indent=1) + "\n")
     default = out["lists"].get("default", {}).get("results", {})
     if OURS in default:
         out["ours_default_pct"] = default[OURS]["unallocated_gpu_pct_at_130"]
@@ -110,7 +116,7 @@ def main() -> None:
         e.get("ours_no_worse_than_fgd", False) for e in out["lists"].values()
     )
     out["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    OUT.write_text(json.dumps(out, indent=1) + "\n")
+    args.out.write_text(json.dumps(out, indent=1) + "\n")
 
 
 if __name__ == "__main__":
