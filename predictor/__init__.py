@@ -1,4 +1,5 @@
-"""snugfit predictor: job spec → per-GPU peak VRAM and runtime (analytical, learned, history)."""
+"""snugfit predictor: job spec → per-GPU peak VRAM and runtime (analytical, traced, learned,
+history; the traced tier is the `predictor.traced` sub-package)."""
 
 from .analytical import AnalyticalPredictor, predict, predict_table
 from .exceptions import (

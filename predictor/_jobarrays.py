@@ -155,9 +155,49 @@ class JobArrays:
     pp: np.ndarray
     dp: np.ndarray
     zero_stage: np.ndarray
+    # memory fidelity
+    adapter_bytes: np.ndarray  # bytes per LoRA adapter element (fp32 in PEFT by default)
+    compiled: np.ndarray
+    chunked_loss: np.ndarray
+    act_offload: np.ndarray
+    lora_in_width: np.ndarray  # summed input widths of the adapted linears, per layer and token
+    lora_new_width: np.ndarray  # of those, inputs a frozen layer would not have saved anyway
 
     def __len__(self) -> int:
         return len(self.n_layers)
+
+
+_ATTN_IN = frozenset({"q_proj", "k_proj", "v_proj", "o_proj", "q_a_proj", "q_b_proj"})
+_ATTN_IN |= {"kv_a_proj", "kv_b_proj"}
+_QV_IN = frozenset({"q_proj", "v_proj", "q_b_proj", "kv_b_proj"})
+
+
+@lru_cache(maxsize=4096)
+def _lora_widths(arch: ModelArch, target: str) -> tuple[float, float]:
+    """Per layer and token: the summed inputs of the adapted linears (each adapter keeps its
+    own copy when PEFT casts it), and the inputs no frozen layer would save otherwise (the
+    MLP input when gate/up are adapted, ``act(gate)·up`` when down is)."""
+    total = 0.0
+    new = 0.0
+    mlp_in = down_in = False
+    for name, i, _o, count in arch.linear_layers(active_only=True):
+        base = name.removeprefix("expert_").removeprefix("shared_")
+        if name in ("lm_head", "router"):
+            continue
+        if target == "attention" and base not in _ATTN_IN:
+            continue
+        if target == "qv" and base not in _QV_IN:
+            continue
+        total += i * count / arch.n_layers
+        if base in ("gate_proj", "up_proj", "fc1", "fc_in"):
+            mlp_in = True
+        if base in ("down_proj", "fc2", "fc_out"):
+            down_in = True
+    if mlp_in:
+        new += arch.hidden_size
+    if down_in:
+        new += arch.intermediate_size if not arch.is_moe else arch.expert_intermediate_size
+    return total, new
 
 
 def _job_row(spec: JobSpec) -> tuple[float, ...]:
@@ -171,6 +211,12 @@ def _job_row(spec: JobSpec) -> tuple[float, ...]:
         lora = float(spec.arch.lora_params(spec.lora_rank, spec.lora_target.value))
     framework = spec.framework or Framework.HF
     optimizer = spec.optimizer or Optimizer.NONE
+    lora_in, lora_new = (
+        _lora_widths(spec.arch, spec.lora_target.value)
+        if task.is_peft and spec.lora_target
+        else (0.0, 0.0)
+    )
+    adapter = spec.adapter_dtype or DType.FP32
     return (
         a.n_layers,
         a.hidden,
@@ -192,7 +238,8 @@ def _job_row(spec: JobSpec) -> tuple[float, ...]:
         a.layer_params,
         a.is_moe,
         a.encoder_only,
-        TASKS.index(task),
+        # A `serve` replica is predicted as inference at `batch_size` concurrent sequences.
+        TASKS.index(Task.INFERENCE if task is Task.SERVE else task),
         FRAMEWORKS.index(framework),
         OPTIMIZERS.index(optimizer),
         _QBYTES[weight],
@@ -205,7 +252,7 @@ def _job_row(spec: JobSpec) -> tuple[float, ...]:
         spec.seq_len or 0,
         spec.input_len or 0,
         spec.output_len or 0,
-        spec.num_requests or 0,
+        spec.num_requests or (spec.batch_size if task is Task.SERVE else 0),
         spec.steps or 0,
         1.0 if spec.gradient_checkpointing else 0.0,
         lora,
@@ -214,6 +261,12 @@ def _job_row(spec: JobSpec) -> tuple[float, ...]:
         spec.pipeline_parallel,
         spec.data_parallel,
         spec.zero_stage or 0,
+        _QBYTES[adapter] if adapter in (DType.FP32, DType.BF16, DType.FP16) else 2.0,
+        1.0 if spec.compile else 0.0,
+        1.0 if spec.chunked_loss else 0.0,
+        1.0 if spec.activation_offload else 0.0,
+        lora_in,
+        lora_new,
     )
 
 

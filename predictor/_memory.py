@@ -5,8 +5,10 @@ adapted to what current frameworks really keep alive:
 
 * flash/SDPA attention everywhere, so no ``s²`` score matrices are stored;
 * SwiGLU MLPs keep gate, up, act(gate) and their product (4·ffn per token), plain GELU MLPs 2·ffn;
-* eager RMSNorm/LayerNorm in HF-style code upcasts to fp32 and saves those copies; fused
-  frameworks (torchtune, Megatron, Unsloth, vLLM...) do not;
+* eager RMSNorm/LayerNorm in HF-style code upcasts to fp32 and saves those copies; compiled
+  stacks (Megatron, Unsloth, vLLM..., or ``compile``) do not; torchtune is eager unless compiled;
+* PEFT LoRA adapters keep a copy of each adapted linear's input (PEFT casts it to the adapter
+  dtype), and HF ``generate`` computes only the last token's logits;
 * the training peak is either the start of backward (activations + logits live, gradients not
   yet materialised except the ones carried across micro-batches) or the optimizer step
   (all gradients live + the foreach-AdamW temporaries), whichever is larger.
@@ -68,6 +70,8 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
     serving = _isin(
         fw, [_IDX_F[Framework.VLLM], _IDX_F[Framework.TRTLLM], _IDX_F[Framework.SGLANG]]
     )
+    # Fused norms and SwiGLU come from a compiled stack: serving engines, Megatron/TE, Unsloth,
+    # or any job with `compile` (torchtune runs eagerly unless compiled).
     fused_norms = _isin(
         fw,
         [
@@ -76,12 +80,11 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
                 Framework.VLLM,
                 Framework.TRTLLM,
                 Framework.SGLANG,
-                Framework.TORCHTUNE,
                 Framework.MEGATRON,
                 Framework.UNSLOTH,
             )
         ],
-    )
+    ) | (j.compiled > 0)
     master_weights = _isin(fw, [_IDX_F[Framework.DEEPSPEED], _IDX_F[Framework.MEGATRON]]) & (
         j.weight_bytes < 4
     )
@@ -98,11 +101,10 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
     gather = np.where(zero >= 3, 2.0 * j.layer_params * a / tp, 0.0)  # ZeRO-3 prefetch buffers
     weights = np.where(zero >= 3, weights / dp + gather, weights)
 
-    # Trainable parameters: PEFT adapters are fp32 in HF PEFT (autocast_adapter_dtype), bf16
-    # elsewhere; full fine-tunes train the weights in their stored dtype.
-    peft_fp32 = _isin(fw, [_IDX_F[Framework.HF], _IDX_F[Framework.PEFT], _IDX_F[Framework.OTHER]])
+    # Trainable parameters: PEFT adapters in `adapter_dtype` (fp32 in HF PEFT by default,
+    # autocast_adapter_dtype); full fine-tunes train the weights in their stored dtype.
     trainable = np.where(is_peft, j.lora_params, np.where(is_full, j.total_params, 0.0)) / (tp * pp)
-    param_bytes = np.where(is_peft, np.where(peft_fp32, 4.0, 2.0), j.weight_bytes)
+    param_bytes = np.where(is_peft, j.adapter_bytes, j.weight_bytes)
     adapters = np.where(is_peft, trainable * param_bytes, 0.0)
     adapters = np.where(zero >= 3, adapters / dp, adapters)
     weights = weights + adapters
@@ -154,6 +156,14 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
         a * j.ffn * (1.0 + 2.0 * j.gated - fused_act),
         a * (j.hidden + j.ffn * (2.0 + 2.0 * j.gated - fused_act)),
     )
+    # LoRA adapters save their inputs for the adapter weight gradients. PEFT casts each
+    # adapted linear's input to the adapter dtype and, under autocast, back: every adapter
+    # keeps its own 16-bit copy (down_proj's is act(gate)·up). Adapters in the compute dtype
+    # share the layer's input, so only inputs a frozen layer would not keep are new.
+    peft_casts = (j.adapter_bytes != a) & is_peft
+    lora_saved = np.where(
+        peft_casts, a * j.lora_in_width, np.where(is_peft, a * j.lora_new_width, 0.0)
+    )
     route = j.is_moe * a * j.hidden * j.n_active_experts * 2.0
     # Eager attention materialises the s×s scores: flash kernels do not run in fp32, and HF's
     # encoder models (BERT) predate SDPA. Per score: scores + softmax + dropout output (fp32
@@ -163,7 +173,7 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
     eager_attn = fp32 | ((j.encoder_only > 0) & hf_like)
     score_bytes = np.where(fp32, 13.0, a + 9.0)
     scores = np.where(eager_attn, j.n_heads * j.seq_len * score_bytes, 0.0)
-    per_token_layer = attn + mlp + route + scores + 2.0 * j.hidden * norm_bytes
+    per_token_layer = attn + mlp + lora_saved + route + scores + 2.0 * j.hidden * norm_bytes
     tokens_mb = j.batch * j.seq_len
     layers_here = j.n_layers / pp
     inflight = np.where(pp > 1, np.minimum(pp, j.grad_accum), 1.0)
@@ -171,26 +181,32 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
     layer_input = tokens_mb * a * j.hidden / tp
     acts_train = (
         np.where(
-            j.checkpointing > 0,
-            layer_input * layers_here * inflight + full_layer,
-            full_layer * layers_here * inflight,
+            j.act_offload > 0,
+            full_layer,  # saved activations wait in host memory; one layer's are on the GPU
+            np.where(
+                j.checkpointing > 0,
+                layer_input * layers_here * inflight + full_layer,
+                full_layer * layers_here * inflight,
+            ),
         )
         + 2.0 * layer_input
     )
     logit_bytes = np.select(
         [
             fw == _IDX_F[Framework.UNSLOTH],
-            fw == _IDX_F[Framework.TORCHTUNE],
+            j.chunked_loss > 0,
             _isin(fw, [_IDX_F[Framework.FSDP], _IDX_F[Framework.MEGATRON]]),
         ],
-        # Unsloth fuses the loss; torchtune keeps bf16 logit chunks and upcasts one at a time.
+        # Unsloth fuses the loss; a chunked loss (torchtune's default) keeps 16-bit logit
+        # chunks and upcasts one at a time.
         [np.full_like(a, 4.0), a + 1.5, a + 8.0],
         default=a + 12.0,  # bf16 logits, fp32 upcast, log-softmax and its gradient (HF)
     )
     logits_train = tokens_mb * j.vocab / tp * logit_bytes
 
     # Inference: KV cache for every sequence in the batch at full length, one layer's prefill
-    # activations, and logits (HF computes them for the whole prompt, engines for the last token).
+    # activations, and logits: only the last token's, as HF `generate` (logits_to_keep=1) and
+    # the engines compute them; generate also keeps an fp32 copy for sampling.
     ctx = j.input_len + j.output_len
     kv = (1.0 - j.encoder_only) * j.n_layers / pp * j.kv_dim / tp * j.kv_bytes * j.batch * ctx
     prefill_tokens = j.batch * j.input_len
@@ -205,9 +221,7 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
         )
         / tp
     )
-    logits_infer = (
-        np.where(serving, j.batch * j.vocab * 4.0, prefill_tokens * j.vocab * (a + 4.0)) / tp
-    )
+    logits_infer = np.where(serving, j.batch * j.vocab * 4.0, j.batch * j.vocab * (a + 4.0)) / tp
 
     start_of_backward = acts_train + logits_train + np.where(j.grad_accum > 1, grads, grad_first)
     optimizer_step = grads + step_temp

@@ -17,10 +17,11 @@ import math
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._checks import CheckFailure, check_rows, tag_failures
 from ._paths import datasets_dir, shared_dir
 from .exceptions import DataError, SpecError
 from .measurements import measurement_row
@@ -47,6 +48,8 @@ class SkippedRow:
 class Conversion:
     rows: list[dict[str, Any]]
     skipped: list[SkippedRow]
+    #: Rows kept but flagged non-calibratable by a data check (``predictor._checks``).
+    failures: list[CheckFailure] = field(default_factory=list)
 
 
 class _Skip(Exception):
@@ -607,6 +610,7 @@ def _inference_fields(
     conc = r.get("concurrency")
     batch = _int(r.get("global_batch_size")) or (_int(conc) if isinstance(conc, int) else None)
     fields: dict[str, Any] = {}
+    num_requests: int | None = None
     if workload.startswith("inference_online_serving"):
         if not isinstance(conc, int) or conc > 8:
             raise _Skip(
@@ -653,6 +657,14 @@ def _inference_fields(
         # Static batch: one batch of `batch` sequences runs prefill then `out_len` decode steps.
         runtime = batch * float(out_len) / total
         fields["runtime_s"] = runtime
+        replicas = int(r.get("num_gpus") or 1) // max(
+            int(r.get("tp") or 1) * int(r.get("pp") or 1), 1
+        )
+        if replicas > 1 and batch % replicas == 0:
+            # Data-parallel replicas each run an equal share of the batch at the same time;
+            # JobSpec's batch_size is one replica's.
+            notes.append(f"batch {batch} split over {replicas} data-parallel replicas")
+            num_requests, batch = batch, batch // replicas
         ttft_ms = other_get(r, "ttft_ms")
         if ttft_ms is not None and runtime > ttft_ms / 1e3 and out_len > 1:
             # The batch's wall time minus its prefill leaves out_len − 1 decode steps.
@@ -678,7 +690,7 @@ def _inference_fields(
         batch_size=batch,
         input_len=max(1, round(float(in_len))),
         output_len=max(1, round(float(out_len))) if isinstance(out_len, int | float) else 1,
-        num_requests=batch,
+        num_requests=num_requests or batch,
     )
     if "fp8 kv" in str(r.get("precision") or "").lower():
         spec["kv_cache_dtype"] = "fp8"
@@ -698,7 +710,8 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def convert_published(validation_dir: str | Path | None = None) -> Conversion:
-    """Convert every row of the two validation files; order follows the files."""
+    """Convert every row of the two validation files (order follows the files), then run the
+    data checks of :mod:`predictor._checks` and tag the rows that fail them."""
     base = Path(validation_dir) if validation_dir else shared_dir() / "validation"
     rows: list[dict[str, Any]] = []
     skipped: list[SkippedRow] = []
@@ -713,7 +726,10 @@ def convert_published(validation_dir: str | Path | None = None) -> Conversion:
                 skipped.append(SkippedRow(str(r.get("id")), fname, str(exc)))
             except (SpecError, DataError) as exc:
                 skipped.append(SkippedRow(str(r.get("id")), fname, f"invalid spec: {exc}"))
-    return Conversion(rows, skipped)
+    # Rows that contradict physics or their own table are kept, tagged non-calibratable.
+    failures = check_rows(rows)
+    tag_failures(rows, failures)
+    return Conversion(rows, skipped, failures)
 
 
 def write_published(
@@ -731,6 +747,11 @@ def write_published(
         fh.write("id\tfile\treason\n")
         for s in conv.skipped:
             fh.write(f"{s.id}\t{s.file}\t{s.reason}\n")
+    checks_path = out.with_name(out.stem + ".checks.tsv")
+    with checks_path.open("w", encoding="utf-8") as fh:
+        fh.write("id\tcheck\treason\n")
+        for f in conv.failures:
+            fh.write(f"{f.id}\t{f.check}\t{f.reason}\n")
     return conv
 
 
@@ -738,6 +759,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     conv = write_published(args[0] if args else None)
     print(f"wrote {len(conv.rows)} rows; skipped {len(conv.skipped)}")
+    print(f"{len({f.id for f in conv.failures})} rows fail a data check (non-calibratable):")
+    for f in conv.failures:
+        print(f"  {f.id}\t{f.check}\t{f.reason}")
     return 0
 
 

@@ -1,231 +1,342 @@
-"""Analytical runtime: a roofline with per-GPU efficiency factors, vectorised over jobs × GPUs.
+"""Analytical runtime: an operator-class roofline, vectorised over jobs × GPUs.
 
-* Training: FLOPs = 6·N·tokens (8·N with recompute, 4·N for LoRA/QLoRA, N = active matmul
-  params incl. the lm head) plus causal attention, divided by peak × MFU. MFU falls for small
-  models and small micro-batches. TP all-reduces, the DP gradient all-reduce (mostly hidden
-  behind backward) and the pipeline bubble are charged on top.
-* Prefill (TTFT) is compute-bound: 2·N·tokens + attention over peak × prefill efficiency, but
-  never faster than reading the weights once.
-* Decode (TPOT) is memory-bound: (weights read + KV read) / (HBM bandwidth × MBU), plus a
-  per-layer launch cost that dominates eager HF decoding and CUDA graphs remove.
+Every job is split into classes of work, each timed against its own ceiling with its own
+efficiency from :mod:`predictor.efficiency`:
 
-Every efficiency constant sits in :class:`RuntimeModel`; the learned tier corrects them from
-measurements.
+* **GEMMs**: ``2·N`` FLOPs per token forward, ``6·N`` forward+backward, ``4·N`` for LoRA (no
+  weight gradients); activation recompute adds the forward it repeats (``+2·N``). Efficiency
+  per architecture and dtype, falling for small matrices (``hidden / TP`` and tokens per GEMM).
+* **Attention**: causal ``2·L·s·d`` FLOPs per token forward, 2.5× that backward, at the
+  attention kernel's own efficiency (FlashAttention-2, or FA3 / cuDNN on Hopper and Blackwell
+  under Megatron and the serving engines), falling for short sequences.
+* **Elementwise** (norms, activations, residuals): bytes over HBM bandwidth.
+* **Fixed costs**: a per-layer launch floor, and the serving engine's per-step and per-request
+  CPU work (scheduling, sampling, detokenisation), which does not speed up on a faster GPU.
+* **Collectives**: ring all-reduce, ``2(p−1)`` hop latencies plus ``2(p−1)/p`` of the bytes
+  over the achieved link bandwidth (NVLink 3/4/5 by GPU, PCIe without NVLink, InfiniBand
+  between nodes).
+
+Prefill (TTFT) is compute-bound but never faster than reading the weights once; a decode step
+(TPOT) is the larger of reading weights + KV cache at the achieved bandwidth (MBU) and the
+batch's GEMMs, plus its fixed costs. :func:`prefill_s` and :func:`decode_step_s` take one batch
+and length per job; :mod:`predictor.engine` exposes them for one model at a time.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ._jobarrays import DTYPES, FRAMEWORKS, TASKS, JobArrays
+from .efficiency import Efficiencies, default_efficiencies, gpu_architecture
 from .gpus import GpuType
 from .spec import DType, Framework, Task
 
-__all__ = ["RuntimeModel", "runtime_figures"]
+__all__ = ["RuntimeModel", "decode_step_s", "prefill_s", "runtime_figures"]
 
 _IDX_T = {t: TASKS.index(t) for t in Task}
 _IDX_F = {f: FRAMEWORKS.index(f) for f in Framework}
 _IDX_D = {d: DTYPES.index(d) for d in DType}
+_ENGINES = [_IDX_F[f] for f in (Framework.VLLM, Framework.TRTLLM, Framework.SGLANG)]
+_EAGER = [_IDX_F[f] for f in (Framework.HF, Framework.PEFT)]
+# Stacks that run fused (FA3 / cuDNN) attention where the GPU has it.
+_FUSED_ATTENTION = [*_ENGINES, _IDX_F[Framework.MEGATRON]]
+#: Engine-overhead key per framework; everything else is "other".
+ENGINE_KEY: dict[Framework, str] = {
+    Framework.VLLM: "vllm",
+    Framework.SGLANG: "sglang",
+    Framework.TRTLLM: "trtllm",
+    Framework.HF: "hf",
+    Framework.PEFT: "hf",
+}
+_ENGINE_KEYS = ("vllm", "sglang", "trtllm", "hf", "other")
+_FRAMEWORK_TO_ENGINE = np.array(
+    [_ENGINE_KEYS.index(ENGINE_KEY.get(f, "other")) for f in FRAMEWORKS], dtype=np.int64
+)
+_NODE_GPUS = 8.0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RuntimeModel:
-    # Best-case training MFU for a large dense model in bf16, per GPU type. Anchors:
-    # dgxc-benchmarking Llama 3.1 70B BF16 on H100 reports MFU 54.1%; llm-foundry MPT tables
-    # reach ~0.6 on A100. B200 kernels are less mature (Megatron-Bridge ~0.35 of FP8 peak).
-    train_mfu_bf16: tuple[tuple[str, float], ...] = (
-        ("A100-40GB", 0.62),
-        ("A100-80GB", 0.62),
-        ("H100-80GB", 0.55),
-        ("H200-141GB", 0.57),
-        ("B200-180GB", 0.48),
+    """The runtime model's constants: one :class:`Efficiencies` table (fitted or prior)."""
+
+    efficiencies: Efficiencies = field(default_factory=default_efficiencies)
+
+
+@dataclass(frozen=True)
+class _Gpus:
+    """Per-GPU rows, each ``(1, n_gpus)``."""
+
+    names: tuple[str, ...]
+    bw: np.ndarray  # HBM bytes/s
+    link: np.ndarray  # one-direction intra-node bytes/s
+    fused_attn: np.ndarray  # Hopper/Blackwell have FA3-class kernels
+    has_fp8: np.ndarray
+    has_fp4: np.ndarray
+    peak_by_dtype: np.ndarray  # (n_dtypes, n_gpus) FLOP/s
+    per_job: bool = False  # one GPU per job: every row is (n_jobs, 1) instead of (1, n_gpus)
+
+    def arch(self, eff: Efficiencies, prefix: str) -> np.ndarray:
+        """``<prefix>.<architecture>`` for each GPU, shaped like the other rows."""
+        return eff.per_arch(prefix, self.names).reshape(self.bw.shape)
+
+
+def _gpus(gpus: Sequence[GpuType], eff: Efficiencies, per_job: bool = False) -> _Gpus:
+    """GPU rows for a jobs × GPUs table, or (``per_job``) one GPU per job, ``(n_jobs, 1)``."""
+
+    def row(v: list[float] | list[bool]) -> np.ndarray:
+        a = np.asarray(v, dtype=np.float64)
+        return a[:, None] if per_job else a[None, :]
+
+    pcie = eff["comm.pcie_gbps"]
+    return _Gpus(
+        names=tuple(g.name for g in gpus),
+        bw=row([g.hbm_bandwidth_gbps * 1e9 for g in gpus]),
+        link=row([(g.nvlink_bandwidth_gbps / 2 or pcie) * 1e9 for g in gpus]),
+        fused_attn=row([gpu_architecture(g.name) != "ampere" for g in gpus]),
+        has_fp8=row(["fp8" in g.peak_tflops for g in gpus]),
+        has_fp4=row(["fp4" in g.peak_tflops for g in gpus]),
+        peak_by_dtype=np.array(
+            [[g.peak_tflops_for(d.value) * 1e12 for g in gpus] for d in DTYPES], dtype=np.float64
+        ),
+        per_job=per_job,
     )
-    train_mfu_default: float = 0.45
-    low_precision_mfu_scale: float = 0.67  # dgxc 70B: FP8 MFU 36.2% of FP8 peak vs BF16 54.1%
-    size_knee_hidden: float = 400.0  # efficiency ∝ h/(h+knee): small models launch-bound
-    tokens_knee: float = 256.0  # efficiency ∝ tok/(tok+knee) per micro-batch per GPU
-    eager_framework_scale: float = 0.8  # HF/PEFT/other without compile or fused kernels
-    qlora_dequant_scale: float = 0.65  # 4-bit dequantisation in every matmul
-    prefill_mfu: float = 0.5
-    prefill_tokens_knee: float = 64.0
-    decode_compute_mfu: float = 0.4  # large-batch decode turns compute-bound
-    decode_mbu_engine: float = 0.75  # vLLM/TRT-LLM/SGLang
-    decode_mbu_eager: float = 0.55  # HF / PEFT generate
-    decode_mbu_other: float = 0.6  # unknown stacks: between the two
-    launch_s_per_layer_eager: float = 3.0e-4  # HF eager decode: Python + kernel launches
-    launch_s_per_layer_other: float = 1.0e-4
-    launch_s_per_layer_engine: float = 2.0e-5  # CUDA graphs
-    allreduce_latency_s: float = 1.5e-5
-    inter_node_bandwidth_gbps: float = 50.0  # 400 Gb/s InfiniBand per GPU
-    dp_comm_exposed: float = 0.3  # share of the gradient all-reduce not hidden by backward
-    attention_flops_factor: float = 6.0
-    moe_mfu_scale: float = 0.6  # routing, all-to-all and small per-expert GEMMs
-    tp_comm_exposed: float = 0.5  # Megatron overlaps part of the TP collectives with GEMMs
-
-    def mfu(self, gpu: str) -> float:
-        return dict(self.train_mfu_bf16).get(gpu, self.train_mfu_default)
 
 
-def _peak_flops(gpus: Sequence[GpuType], compute_dtype: np.ndarray) -> np.ndarray:
-    """(n_jobs, n_gpus) dense peak FLOP/s for each job's compute dtype on each GPU."""
-    table = np.array(
-        [[g.peak_tflops_for(d.value) * 1e12 for g in gpus] for d in DTYPES], dtype=np.float64
+def _col(v: np.ndarray) -> np.ndarray:
+    return np.asarray(v, dtype=np.float64)[..., None]
+
+
+def allreduce_s(
+    nbytes: np.ndarray, group: np.ndarray, link: np.ndarray, eff: Efficiencies
+) -> np.ndarray:
+    """All-reduce of ``nbytes`` over ``group`` GPUs: latency growing with ``log2(p)`` (tree /
+    NVLS algorithms for small messages) plus the ring's ``2(p−1)/p`` of the bytes over the
+    achieved link bandwidth. Zero for a group of one."""
+    p = np.maximum(group, 1.0)
+    latency = eff["comm.latency_s"] + eff["comm.latency_log2_s"] * np.log2(p)
+    ring = 2.0 * (p - 1.0) / p * nbytes / (link * eff["comm.link_efficiency"])
+    return np.where(p > 1.0, latency + ring, 0.0)
+
+
+def _gemm_eff(
+    j: JobArrays, g: _Gpus, eff: Efficiencies, base: np.ndarray, tokens: np.ndarray
+) -> np.ndarray:
+    """GEMM share of peak: ``base`` per architecture × size and dtype factors, ``(n, G)``."""
+    hid = j.hidden / j.tp
+    size = hid / (hid + eff["gemm.knee_hidden"])
+    tok = tokens / (tokens + eff["gemm.knee_tokens"])
+    fp8 = (j.compute_dtype == _IDX_D[DType.FP8])[:, None] & (g.has_fp8 > 0)
+    fp4 = (j.compute_dtype == _IDX_D[DType.FP4])[:, None] & (g.has_fp4 > 0)
+    low = np.where(fp8, eff["gemm.fp8_scale"], 1.0) * np.where(fp4, eff["gemm.fp4_scale"], 1.0)
+    moe = np.where(j.is_moe > 0, eff["gemm.moe_scale"], 1.0)
+    return base * low * _col(size * tok * moe)
+
+
+def _attn_eff(j: JobArrays, g: _Gpus, eff: Efficiencies, seq: np.ndarray) -> np.ndarray:
+    fa2 = g.arch(eff, "attn.fa2")
+    fa3 = np.array([eff[f"attn.fa3.{a}"] if a != "ampere" else 0.0 for a in _archs(g)])
+    fa3 = fa3.reshape(g.bw.shape)
+    fused = np.isin(j.framework, _FUSED_ATTENTION)[:, None] & (g.fused_attn > 0)
+    return np.where(fused, fa3, fa2) * _col(seq / (seq + eff["attn.knee_seq"]))
+
+
+def _archs(g: _Gpus) -> list[str]:
+    return [gpu_architecture(n) for n in g.names]
+
+
+def _elem_bytes_per_token(j: JobArrays, eff: Efficiencies) -> np.ndarray:
+    """HBM traffic of one layer's elementwise forward work per token (norms, act, residual)."""
+    return eff["elem.bytes_scale"] * j.compute_bytes * (16.0 * j.hidden + 4.0 * j.ffn) / j.tp
+
+
+def _engine_lookup(j: JobArrays, eff: Efficiencies, kind: str) -> np.ndarray:
+    table = np.array([eff[f"engine.{kind}.{k}"] for k in _ENGINE_KEYS])
+    return table[_FRAMEWORK_TO_ENGINE[j.framework.astype(np.int64)]]
+
+
+def _engine_step_s(j: JobArrays, eff: Efficiencies, batch: np.ndarray) -> np.ndarray:
+    """The engine's CPU work in one step: fixed plus per running sequence (sampling, detok)."""
+    return _engine_lookup(j, eff, "step_s") + _engine_lookup(j, eff, "seq_step_s") * batch
+
+
+def _uncaptured(j: JobArrays) -> np.ndarray:
+    """1 where collectives launch without CUDA graphs / custom all-reduce (not an engine)."""
+    return (~np.isin(j.framework, _ENGINES)).astype(np.float64)
+
+
+def _peak(j: JobArrays, g: _Gpus) -> np.ndarray:
+    idx = j.compute_dtype.astype(np.int64)
+    if g.per_job:
+        return g.peak_by_dtype[idx, np.arange(idx.size)][:, None]
+    return g.peak_by_dtype[idx]
+
+
+# ------------------------------------------------------------------------------ training
+def _training_step_s(j: JobArrays, g: _Gpus, eff: Efficiencies) -> tuple[np.ndarray, np.ndarray]:
+    """Step time and its saturating (busy) part, ``(n, G)`` each."""
+    is_peft = np.isin(j.task, [_IDX_T[Task.LORA], _IDX_T[Task.QLORA]])
+    ck = j.checkpointing
+    tp, pp, dp = j.tp, j.pp, j.dp
+    tokens_mb = j.batch * j.seq_len
+    per_gpu = tokens_mb * j.grad_accum / (tp * pp)  # tokens × (1/TP·PP share of the work)
+    gemm_flops = (np.where(is_peft, 4.0, 6.0) + 2.0 * ck) * j.flop_params * per_gpu
+    attn_flops = (3.5 + ck) * 2.0 * j.n_layers * j.seq_len * j.attn_dim * per_gpu
+    peak = _peak(j, g)
+    ge = _gemm_eff(j, g, eff, g.arch(eff, "gemm"), tokens_mb)
+    ge = ge * _col(np.where(np.isin(j.framework, _EAGER), eff["gemm.eager_scale"], 1.0))
+    ge = ge * _col(np.where(j.task == _IDX_T[Task.QLORA], eff["gemm.qlora_scale"], 1.0))
+    gemm_s = _col(gemm_flops) / (peak * ge)
+    attn_s = _col(attn_flops) / (peak * _attn_eff(j, g, eff, j.seq_len))
+    elem_bytes = (3.0 + ck) * j.n_layers * _elem_bytes_per_token(j, eff) * per_gpu
+    elem_s = _col(elem_bytes) / (g.bw * eff["mem.stream"])
+    launch_s = _col(eff["launch.train_s"] * (j.n_layers / pp) * j.grad_accum * (1.0 + ck / 3.0))
+    tp_msgs = (4.0 + 2.0 * ck) * (j.n_layers / pp) * j.grad_accum
+    tp_s = (
+        eff["comm.tp_exposed_train"]
+        * _col(tp_msgs)
+        * allreduce_s(_col(tokens_mb * j.hidden * j.compute_bytes), _col(tp), g.link, eff)
     )
-    return table[compute_dtype.astype(np.int64)]
+    inter = _col(j.n_gpus) > _NODE_GPUS
+    dp_link = np.where(inter, eff["comm.inter_node_gbps"] * 1e9, g.link)
+    trainable = np.where(is_peft, j.lora_params, j.total_params) / (tp * pp)
+    grad_bytes = trainable * 2.0 * np.where(j.zero_stage >= 3, 1.5, 1.0)
+    dp_s = eff["comm.dp_exposed"] * allreduce_s(_col(grad_bytes), _col(dp), dp_link, eff)
+    bubble = _col(1.0 + (pp - 1.0) / np.maximum(j.grad_accum, 1.0))
+    busy = gemm_s + attn_s + elem_s
+    step = (busy + launch_s + tp_s) * bubble + dp_s
+    return step, busy * bubble
 
 
+# ------------------------------------------------------------------------------ inference
+def prefill_s(
+    j: JobArrays,
+    g: _Gpus,
+    eff: Efficiencies,
+    weights_bytes_per_gpu: np.ndarray,
+    batch: np.ndarray,
+    input_len: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Time to prefill ``batch`` prompts of ``input_len`` tokens (TTFT) and its busy part.
+
+    A single batch flows through the pipeline stages one after another, so latency sums the
+    stages: work is divided by TP only.
+    """
+    tp = j.tp
+    tokens = batch * input_len
+    peak = _peak(j, g)
+    gemm_flops = 2.0 * j.flop_params * tokens / tp
+    attn_flops = 2.0 * j.n_layers * batch * input_len**2 * j.attn_dim / tp
+    ge = _gemm_eff(j, g, eff, g.arch(eff, "prefill"), tokens)
+    gemm_s = _col(gemm_flops) / (peak * ge)
+    attn_s = _col(attn_flops) / (peak * _attn_eff(j, g, eff, input_len))
+    elem_s = _col(j.n_layers * _elem_bytes_per_token(j, eff) * tokens) / (g.bw * eff["mem.stream"])
+    weight_s = _col(weights_bytes_per_gpu * j.pp) / (g.bw * _mbu(j, g, eff))
+    busy = np.maximum(gemm_s + attn_s + elem_s, weight_s)
+    tp_s = _col(2.0 * j.n_layers) * (
+        allreduce_s(_col(tokens * j.hidden * j.compute_bytes), _col(tp), g.link, eff)
+        + _col(np.where(tp > 1, _uncaptured(j) * eff["comm.uncaptured_latency_s"], 0.0))
+    )
+    fixed = _col(eff["launch.prefill_s"] * j.n_layers + _engine_step_s(j, eff, batch))
+    return busy + tp_s + fixed, busy
+
+
+def _mbu(j: JobArrays, g: _Gpus, eff: Efficiencies) -> np.ndarray:
+    scale = np.where(np.isin(j.framework, _EAGER), eff["decode.eager_scale"], 1.0)
+    return g.arch(eff, "decode.mbu") * _col(scale)
+
+
+def decode_step_s(
+    j: JobArrays,
+    g: _Gpus,
+    eff: Efficiencies,
+    weights_bytes_per_gpu: np.ndarray,
+    batch: np.ndarray,
+    context_len: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One decode step of ``batch`` running sequences with ``context_len`` cached tokens each.
+
+    Returns (step time, busy part). Under continuous batching ``batch`` is the running batch
+    and ``context_len`` its mean KV length; MoE layers read only the experts the batch routes
+    to, ``E·(1 − (1 − k/E)^b)`` of them.
+    """
+    tp = j.tp
+    expert_frac = np.where(
+        j.is_moe > 0,
+        1.0 - (1.0 - j.n_active_experts / np.maximum(j.n_experts, 1.0)) ** batch,
+        1.0,
+    )
+    expert_bytes = j.expert_params * j.weight_bytes / tp
+    weight_bytes = weights_bytes_per_gpu * j.pp - expert_bytes * (1.0 - expert_frac)
+    kv_bytes = j.n_layers * j.kv_dim / tp * j.kv_bytes * batch * context_len
+    mem_s = _col(weight_bytes + kv_bytes) / (g.bw * _mbu(j, g, eff))
+    fp8 = (j.compute_dtype == _IDX_D[DType.FP8])[:, None] & (g.has_fp8 > 0)
+    comp_eff = eff["decode.compute_eff"] * np.where(fp8, eff["gemm.fp8_scale"], 1.0)
+    comp_s = _col(2.0 * j.flop_params * batch / tp) / (_peak(j, g) * comp_eff)
+    busy = np.maximum(mem_s, comp_s)
+    launch = np.select(
+        [np.isin(j.framework, _ENGINES), np.isin(j.framework, _EAGER)],
+        [eff["launch.decode_engine_s"], eff["launch.decode_eager_s"]],
+        eff["launch.decode_other_s"],
+    )
+    tp_s = _col(2.0 * j.n_layers) * (
+        allreduce_s(_col(batch * j.hidden * j.compute_bytes), _col(tp), g.link, eff)
+        + _col(np.where(tp > 1, _uncaptured(j) * eff["comm.uncaptured_latency_s"], 0.0))
+    )
+    fixed = _col(launch * j.n_layers + _engine_step_s(j, eff, batch))
+    return busy + tp_s + fixed, busy
+
+
+# ------------------------------------------------------------------------------ driver
 def runtime_figures(
     j: JobArrays,
     gpus: Sequence[GpuType],
     weights_bytes_per_gpu: np.ndarray,
     rm: RuntimeModel | None = None,
+    per_job: bool = False,
 ) -> dict[str, np.ndarray]:
     """``runtime_s``, ``step_time_s``, ``ttft_s``, ``tpot_s`` and ``busy_frac`` as
-    ``(n_jobs, n_gpus)`` arrays.
+    ``(n_jobs, n_gpus)`` arrays (``per_job``: ``gpus[i]`` is job i's GPU, arrays ``(n, 1)``).
 
     ``weights_bytes_per_gpu`` is the weights term of the memory model (what decode reads).
-    NaN marks a figure that does not apply to the task.
+    NaN marks a figure that does not apply to the task. ``busy_frac`` is the share of the
+    runtime during which the bottleneck resource (tensor cores or HBM) is saturated: only that
+    share stretches on a smaller MIG slice; launch floors, engine CPU work and collectives do
+    not.
     """
     rm = rm or RuntimeModel()
     # Training and inference formulas are evaluated for every job and masked at the end, so
     # the branch that does not apply divides by zero-length sequences; silence those NaNs.
     with np.errstate(divide="ignore", invalid="ignore"):
-        return _runtime_figures(j, gpus, weights_bytes_per_gpu, rm)
+        return _runtime_figures(
+            j, _gpus(gpus, rm.efficiencies, per_job), weights_bytes_per_gpu, rm.efficiencies
+        )
 
 
 def _runtime_figures(
-    j: JobArrays, gpus: Sequence[GpuType], weights_bytes_per_gpu: np.ndarray, rm: RuntimeModel
+    j: JobArrays, g: _Gpus, weights_bytes_per_gpu: np.ndarray, eff: Efficiencies
 ) -> dict[str, np.ndarray]:
-    col = lambda v: v[:, None]  # noqa: E731
-    peak = _peak_flops(gpus, j.compute_dtype)
-    bw = np.array([g.hbm_bandwidth_gbps * 1e9 for g in gpus])[None, :]
-    link = np.array([g.nvlink_bandwidth_gbps * 1e9 / 2 for g in gpus])[None, :]  # one direction
-    mfu_gpu = np.array([rm.mfu(g.name) for g in gpus])[None, :]
-
-    fw = j.framework
-    is_infer = j.task == _IDX_T[Task.INFERENCE]
-    is_peft = np.isin(j.task, [_IDX_T[Task.LORA], _IDX_T[Task.QLORA]])
-    is_qlora = j.task == _IDX_T[Task.QLORA]
-    engine = np.isin(
-        fw, [_IDX_F[Framework.VLLM], _IDX_F[Framework.TRTLLM], _IDX_F[Framework.SGLANG]]
-    )
-    eager = np.isin(fw, [_IDX_F[Framework.HF], _IDX_F[Framework.PEFT], _IDX_F[Framework.OTHER]])
-    hf_like = np.isin(fw, [_IDX_F[Framework.HF], _IDX_F[Framework.PEFT]])
-    low_prec = np.isin(j.compute_dtype, [_IDX_D[DType.FP8], _IDX_D[DType.FP4]])
-    tp, pp, dp = j.tp, j.pp, j.dp
-    a = j.compute_bytes
-    size_eff = j.hidden / (j.hidden + rm.size_knee_hidden)
-
-    # ---- training ----
-    tokens_mb = j.batch * j.seq_len
-    flops_per_token = (
-        np.where(is_peft, 4.0, np.where(j.checkpointing > 0, 8.0, 6.0)) * j.flop_params
-    )
-    # Attention: 12·L·s·d per token (fwd+bwd) for full attention, halved by causal masking.
-    # (Counting the full square fits the 32k–65k llm-foundry rows better but every shorter
-    # row worse: step-time MAPE 25% vs 22% on the published data.)
-    flops_per_token = (
-        flops_per_token
-        + rm.attention_flops_factor
-        * (1.0 + j.checkpointing / 3.0)
-        * j.n_layers
-        * j.seq_len
-        * j.attn_dim
-    )
-    step_flops_per_gpu = flops_per_token * tokens_mb * j.grad_accum * dp / j.n_gpus
-    tok_eff = (tokens_mb / tp) / (tokens_mb / tp + rm.tokens_knee)
-    eff = (
-        mfu_gpu
-        * col(size_eff * tok_eff)
-        * col(np.where(eager, rm.eager_framework_scale, 1.0))
-        * col(np.where(is_qlora, rm.qlora_dequant_scale, 1.0))
-        * col(np.where(low_prec, rm.low_precision_mfu_scale, 1.0))
-        * col(np.where(j.is_moe > 0, rm.moe_mfu_scale, 1.0))
-    )
-    compute_s = col(step_flops_per_gpu) / (peak * eff)
-    tp_msgs = np.where(tp > 1, (4.0 + 2.0 * j.checkpointing) * j.n_layers / pp * j.grad_accum, 0.0)
-    tp_bytes = tokens_mb * j.hidden * a
-    tp_s = (
-        rm.tp_comm_exposed
-        * col(tp_msgs)
-        * (rm.allreduce_latency_s + col(2.0 * (tp - 1) / np.maximum(tp, 1) * tp_bytes) / link)
-    )
-    dp_link = np.where(col(j.n_gpus) > 8, rm.inter_node_bandwidth_gbps * 1e9, link)
-    trainable = np.where(is_peft, j.lora_params, j.total_params) / (tp * pp)
-    zero3 = np.where(j.zero_stage >= 3, 1.5, 1.0)
-    dp_bytes = np.where(dp > 1, 2.0 * (dp - 1) / dp * trainable * 2.0 * zero3, 0.0)
-    dp_s = rm.dp_comm_exposed * col(dp_bytes) / dp_link
-    bubble = col(1.0 + (pp - 1) / np.maximum(j.grad_accum, 1.0))
-    step_s = (compute_s + tp_s) * bubble + dp_s
-
-    # ---- inference ----
-    prefill_tokens = j.batch * j.input_len
-    prefill_flops = (
-        2.0 * j.flop_params * prefill_tokens
-        + 2.0 * j.n_layers * j.batch * (j.input_len**2) * j.attn_dim
-    )
-    prefill_eff = (
-        rm.prefill_mfu
-        * col(size_eff * prefill_tokens / (prefill_tokens + rm.prefill_tokens_knee))
-        * col(np.where(low_prec, rm.low_precision_mfu_scale, 1.0))
-    )
-    weight_read_s = col(weights_bytes_per_gpu) / (bw * rm.decode_mbu_engine)
-    ttft = np.maximum(col(prefill_flops / (tp * pp)) / (peak * prefill_eff), weight_read_s)
-    ttft = ttft + col(np.where(tp > 1, 2.0 * j.n_layers, 0.0)) * (
-        rm.allreduce_latency_s + col(prefill_tokens * j.hidden * a) / link
-    )
-
-    # MoE decode reads only the experts the batch touches: E·(1 − (1 − k/E)^b) of them.
-    expert_frac = np.where(
-        j.is_moe > 0,
-        1.0 - (1.0 - j.n_active_experts / np.maximum(j.n_experts, 1.0)) ** j.batch,
-        1.0,
-    )
-    expert_bytes = j.expert_params * j.weight_bytes / (tp * pp)
-    decode_weight_bytes = weights_bytes_per_gpu - expert_bytes * (1.0 - expert_frac)
+    is_infer = _col(j.task == _IDX_T[Task.INFERENCE])
+    step_s, train_busy = _training_step_s(j, g, eff)
+    ttft, prefill_busy = prefill_s(j, g, eff, weights_bytes_per_gpu, j.batch, j.input_len)
     mean_ctx = j.input_len + j.output_len / 2.0
-    kv_read = j.n_layers / pp * j.kv_dim / tp * j.kv_bytes * j.batch * mean_ctx
-    mbu = np.select(
-        [engine, hf_like], [rm.decode_mbu_engine, rm.decode_mbu_eager], rm.decode_mbu_other
+    tpot, decode_busy = decode_step_s(j, g, eff, weights_bytes_per_gpu, j.batch, mean_ctx)
+    replicas = np.maximum(j.dp, 1.0)
+    batches = _col(np.ceil(j.num_requests / (j.batch * replicas)))
+    decode_steps = _col(np.maximum(j.output_len - 1.0, 0.0))
+    request_s = _col(_engine_lookup(j, eff, "request_s") * j.num_requests / replicas)
+    infer_runtime = batches * (ttft + decode_steps * tpot) + request_s
+    infer_busy = batches * (prefill_busy + decode_steps * decode_busy)
+    busy_frac = np.where(
+        is_infer, infer_busy / np.maximum(infer_runtime, 1e-12), train_busy / step_s
     )
-    mem_s = col(decode_weight_bytes + kv_read) / (bw * col(mbu))
-    dec_compute_s = col(2.0 * j.flop_params * j.batch / (tp * pp)) / (
-        peak * rm.decode_compute_mfu * col(np.where(low_prec, rm.low_precision_mfu_scale, 1.0))
-    )
-    launch = np.select(
-        [engine, hf_like],
-        [rm.launch_s_per_layer_engine, rm.launch_s_per_layer_eager],
-        rm.launch_s_per_layer_other,
-    )
-    tpot = np.maximum(mem_s, dec_compute_s) + col(launch * j.n_layers)
-    tpot = tpot + col(np.where(tp > 1, 2.0 * j.n_layers, 0.0)) * rm.allreduce_latency_s
-
-    replicas = np.maximum(dp, 1.0)
-    batches = np.ceil(j.num_requests / (j.batch * replicas))
-    infer_runtime = col(batches) * (ttft + col(j.output_len) * tpot)
-
-    # Busy fraction: the share of the runtime during which the GPU's bottleneck resource
-    # (tensor cores or HBM) is saturated. Only that share stretches on a smaller MIG slice;
-    # launch overhead and small-kernel idle time do not. Training: the size and micro-batch
-    # efficiency losses are idle time. Inference: prefill's token-count losses and decode's
-    # per-layer launch cost are idle time.
-    train_busy = col(size_eff * tok_eff) * np.ones_like(step_s)
-    prefill_busy = ttft * col(size_eff * prefill_tokens / (prefill_tokens + rm.prefill_tokens_knee))
-    decode_busy = np.maximum(mem_s, dec_compute_s)
-    infer_busy = col(batches) * (prefill_busy + col(j.output_len) * decode_busy)
-    busy_frac = np.clip(
-        np.where(col(is_infer), infer_busy / np.maximum(infer_runtime, 1e-12), train_busy), 0.0, 1.0
-    )
-
     nan = np.full_like(step_s, np.nan)
-    inf_mask = col(is_infer)
     return {
-        "busy_frac": busy_frac,
-        "runtime_s": np.where(inf_mask, infer_runtime, step_s * col(j.steps)),
-        "step_time_s": np.where(inf_mask, nan, step_s),
-        "ttft_s": np.where(inf_mask, ttft, nan),
-        "tpot_s": np.where(inf_mask, tpot, nan),
+        "busy_frac": np.clip(np.nan_to_num(busy_frac, nan=1.0), 0.0, 1.0),
+        "runtime_s": np.where(is_infer, infer_runtime, step_s * _col(j.steps)),
+        "step_time_s": np.where(is_infer, nan, step_s),
+        "ttft_s": np.where(is_infer, ttft, nan),
+        "tpot_s": np.where(is_infer, tpot, nan),
     }

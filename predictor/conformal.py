@@ -31,6 +31,7 @@ __all__ = [
     "RESERVATION_COVERAGE",
     "RUNTIME_COVERAGE",
     "ConformalUpper",
+    "base_family",
     "conformal_quantile",
     "task_family",
 ]
@@ -42,6 +43,7 @@ MIN_FAMILY_SCORES = 30
 
 _FAMILIES = {
     "inference": "inference",
+    "serve": "inference",  # a serve replica is predicted as inference (see _jobarrays)
     "lora": "peft",
     "qlora": "peft",
     "full_finetune": "training",
@@ -55,6 +57,20 @@ def task_family(task: str) -> str:
         return _FAMILIES[task]
     except KeyError:
         raise DataError(f"unknown task {task!r}; use one of {', '.join(_FAMILIES)}") from None
+
+
+#: Suffix of a calibration group whose point came from the traced tier (see ``base_family``).
+TRACED_SUFFIX = "@traced"
+
+
+def base_family(task: str, traced: bool) -> str:
+    """Calibration group of a task *and its base*: traced points err differently from
+    analytical ones, so each base gets its own bound (``peft`` vs ``peft@traced``)."""
+    return task_family(task) + (TRACED_SUFFIX if traced else "")
+
+
+def _base_of(family: str) -> str:
+    return TRACED_SUFFIX if family.endswith(TRACED_SUFFIX) else ""
 
 
 def conformal_quantile(scores: np.ndarray, coverage: float) -> float:
@@ -93,10 +109,21 @@ class ConformalUpper:
         self.scores_: dict[str, np.ndarray] = {f: s[fam == f] for f in sorted(set(fam.tolist()))}
         self.pooled_ = s
         self.quantiles_: dict[str, float] = {}
+        # A small family borrows the pooled scores of its own base first (traced points are
+        # not as wrong as analytical ones), then of every family.
+        base_of = np.array([_base_of(str(f)) for f in fam])
+        self.base_pooled_: dict[str, np.ndarray] = {
+            b: s[base_of == b] for b in sorted(set(base_of.tolist()))
+        }
         for f, fs in self.scores_.items():
-            src = fs if fs.size >= self.min_scores else s
+            bs = self.base_pooled_.get(_base_of(f), s)
+            src = fs if fs.size >= self.min_scores else bs if bs.size >= self.min_scores else s
             # Never tighter than zero: the bound must not sit below the point prediction.
             self.quantiles_[f] = max(0.0, conformal_quantile(src, self.coverage))
+        self.base_quantiles_ = {
+            b: max(0.0, conformal_quantile(bs if bs.size >= self.min_scores else s, self.coverage))
+            for b, bs in self.base_pooled_.items()
+        }
         self.pooled_quantile_ = max(0.0, conformal_quantile(s, self.coverage)) if s.size else 0.0
         return self
 
@@ -106,7 +133,10 @@ class ConformalUpper:
 
     def log_margin(self, families: Sequence[str]) -> np.ndarray:
         self._check()
-        return np.array([self.quantiles_.get(f, self.pooled_quantile_) for f in families])
+        base = getattr(self, "base_quantiles_", {})
+        return np.array(
+            [self.quantiles_.get(f, base.get(_base_of(f), self.pooled_quantile_)) for f in families]
+        )
 
     def upper(self, point: np.ndarray, families: Sequence[str]) -> np.ndarray:
         return np.asarray(point, dtype=float) * np.exp(self.log_margin(families))

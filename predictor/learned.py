@@ -39,7 +39,7 @@ from .conformal import (
     MIN_FAMILY_SCORES,
     RUNTIME_COVERAGE,
     ConformalUpper,
-    task_family,
+    base_family,
 )
 from .evaluation import (
     EvalReport,
@@ -125,6 +125,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "log_tp",
     "log_hbm_bandwidth_gbps",
     "checkpointing",
+    "base_traced",
 )
 #: Measurement kind the corrections predict for: the learned VRAM correction applies to the
 #: tensor part of the peak (``peak − overhead``), which is what ``allocated`` counts.
@@ -221,8 +222,19 @@ def feature_matrix(
         np.log(j.tp[rows]),
         bw,
         j.checkpointing[rows],
+        np.array([_is_traced(table.method[int(r)]) for r in rows], dtype=float),
     ]
     return np.column_stack(cols_out).astype(np.float64)
+
+
+def _is_traced(method: str) -> bool:
+    """Whether a base table's row came from the traced tier (its own conformal group)."""
+    return method.startswith("traced")
+
+
+def _traced_method(method: str) -> str:
+    """``traced+learned:<ver>`` / ``traced+conformal:<ver>`` for a row on a traced base."""
+    return "traced+" + method.removeprefix("analytical+")
 
 
 # ------------------------------------------------------------------------------ estimator
@@ -316,7 +328,12 @@ def _metric_data(
         y=np.log(measured[idx] / base[idx]),
         base=base[idx],
         groups=np.array([source_group(m) for m in rows]),
-        families=np.array([task_family(m.spec.task.value) for m in rows]),
+        families=np.array(
+            [
+                base_family(m.spec.task.value, _is_traced(table.method[int(i)]))
+                for m, i in zip(rows, idx, strict=True)
+            ]
+        ),
         train=np.array([not is_quirk(m) for m in rows], dtype=bool),
         calibrate=np.array([calibration_exclusion(m) is None for m in rows], dtype=bool),
     )
@@ -604,7 +621,7 @@ class LearnedPredictor:
         if len(specs) == 0:
             return t
         c = self.corrections(specs, t)
-        fams = [task_family(s.task.value) for s in specs]
+        fams = [base_family(s.task.value, _is_traced(t.method[i])) for i, s in enumerate(specs)]
         ovh = t.breakdown_gib["overhead"]
         tensors = t.peak_vram_gib - ovh
         scale = np.exp(c["peak_vram_gib"])
@@ -649,7 +666,12 @@ class LearnedPredictor:
             ttft_s=ttft,
             tpot_s=tpot,
             fits=upper <= capacity,
-            method=tuple(self.job_method(s) for s in specs),
+            method=tuple(
+                _traced_method(self.job_method(s))
+                if _is_traced(t.method[i])
+                else self.job_method(s)
+                for i, s in enumerate(specs)
+            ),
             busy_frac=t.busy_frac,
         )
 

@@ -53,6 +53,7 @@ from .gpus import GPU_NAMES
 from .spec import JobSpec, parse_spec
 
 __all__ = [
+    "CHECK_TAG",
     "CONFIDENCES",
     "MEASUREMENT_KINDS",
     "METRICS",
@@ -79,6 +80,8 @@ METRICS: tuple[str, ...] = ("peak_vram_gib", "step_time_s", "ttft_s", "tpot_s", 
 #: Marker in ``notes`` of a row whose value is a documented artefact of its source's code (see
 #: datasets/measured/README.md): scored, but never used to train or calibrate.
 QUIRK_TAG = "[quirk:"
+#: Marker of a row that failed a data check (``predictor._checks``): a kind of quirk.
+CHECK_TAG = "[quirk:check-"
 
 Origin = Literal["published", "profile", "history"]
 Kind = Literal["allocated", "reserved", "nvml_used", "unknown"]
@@ -190,7 +193,7 @@ class Measurement:
 
 
 def is_quirk(m: Measurement) -> bool:
-    """True for rows tagged with a documented source quirk (see :data:`QUIRK_TAG`)."""
+    """True for rows tagged with a documented source quirk or a failed data check."""
     return QUIRK_TAG in m.notes
 
 
@@ -200,6 +203,8 @@ def calibration_exclusion(m: Measurement) -> str | None:
     A bound calibrated on rows the source itself flags as unsure, or on artefacts of one
     tool's code, is wide for every job because of those few rows.
     """
+    if CHECK_TAG in m.notes:
+        return "fails a data check (physics or sibling rows)"
     if is_quirk(m):
         return "documented quirk of its source"
     if m.confidence == "low":

@@ -42,10 +42,11 @@ class Task(StrEnum):
     LORA = "lora"
     QLORA = "qlora"
     PRETRAIN = "pretrain"
+    SERVE = "serve"  # a long-running deployment planned by SLO (predictor.serving)
 
     @property
     def is_training(self) -> bool:
-        return self is not Task.INFERENCE
+        return self not in (Task.INFERENCE, Task.SERVE)
 
     @property
     def is_peft(self) -> bool:
@@ -114,6 +115,7 @@ class LoraTarget(StrEnum):
     QV = "qv"
 
 
+_TRAINING_FIDELITY = ("activation_offload", "chunked_loss")
 _INFERENCE_ONLY = ("input_len", "output_len", "num_requests", "kv_cache_dtype")
 _TRAINING_ONLY = (
     "seq_len",
@@ -122,8 +124,17 @@ _TRAINING_ONLY = (
     "optimizer",
     "gradient_checkpointing",
     "zero_stage",
+    *_TRAINING_FIDELITY,
 )
-_PEFT_ONLY = ("lora_rank", "lora_target")
+_PEFT_ONLY = ("lora_rank", "lora_target", "adapter_dtype")
+_SERVE_ONLY = (
+    "request_rate",
+    "slo_ttft_s",
+    "slo_tpot_s",
+    "max_model_len",
+    "allowed_weight_dtypes",
+    "duration_s",
+)
 
 # Documented defaults, applied only to fields that apply to the task.
 TASK_DEFAULTS: dict[str, Any] = {
@@ -135,6 +146,7 @@ TASK_DEFAULTS: dict[str, Any] = {
     "optimizer": Optimizer.ADAMW,
     "gradient_checkpointing": False,
     "zero_stage": 0,
+    "activation_offload": False,
     "lora_rank": 16,
     "lora_target": LoraTarget.ALL_LINEAR,
 }
@@ -161,8 +173,28 @@ def _default_compute(weight: DType) -> DType:
     return DType.BF16
 
 
+def _check_serve(spec: JobSpec) -> None:
+    """Validate and fill a ``serve`` spec in place (the frozen model is still being built).
+
+    The rules and defaults live in :mod:`predictor.serving._specrules` so this file stays a
+    thin contract; that module imports nothing from here at import time.
+    """
+    from .serving._specrules import check_serve_spec
+
+    check_serve_spec(spec, lambda name, value: object.__setattr__(spec, name, value))
+
+
 class JobSpec(BaseModel):
-    """One job, as submitted. See DESIGN.md "JobSpec" for the contract."""
+    """One job, as submitted. See DESIGN.md "JobSpec" for the contract.
+
+    ``seq_len`` (training) is the longest padded or packed sequence one micro-batch step
+    sees: the length activations and logits are sized by, not the dataset's mean length.
+
+    ``zero_stage`` > 0 without ``framework`` is predicted as PyTorch FSDP / ZeRO without fp32
+    master weights (optimizer states in the parameter dtype). DeepSpeed keeps fp32 master
+    weights and fp32 states, 3× the optimizer memory of bf16 states: set
+    ``framework: deepspeed`` for it.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=False)
 
@@ -192,6 +224,23 @@ class JobSpec(BaseModel):
     command: list[str] | None = None
     priority: int = 0
     deadline_s: float | None = Field(default=None, gt=0)
+    # `serve` deployments (see predictor.serving and ``_check_serve``).
+    request_rate: float | None = None
+    slo_ttft_s: float | None = None
+    slo_tpot_s: float | None = None
+    max_model_len: int | None = None
+    allowed_weight_dtypes: tuple[DType, ...] | None = None
+    duration_s: float | None = None
+    # Memory fidelity (second wave). `compile`: the job runs under torch.compile or a compiled
+    # stack (fused norms/SwiGLU; the traced tier then defers to the analytical one).
+    # `activation_offload`: saved activations live in host memory. `chunked_loss`: the loss
+    # upcasts one chunk of logits at a time (default on for torchtune and Unsloth).
+    # `adapter_dtype`: dtype of LoRA adapters and their optimizer states (default fp32 for
+    # hf/peft/other as in PEFT, else the compute dtype).
+    compile: bool | None = None
+    activation_offload: bool | None = None
+    chunked_loss: bool | None = None
+    adapter_dtype: DType | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -215,10 +264,33 @@ class JobSpec(BaseModel):
             )
         return data
 
+    @model_validator(mode="before")
+    @classmethod
+    def _known_dtypes(cls, data: Any) -> Any:
+        value = data.get("allowed_weight_dtypes") if isinstance(data, Mapping) else None
+        if value is None:
+            return data
+        if isinstance(value, str) or not isinstance(value, list | tuple):
+            raise SpecError(
+                f"`allowed_weight_dtypes` must be a list of dtypes; got {value!r}. "
+                "Example: ['bf16', 'fp8']"
+            )
+        names = [d.value for d in DType]
+        for item in value:
+            if str(getattr(item, "value", item)) not in names:
+                raise SpecError(
+                    f"`allowed_weight_dtypes`: unknown dtype {item!r}; use {', '.join(names)}"
+                )
+        return data
+
     @model_validator(mode="after")
     def _check_and_fill(self) -> JobSpec:
         task = self.task
         inapplicable: list[str] = []
+        if task is not Task.SERVE:
+            inapplicable += [f for f in _SERVE_ONLY if getattr(self, f) is not None]
+        else:
+            inapplicable += [f for f in ("num_requests",) if getattr(self, f) is not None]
         if task.is_training:
             inapplicable += [f for f in _INFERENCE_ONLY if getattr(self, f) is not None]
             if not task.is_peft:
@@ -233,7 +305,8 @@ class JobSpec(BaseModel):
                 "input_len": "training jobs use `seq_len`",
                 "lora_rank": "use task `lora` or `qlora`, or drop the field",
                 "lora_target": "use task `lora` or `qlora`, or drop the field",
-            }.get(f, "remove it")
+                "num_requests": "a `serve` deployment takes `request_rate` and `duration_s`",
+            }.get(f, "use task `serve`, or drop the field" if f in _SERVE_ONLY else "remove it")
             raise SpecError(
                 f"`{f}` does not apply to `{task.value}` jobs (got {getattr(self, f)!r}); {fix}"
             )
@@ -247,15 +320,19 @@ class JobSpec(BaseModel):
             if getattr(self, f) is None and f in TASK_DEFAULTS:
                 object.__setattr__(self, f, TASK_DEFAULTS[f])
 
+        self._fill_fidelity_defaults()
+        if task is Task.SERVE:
+            _check_serve(self)
         weight = self.weight_dtype or (DType.NF4 if task is Task.QLORA else DType.BF16)
         object.__setattr__(self, "weight_dtype", weight)
         if self.compute_dtype is None:
             object.__setattr__(self, "compute_dtype", _default_compute(weight))
         if not task.is_training:
-            if self.kv_cache_dtype is None:
+            # A serve spec's unset KV dtype follows each planned weight format (serving._options).
+            if self.kv_cache_dtype is None and task is not Task.SERVE:
                 kv = self.compute_dtype if self.compute_dtype != DType.FP4 else DType.FP8
                 object.__setattr__(self, "kv_cache_dtype", kv)
-            if self.num_requests is None:
+            if self.num_requests is None and task is Task.INFERENCE:
                 object.__setattr__(self, "num_requests", self.batch_size)
 
         if task is Task.QLORA and weight not in (DType.NF4, DType.INT4, DType.FP4):
@@ -307,6 +384,38 @@ class JobSpec(BaseModel):
                 f"of {arch.name}"
             )
         return self
+
+    def _fill_fidelity_defaults(self) -> None:
+        """Defaults that depend on the framework, documented in the README ("Predicting")."""
+        task, fw = self.task, self.framework
+        if self.compile is None:
+            # torchtune and HF run eagerly unless told otherwise; Unsloth's kernels are compiled.
+            object.__setattr__(self, "compile", fw is Framework.UNSLOTH)
+        if not task.is_training:
+            return
+        if task is Task.QLORA and "gradient_checkpointing" not in self._explicit:
+            # peft's prepare_model_for_kbit_training (and torchtune's QLoRA recipes) turn it on.
+            object.__setattr__(self, "gradient_checkpointing", True)
+        if self.chunked_loss is None:
+            object.__setattr__(self, "chunked_loss", fw in (Framework.TORCHTUNE, Framework.UNSLOTH))
+        if task.is_peft and self.adapter_dtype is None:
+            fp32 = fw in (None, Framework.HF, Framework.PEFT, Framework.OTHER)
+            compute = self.compute_dtype or DType.BF16
+            if compute not in (DType.FP32, DType.BF16, DType.FP16):
+                compute = DType.BF16  # fp8/fp4 recipes keep their adapters in bf16
+            object.__setattr__(self, "adapter_dtype", DType.FP32 if fp32 else compute)
+        if self.adapter_dtype is not None and self.adapter_dtype not in (
+            DType.FP32,
+            DType.BF16,
+            DType.FP16,
+        ):
+            raise SpecError(
+                f"`adapter_dtype` must be fp32, bf16 or fp16; got {self.adapter_dtype.value}"
+            )
+
+    @property
+    def _explicit(self) -> set[str]:
+        return set(self.model_fields_set)
 
     # Derived quantities, used throughout the predictor.
     @property

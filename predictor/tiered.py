@@ -1,12 +1,15 @@
-"""Analytical → learned → history, behind the same interface as ``predictor.analytical``.
+"""Analytical → traced → learned → history, behind the same interface as ``predictor.analytical``.
 
 Each job on each GPU type gets the most specific answer available: its own history when it
-has recurred there, else the learned correction (when an artifact is present), else the
-analytical figure. ``method`` names the tier per job: ``analytical``,
-``analytical+conformal:<version>`` (only the upper bounds come from the artifact),
-``learned:<version>`` (a learned correction changed the point) or ``history:<n> runs`` (a job
-answered by history on some GPU types). When history replaces a peak, the tensor components
-of ``breakdown_gib`` are rescaled so they still sum to it, as the contract requires.
+has recurred there, else the learned correction (when an artifact is present) of the best base
+(the traced peak where the trace cache holds one, else the analytical figure). ``method`` names
+the tier per job: ``analytical``, ``traced``, ``analytical+conformal:<version>`` /
+``traced+conformal:<version>`` (only the upper bounds come from the artifact),
+``learned:<version>`` / ``traced+learned:<version>`` (a learned correction changed the point)
+or ``history:<n> runs`` (a job answered by history on some GPU types). Prediction never waits
+for a trace: jobs not in the cache get the analytical base (``snugfit trace`` warms it). When
+history replaces a peak, the tensor components of ``breakdown_gib`` are rescaled so they still
+sum to it, as the contract requires.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from .learned import LearnedPredictor
 from .measurements import Measurement
 from .prediction import Prediction, PredictionTable, contract_rows
 from .spec import JobSpec
+from .traced import TracedPredictor
 
 __all__ = ["TieredPredictor", "default_predictor", "rescale_breakdown"]
 
@@ -54,10 +58,14 @@ class TieredPredictor:
         learned: LearnedPredictor | None = None,
         history: HistoryPredictor | None = None,
         analytical: AnalyticalPredictor | None = None,
+        traced: TracedPredictor | None = None,
     ) -> None:
         self.analytical = analytical or AnalyticalPredictor()
+        self.traced = traced
         self.learned = learned
         self.history = history
+        if learned is not None and traced is not None:
+            learned.base = traced
 
     @classmethod
     def default(
@@ -65,8 +73,10 @@ class TieredPredictor:
         artifact: str | Path | None = None,
         history: Sequence[Measurement] | None = None,
         coverage: float = DEFAULT_COVERAGE,
+        traced: TracedPredictor | None = None,
     ) -> TieredPredictor:
-        """The shipped artifact when present (else analytical only), plus optional history."""
+        """The shipped artifact when present (else analytical only) on the traced base
+        (cached traces only unless ``traced`` says otherwise), plus optional history."""
         from .artifact import load_artifact
 
         try:
@@ -76,12 +86,12 @@ class TieredPredictor:
                 raise
             learned = None
         hist = HistoryPredictor().fit(history) if history else None
-        return cls(learned=learned, history=hist)
+        return cls(learned=learned, history=hist, traced=traced or TracedPredictor())
 
     def predict_table(
         self, specs: Sequence[JobSpec], gpus: Sequence[str] | None = None
     ) -> PredictionTable:
-        base = self.learned if self.learned is not None else self.analytical
+        base = self.learned or self.traced or self.analytical
         t = base.predict_table(specs, gpus)
         if self.history is None or len(specs) == 0:
             return t

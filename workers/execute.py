@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import threading
 import time
@@ -197,7 +198,7 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
     # The runner is built after the event: the started event goes out as soon as the attempt
     # is ours (building a simulated run first loads the residual model).
     limit = _limit_gib(p)
-    runner = _runner_for(ctx, job_id, attempt, p, argv, predictions, limit)
+    runner = _runner_for(ctx, job_id, attempt, p, argv, predictions, limit, spec)
     if isinstance(runner, str):
         return _fail_before_start(ctx, events, job_id, attempt, runner)
     try:
@@ -253,23 +254,34 @@ def _runner_for(
     argv: Any,
     predictions: dict[str, Any],
     limit: float,
+    spec: dict[str, Any] | None = None,
 ) -> Runner | str:
     """The runner of this attempt, or why it cannot run."""
     if _runs_simulated(ctx, argv):
         pred = predictions.get(p.gpu_type, {})
+        runtime = float(p.runtime_s or pred.get("runtime_s") or 1.0)
+        replica = _is_replica(spec)
+        if replica:  # a serving replica runs its deployment's duration, or until stopped
+            runtime = float((spec or {}).get("duration_s") or math.inf)
         return SimulatedRun(
             job_id,
             attempt,
             predicted_peak_gib=float(pred.get("peak_vram_gib") or p.reserved_gib),
-            predicted_runtime_s=float(p.runtime_s or pred.get("runtime_s") or 1.0),
+            predicted_runtime_s=runtime,
             limit_gib=limit,
             time_scale=ctx.time_scale,
             label=f"{ctx.node} ({p.label})",
+            exact=replica,
         )
     if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
         return "`command` must be a non-empty list of strings (argv; no shell)"
     local = [ctx.local_index.get(g, g) for g in p.gpu_indices]
     return ProcessRun(argv, _env_for(ctx, p), ctx.nvml, local if p.kind != "shared" else [])
+
+
+def _is_replica(spec: dict[str, Any] | None) -> bool:
+    """A serving deployment's replica (``task: serve``; see scheduler.service.deployments)."""
+    return isinstance(spec, dict) and spec.get("task") == "serve"
 
 
 def _supervise_guarded(run: _Started) -> None:
@@ -478,6 +490,8 @@ def _record_measurement(
     from predictor.exceptions import PredictorError
     from predictor.measurements import append_measurement, measurement_row
 
+    if _is_replica(spec):
+        return  # an engine's peak is its memory fraction: it says nothing the predictor learns
     ok = o.exit_code == 0
     peak = o.peak_vram_gib if (o.peak_vram_gib or 0) > 0 else None
     if not ok and not o.oom and peak is None:

@@ -14,6 +14,7 @@ GPU, its MIG slice, or its MPS limit (its reservation) on a shared GPU.
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 import time
 from typing import Any
@@ -64,15 +65,23 @@ class SimulatedRun:
         limit_gib: float,
         time_scale: float,
         label: str,
+        exact: bool = False,
     ) -> None:
-        self.true_peak_gib, self.true_runtime_s = draw_truth(
-            job_id, predicted_peak_gib, predicted_runtime_s
+        # ``exact``: the prediction is the truth. A serving replica pre-allocates its engine's
+        # memory fraction and runs for its deployment's duration (inf: until stopped).
+        self.true_peak_gib, self.true_runtime_s = (
+            (predicted_peak_gib, predicted_runtime_s)
+            if exact
+            else draw_truth(job_id, predicted_peak_gib, predicted_runtime_s)
         )
         self.attempt = attempt
         self.limit_gib = limit_gib
+        self.time_scale = time_scale
         self.oom = self.true_peak_gib > limit_gib
         run_s = self.true_runtime_s * (OOM_AT_FRACTION if self.oom else 1.0)
-        self.sleep_s = min(_MAX_SLEEP_S, max(0.0, run_s * time_scale))
+        self.sleep_s = (
+            math.inf if math.isinf(run_s) else min(_MAX_SLEEP_S, max(0.0, run_s * time_scale))
+        )
         self.run_s = run_s
         self.label = label
         self.job_id = job_id
@@ -106,7 +115,10 @@ class SimulatedRun:
         ]
         if self.stopped:
             lines.append("[simulated] stopped (SIGTERM)")
-            return RunResult(-15, None, self.true_peak_gib, self.run_s, False, "\n".join(lines))
+            ran_s = self.run_s
+            if math.isinf(ran_s):  # until stopped: it ran as long as it slept (scaled back)
+                ran_s = (time.monotonic() - self._t0) / max(self.time_scale, 1e-12)
+            return RunResult(-15, None, self.true_peak_gib, ran_s, False, "\n".join(lines))
         if self.oom:
             lines.append(
                 "torch.OutOfMemoryError: CUDA out of memory. [simulated] Tried to allocate "

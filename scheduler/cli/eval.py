@@ -1,9 +1,10 @@
 """``snugfit eval``: accuracy of each predictor tier on measured data, side by side.
 
-The analytical tier is scored directly. The learned and history tiers are scored with grouped
-cross-validation (GroupKFold by source), so each figure says how the tier does on a setup it
-never saw. The computation lives in ``predictor.evaluation`` / ``predictor.learned``; this
-module only renders.
+The analytical tier's efficiency table is refitted leave-one-source-out, so its time figures
+are out of source (its memory model is not fitted and is scored directly). The learned and
+history tiers are scored with grouped cross-validation (GroupKFold by source), so each figure
+says how the tier does on a setup it never saw. The computation lives in
+``predictor.evaluation`` / ``predictor.learned``; this module only renders.
 """
 
 from __future__ import annotations
@@ -33,21 +34,34 @@ def _pct(v: float) -> str:
 
 
 def _reports(tier: str, paths: tuple[str, ...], folds: int) -> list[Any]:
-    from predictor.evaluation import evaluate
     from predictor.measurements import load_measurements
 
     ms = load_measurements(list(paths) or None)
     out = []
-    tiers = ["analytical", "learned", "history"] if tier == "all" else [tier]
+    tiers = ["analytical", "traced", "learned", "history"] if tier == "all" else [tier]
+    oos = None
+    if "analytical" in tiers or "learned" in tiers:
+        from predictor._fit import OutOfSourceAnalytical
+
+        # Efficiencies refitted once per held-out source, shared by both tiers.
+        oos = OutOfSourceAnalytical.from_measurements(ms)
     for t in tiers:
         if t == "analytical":
-            from predictor import analytical
+            from predictor._fit import evaluate_out_of_source
 
-            out.append(evaluate(ms, analytical.predict_table, tier="analytical"))
+            out.append(evaluate_out_of_source(ms, oos))
+        elif t == "traced":
+            from predictor.traced.evaluation import traced_reports
+
+            out.extend(traced_reports(ms, workers=2))
         elif t == "learned":
             from predictor.learned import cross_validate
+            from predictor.traced.evaluation import warm_measured
 
-            out.append(cross_validate(ms, n_splits=folds).report)
+            # Corrections of the best base: traced peaks where a trace exists, else the
+            # analytical tier with its out-of-source time figures.
+            base = warm_measured(ms, workers=2, analytical=oos)
+            out.append(cross_validate(ms, n_splits=folds, base=base).report)
         else:
             from predictor.history import cross_validate_history
 
@@ -120,7 +134,7 @@ def _render(reports: list[Any], console: Any) -> None:
 @click.command(name="eval")
 @click.option(
     "--tier",
-    type=click.Choice(["analytical", "learned", "history", "all"]),
+    type=click.Choice(["analytical", "traced", "learned", "history", "all"]),
     default="analytical",
     show_default=True,
     help="Which predictor tier to score.",

@@ -198,6 +198,8 @@ def explain_command(
 
     store = _store(url, prefix)
     try:
+        if store.get_job(job_id) is None and _explain_deployment(store, job_id, as_json, width):
+            return
         rec = load_record(store, job_id)
     finally:
         store.close()
@@ -215,6 +217,29 @@ def explain_command(
     Console(width=width, soft_wrap=False).print(
         explain(rec, decision, predictions=preds, outcome=outcome)
     )
+
+
+def _explain_deployment(store: Any, dep_id: str, as_json: bool, width: int | None) -> bool:
+    """A serving deployment's plan table (scheduler.cli.serve); False when there is none."""
+    from rich.console import Console
+
+    from scheduler.cli.serve import render_deployment
+    from scheduler.service.deployments import Deployments
+
+    deps = Deployments(store)
+    if not deps.exists(dep_id):
+        return False
+    view = deps.get(dep_id)
+    if as_json:
+        click.echo(json.dumps({**view.to_dict(), "plan": view.plan}))
+        return True
+    console = Console(width=width, soft_wrap=False)
+    for part in render_deployment(view):
+        if isinstance(part, str):
+            console.print(part, markup=False, highlight=False)
+        else:
+            console.print(part)
+    return True
 
 
 # ---------------------------------------------------------------------------------------------

@@ -25,8 +25,10 @@ def _load_predictor(tier: str):  # type: ignore[no-untyped-def]
 
         return analytical
     from predictor.tiered import TieredPredictor
+    from predictor.traced import TracedPredictor
 
-    return TieredPredictor.default()
+    # `traced` waits for the traces the cache lacks; `auto` answers those analytically.
+    return TieredPredictor.default(traced=TracedPredictor(wait=tier == "traced"))
 
 
 def render_predictions(
@@ -88,10 +90,10 @@ def _human_seconds(s: float) -> str:
 )
 @click.option(
     "--tier",
-    type=click.Choice(["auto", "analytical"]),
+    type=click.Choice(["auto", "analytical", "traced"]),
     default="auto",
     show_default=True,
-    help="auto = learned + history where available, else analytical.",
+    help="auto = learned + history + cached traces, else analytical; traced = wait for traces.",
 )
 def predict_command(
     input_path: Path, gpu: str | None, output: Path | None, fmt: str, tier: str
@@ -150,10 +152,21 @@ def models_command(as_json: bool) -> None:
 
 
 @click.command("gpus")
-def gpus_command() -> None:
+@click.option(
+    "--efficiencies",
+    is_flag=True,
+    help="Print the runtime model's efficiency table (fitted and quoted) instead.",
+)
+def gpus_command(efficiencies: bool) -> None:
     """List GPU types: memory, bandwidth, peaks, MIG profiles and prices."""
     from rich.console import Console
     from rich.table import Table
+
+    if efficiencies:
+        from predictor.efficiency import efficiency_table_text
+
+        click.echo(efficiency_table_text())
+        return
 
     t = Table(title="GPU catalogue (dense peaks)")
     for c in ("GPU", "memory GiB", "HBM GB/s", "BF16 TFLOPS", "FP8", "FP4", "$/h", "MIG profiles"):

@@ -405,6 +405,8 @@ def render_report(data: ReportData) -> str:
         + vram_svg(data.rows)
         + "<h2>Cost by policy (same workload)</h2>"
         + cost_svg(data.cost_by_policy)
+        # Optional sections rendered elsewhere (scheduler.cli.report_serving), already HTML.
+        + str(data.extra.get("serving_html", ""))
         + "</body></html>\n"
     )
 

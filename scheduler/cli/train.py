@@ -104,8 +104,13 @@ def train_command(
             extra = [m for m in read_redis_history(redis_url, prefix) if m.id not in seen]
             n_redis = len(extra)
             ms = [*ms, *extra]
+        from predictor.traced import is_available
+        from predictor.traced.evaluation import warm_measured
+
+        # Residuals on the best base: traced peaks (traced now if missing) where available.
+        base = warm_measured(ms, workers=2) if is_available() else None
         model = LearnedPredictor(
-            coverage=coverage, n_splits=folds, runtime_coverage=runtime_coverage
+            coverage=coverage, n_splits=folds, runtime_coverage=runtime_coverage, base=base
         ).fit(ms)
         out = save_artifact(model, output)
     except PredictorError as exc:

@@ -13,6 +13,8 @@ _EXPORTS: dict[str, str] = {
     "event": "scheduler.service.events",
     "Client": "scheduler.service.client",
     "JobHandle": "scheduler.service.client",
+    "Deployments": "scheduler.service.deployments",
+    "DeploymentHandle": "scheduler.service.deployments",
     "Telemetry": "scheduler.service.telemetry",
     "start_metrics_server": "scheduler.service.telemetry",
 }

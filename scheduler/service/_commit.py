@@ -46,7 +46,14 @@ def slot(pool: Pool, opt: Option) -> tuple[int, int, int]:
 
 
 def placement_record(
-    job_id: str, opt: Option, attempt: int, *, now: float, policy: str, simulated: bool
+    job_id: str,
+    opt: Option,
+    attempt: int,
+    *,
+    now: float,
+    policy: str,
+    simulated: bool,
+    engine: dict[str, str] | None = None,
 ) -> PlacementRecord:
     assert opt.node is not None
     return PlacementRecord(
@@ -67,6 +74,7 @@ def placement_record(
         placed_at=now,
         policy=policy,
         simulated=simulated,
+        engine=engine,
     )
 
 
@@ -120,7 +128,7 @@ def job_meta(d: Decision, rec: PlacementRecord, opt: Option, simulated: bool) ->
     """The RQ ``job.meta`` a worker and ``rq info`` read."""
     runner = _runner_up(d)
     cost = None if opt.cost_usd is None else round(opt.cost_usd, 4)
-    return {
+    meta = {
         "snugfit_job": d.job_id,
         "attempt": rec.attempt,
         "placement": opt.label,
@@ -133,6 +141,9 @@ def job_meta(d: Decision, rec: PlacementRecord, opt: Option, simulated: bool) ->
         "policy": rec.policy,
         "simulated": simulated,
     }
+    if rec.engine is not None:
+        meta["engine"] = rec.engine  # a serving replica: the command's placeholder values
+    return meta
 
 
 def placed_event(d: Decision, rec: PlacementRecord, opt: Option, simulated: bool) -> dict[str, Any]:

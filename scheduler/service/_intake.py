@@ -15,9 +15,9 @@ from pydantic import ValidationError
 from scheduler.core.pool import Pool
 from scheduler.core.requests import PlacementRequest, requested_type
 from scheduler.exceptions import PlacementError
-from scheduler.service.store.records import RequestRecord
+from scheduler.service.store.records import RequestRecord, parse_engine
 
-__all__ = ["MAX_REQUEST_BYTES", "InvalidRecord", "decode_request"]
+__all__ = ["MAX_REQUEST_BYTES", "InvalidRecord", "decode_engine", "decode_request"]
 
 #: Larger request fields than this are hostile or broken; they are rejected unread.
 MAX_REQUEST_BYTES = 64 * 1024
@@ -80,3 +80,11 @@ def decode_request(
         )
     except PlacementError as exc:
         raise InvalidRecord(str(exc)) from None
+
+
+def decode_engine(raw: str | None) -> dict[str, str] | None:
+    """A serving replica's ``engine`` field (None for batch jobs), or InvalidRecord."""
+    try:
+        return parse_engine(raw)
+    except ValueError as exc:
+        raise InvalidRecord(f"malformed record: {str(exc).splitlines()[0][:200]}") from None

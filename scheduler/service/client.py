@@ -18,20 +18,23 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import ValidationError
 
 from predictor.gpus import GPU_NAMES
 from predictor.prediction import Prediction, PredictionTable
-from predictor.spec import JobSpec, load_specs, parse_spec
+from predictor.spec import JobSpec, Task, load_specs, parse_spec
 from scheduler.core.decision import Decision
 from scheduler.exceptions import JobFailedError, JobNotFoundError, SchedulerError, ServiceError
 from scheduler.service.store.keys import TERMINAL_STATES, JobState
 from scheduler.service.store.protocol import Store
 from scheduler.service.store.records import OutcomeRecord, PlacementRecord, dumps
 from scheduler.service.store.redis_store import RedisStore, open_store
+
+if TYPE_CHECKING:
+    from scheduler.service.deployments import Deployments
 
 __all__ = ["DEFAULT_MAX_OOM_RETRIES", "DEFAULT_MAX_RETRIES", "Client", "JobHandle"]
 
@@ -158,6 +161,13 @@ class Client:
 
     # -- submission ---------------------------------------------------------------------------
 
+    @property
+    def deployments(self) -> Deployments:
+        """Serving deployments (``task: serve`` specs) on this store."""
+        from scheduler.service.deployments import Deployments
+
+        return Deployments(self.store)
+
     def submit(self, spec: SpecLike) -> JobHandle:
         """Validate, predict and store one job; returns its handle (the existing job's handle
         when the id was already submitted)."""
@@ -169,10 +179,14 @@ class Client:
         return self.submit_many(specs)[0]
 
     def submit_many(self, specs: Iterable[SpecLike]) -> list[JobHandle]:
-        """Submit many jobs with one vectorised prediction and pipelined writes."""
+        """Submit many jobs with one vectorised prediction and pipelined writes. A ``serve``
+        spec becomes a deployment (planned now, its replicas queued); its handle is a
+        :class:`~scheduler.service.deployments.DeploymentHandle`."""
         parsed: list[JobSpec] = []
         for s in specs:
             parsed.extend(_as_specs(s))
+        if any(s.task is Task.SERVE for s in parsed):
+            return self._submit_mixed(parsed)
         for k, s in enumerate(parsed):
             if s.id is None:
                 parsed[k] = s.model_copy(update={"id": uuid.uuid4().hex[:16]})
@@ -194,10 +208,27 @@ class Client:
                 handles.append(JobHandle(self, spec.id))
         return handles
 
+    def _submit_mixed(self, parsed: list[JobSpec]) -> list[Any]:
+        from scheduler.service.deployments import DeploymentHandle
+
+        deps = self.deployments
+        out: list[Any] = []
+        for s in parsed:
+            if s.task is Task.SERVE:
+                out.append(DeploymentHandle(deps, deps.create(s)))
+            else:
+                out.extend(self.submit_many([s]))
+        return out
+
     # -- queries ------------------------------------------------------------------------------
 
     def get(self, job_id: str) -> JobHandle:
         if self.store.get_fields([job_id], ["state"])[0][0] is None:
+            if self.deployments.exists(job_id):
+                raise JobNotFoundError(
+                    f"{job_id!r} is a serving deployment, not a job; see `snugfit serve status "
+                    f"{job_id}` (its replicas are jobs {job_id}-r0, ...)"
+                )
             raise JobNotFoundError(f"no job with id {job_id!r}; list jobs with `snugfit status`")
         return JobHandle(self, job_id)
 
@@ -213,6 +244,9 @@ class Client:
         return {s.value: self.store.count(s.value) for s in JobState}
 
     def cancel(self, job_id: str) -> str:
+        """Cancel a job, or a whole deployment (every replica)."""
+        if self.deployments.exists(job_id):
+            return self.deployments.cancel(job_id)
         return self.get(job_id).cancel()
 
     def pool(self) -> dict[str, Any]:

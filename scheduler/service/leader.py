@@ -63,7 +63,8 @@ from scheduler.service._commit import (
     placed_event,
     placement_record,
 )
-from scheduler.service._intake import InvalidRecord, decode_request
+from scheduler.service._intake import InvalidRecord, decode_engine, decode_request
+from scheduler.service.deployments import expire_due
 from scheduler.service.events import EventLog, event
 from scheduler.service.store.protocol import Commit, Store
 from scheduler.service.store.records import PlacementRecord, dumps
@@ -93,6 +94,7 @@ def _new_token() -> str:
 class _Known:
     attempt: int
     submitted_at: float
+    engine: dict[str, str] | None = None  # a serving replica's engine values
 
 
 class SchedulerService:
@@ -136,6 +138,7 @@ class SchedulerService:
         # job -> (attempt, placed_at), in placement order, so the check reads only the oldest.
         self._placed: dict[str, tuple[int, float]] = {}
         self._placement_checked_at = 0.0
+        self._expiry_checked_at = 0.0
         # Optional adaptive batch: a step ingests about step_target_s worth of new jobs (from the
         # measured seconds per job), bounding a step's latency under a burst. Off by default:
         # on the 8,192-GPU benchmark pool a 0.25 s budget halved throughput (317 vs 611 jobs/s)
@@ -228,7 +231,10 @@ class SchedulerService:
                 continue
             placed.append((p.placed_at, jid, p.attempt))
             if not self.store.enqueued(p.node, jid, p.attempt):
-                items.append((p.node, jid, p.attempt, {"snugfit_job": jid, "recovered": True}))
+                meta: dict[str, Any] = {"snugfit_job": jid, "recovered": True}
+                if p.engine is not None:
+                    meta["engine"] = p.engine
+                items.append((p.node, jid, p.attempt, meta))
         for placed_at, jid, att in sorted(placed):
             self._placed[jid] = (att, placed_at)
         if items:
@@ -250,6 +256,9 @@ class SchedulerService:
         t0 = time.perf_counter()
         now = time.time()
         stats.reclaimed = self._reclaim(now) + self._reclaim_unstarted(now)
+        if now - self._expiry_checked_at >= 1.0:  # deployments whose duration_s ran out
+            self._expiry_checked_at = now
+            expire_due(self.store, now)
         self._sync()
         stats.ingested, stats.invalid = self._ingest(now)
         decisions = self.core.tick(now)
@@ -443,14 +452,15 @@ class SchedulerService:
         if not new:
             return 0, 0
         new = new[: self.batch_size()]
-        fields = ["state", "attempt", "submitted_at", "reserved_gib", "request"]
+        fields = ["state", "attempt", "submitted_at", "reserved_gib", "request", "engine"]
         rows = self.store.get_fields(new, fields)
         events: list[dict[str, Any]] = []
         n_ok = n_bad = 0
         for jid, row in zip(new, rows, strict=True):
-            st, attempt, submitted, reserved, raw = row
+            st, attempt, submitted, reserved, raw, engine_raw = row
             try:
                 req = decode_request(self.pool, jid, st, attempt, submitted, reserved, raw)
+                engine = decode_engine(engine_raw)
             except InvalidRecord as exc:
                 n_bad += 1
                 got = self.store.reject(jid, str(exc), "null")
@@ -458,7 +468,7 @@ class SchedulerService:
                 events.append(event(kind, jid, reason=str(exc), policy=self.policy.name.value))
                 log.warning("rejected job %r: %s", jid[:80], exc)
                 continue
-            self._known[jid] = _Known(int(attempt or 0), req.submit_time_s)
+            self._known[jid] = _Known(int(attempt or 0), req.submit_time_s, engine)
             self.core.submit(req)
             n_ok += 1
         self.events.emit(events)
@@ -482,7 +492,13 @@ class SchedulerService:
             opt = self.core.state.option_of(d.job_id)
             known = self._known[d.job_id]
             rec = placement_record(
-                d.job_id, opt, known.attempt + 1, now=now, policy=policy, simulated=self.simulated
+                d.job_id,
+                opt,
+                known.attempt + 1,
+                now=now,
+                policy=policy,
+                simulated=self.simulated,
+                engine=known.engine,
             )
             commits.append(build_commit(self.pool, d, opt, known.attempt, rec))
             records.append(rec)

@@ -125,5 +125,30 @@ def test_busy_fraction_separates_launch_bound_from_saturating_jobs() -> None:
     t = predict_table([small, served])
     assert t.busy_frac is not None
     assert np.all((t.busy_frac >= 0) & (t.busy_frac <= 1))
-    # Eager small-batch decoding is launch-bound; a big vLLM batch saturates HBM.
-    assert np.all(t.busy_frac[0] < 0.3) and np.all(t.busy_frac[1] > 0.8)
+    # Eager small-batch decoding is launch-bound; a big vLLM batch mostly saturates HBM (the
+    # engine's per-step CPU work, which a MIG slice does not stretch, is the rest).
+    assert np.all(t.busy_frac[0] < 0.3) and np.all(t.busy_frac[1] > 0.5)
+    assert np.all(t.busy_frac[1] > 3 * t.busy_frac[0])
+
+
+def test_hf_generate_charges_last_token_logits_only() -> None:
+    from predictor import analytical
+    from predictor.spec import parse_spec
+
+    base = {"model": "llama-3.1-8b", "task": "inference", "batch_size": 8, "output_len": 128}
+    short = analytical.predict_table([parse_spec({**base, "input_len": 128})], ["H100-80GB"])
+    long = analytical.predict_table([parse_spec({**base, "input_len": 1024})], ["H100-80GB"])
+    # b × V × (bf16 + fp32), whatever the prompt length
+    assert short.breakdown_gib["logits"][0, 0] == long.breakdown_gib["logits"][0, 0]
+    assert long.breakdown_gib["logits"][0, 0] < 8 * 128256 * 6 / 2**30 * 1.01
+
+
+def test_peft_fp32_adapters_keep_input_copies() -> None:
+    from predictor import analytical
+    from predictor.spec import parse_spec
+
+    job = {"model": "llama-3.1-8b", "task": "lora", "batch_size": 2, "seq_len": 2048}
+    fp32 = analytical.predict_table([parse_spec(job)], ["H100-80GB"])
+    bf16 = analytical.predict_table([parse_spec({**job, "adapter_dtype": "bf16"})], ["H100-80GB"])
+    assert fp32.breakdown_gib["activations"][0, 0] > 1.2 * bf16.breakdown_gib["activations"][0, 0]
+    assert fp32.breakdown_gib["optimizer"][0, 0] == 2 * bf16.breakdown_gib["optimizer"][0, 0]

@@ -136,3 +136,28 @@ def test_load_reports_the_bad_line(tmp_path: Path) -> None:
     )
     with pytest.raises(SpecError, match=r"a\.jsonl:2: `steps` does not apply"):
         load_specs(tmp_path / "a.jsonl")
+
+
+def test_memory_fidelity_fields_and_framework_defaults() -> None:
+    from predictor.spec import parse_spec
+
+    q = parse_spec({"model": "llama-3.1-8b", "task": "qlora"})
+    assert q.gradient_checkpointing is True  # as peft's prepare_model_for_kbit_training does
+    assert (
+        parse_spec(
+            {"model": "llama-3.1-8b", "task": "qlora", "gradient_checkpointing": False}
+        ).gradient_checkpointing
+        is False
+    )
+    tt = parse_spec({"model": "llama-3.1-8b", "task": "lora", "framework": "torchtune"})
+    assert (tt.compile, tt.chunked_loss, tt.adapter_dtype.value) == (False, True, "bf16")
+    hf = parse_spec({"model": "llama-3.1-8b", "task": "lora"})
+    assert (hf.chunked_loss, hf.adapter_dtype.value) == (False, "fp32")
+    for bad in (
+        {"task": "inference", "chunked_loss": True},
+        {"task": "full_finetune", "adapter_dtype": "bf16"},
+    ):
+        with pytest.raises(SpecError, match="does not apply"):
+            parse_spec({"model": "llama-3.1-8b", **bad})
+    with pytest.raises(SpecError, match="adapter_dtype"):
+        parse_spec({"model": "llama-3.1-8b", "task": "lora", "adapter_dtype": "int8"})

@@ -390,6 +390,7 @@ def _finish(
     wall_s: float,
 ) -> DemoResult:
     from scheduler.cli.report import ReportData, write_report
+    from scheduler.cli.report_serving import demo_serving_html
 
     base = sim[_BASELINE]
     live_name = f"snugfit live ({cfg.policy})"
@@ -411,6 +412,7 @@ def _finish(
         cost_by_policy=costs,
         summary=columns,
         notes=[note, f"{sum(1 for r in rows)} attempts; GPU memory per GPU in GiB."],
+        extra={"serving_html": demo_serving_html()},
     )
     report = write_report(out_dir / "report.html", data)
     summary_path = out_dir / "summary.json"

@@ -31,6 +31,8 @@ _EXPORTS: dict[str, str] = {
     "PlacementRecord": "scheduler.service.store.records",
     "OutcomeRecord": "scheduler.service.store.records",
     "dumps": "scheduler.service.store.records",
+    "parse_engine": "scheduler.service.store.records",
+    "DeploymentStore": "scheduler.service.store.deployments",
 }
 
 __all__ = sorted(_EXPORTS)

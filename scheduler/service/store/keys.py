@@ -40,6 +40,12 @@ Keys
 ``P:node:{name}``                  HASH, a registered worker: ``worker``, ``host``, ``pid``,
                                    ``gpus`` (JSON list), ``simulated``, ``heartbeat_at``
 ``P:nodes``                        SET of node names that ever registered a worker
+``P:deploy:{id}``                  HASH, one serving deployment (``task: serve``; see
+                                   :mod:`scheduler.service.store.deployments`); its replicas
+                                   are ordinary job records ``{id}-r{k}``
+``P:deploys``                      ZSET of deployment ids, score = created_at
+``P:deploy_expiry``                ZSET of active deployments with a ``duration_s``, score =
+                                   expires_at (the leader cancels their replicas when due)
 RQ ``rq:queue:snugfit:node:{name}``  one RQ queue per node (queue name ``snugfit:node:{name}``),
                                    JSON serializer; RQ job id ``{job id}-a{attempt}`` (see
                                    :func:`rq_job_id`), function
@@ -97,6 +103,10 @@ Job record (``P:job:{id}`` fields; JSON values marked ``json``)
 ``reason``           why it failed / was rejected / cancelled / requeued (human text)
 ``cancel``           "1" when a cancel was requested for a running job
 ``simulated``        "1" when the run was simulated (no GPU), else absent
+``deployment``       a serving replica's deployment id (``P:deploy:{id}``), else absent
+``engine``           json: a serving replica's engine values (names in
+                     ``predictor.serving.ENGINE_PLACEHOLDERS``), copied into its placement
+                     and RQ ``job.meta`` for the command's placeholders; else absent
 
 Allocation (``P:allocs`` values, json)
 ======================================
@@ -273,6 +283,17 @@ class Keys:
     @property
     def nodes(self) -> str:
         return f"{self.prefix}:nodes"
+
+    def deploy(self, deployment_id: str) -> str:
+        return f"{self.prefix}:deploy:{deployment_id}"
+
+    @property
+    def deploys(self) -> str:
+        return f"{self.prefix}:deploys"
+
+    @property
+    def deploy_expiry(self) -> str:
+        return f"{self.prefix}:deploy_expiry"
 
     def all_states(self) -> list[str]:
         return [self.state(s.value) for s in JobState]

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from predictor.gpus import GPU_NAMES
 
-__all__ = ["OutcomeRecord", "PlacementRecord", "RequestRecord", "dumps"]
+__all__ = ["OutcomeRecord", "PlacementRecord", "RequestRecord", "dumps", "parse_engine"]
 
 
 def _finite_or_none(v: Any) -> Any:
@@ -117,6 +117,31 @@ class PlacementRecord(BaseModel):
     placed_at: float
     policy: str
     simulated: bool = False
+    # A serving replica's engine values (``predictor.serving.ENGINE_PLACEHOLDERS``), for the
+    # worker's placeholder substitution; None for batch jobs.
+    engine: dict[str, str] | None = None
+
+
+_MAX_ENGINE_BYTES = 4096
+
+
+def parse_engine(raw: str | None) -> dict[str, str] | None:
+    """A job record's ``engine`` field (a serving replica's placeholder values) or None;
+    ValueError when it is not a small JSON object of known names to short strings."""
+    if raw is None:
+        return None
+    if len(raw) > _MAX_ENGINE_BYTES:
+        raise ValueError(f"`engine` is {len(raw)} bytes (> {_MAX_ENGINE_BYTES})")
+    from predictor.serving import ENGINE_PLACEHOLDERS
+
+    got = json.loads(raw)
+    if not isinstance(got, dict) or not all(
+        k in ENGINE_PLACEHOLDERS and isinstance(v, str) and len(v) <= 64 for k, v in got.items()
+    ):
+        raise ValueError(
+            f"`engine` must map names among {', '.join(ENGINE_PLACEHOLDERS)} to short strings"
+        )
+    return got
 
 
 class OutcomeRecord(BaseModel):

@@ -47,6 +47,7 @@ def test_small_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     assert f"report: {res.report_path}" in text
     html = res.report_path.read_text()
     assert html.count('class="job"') > 0 and '<svg class="chart cost"' in html
+    assert html.count('<svg class="chart frontier"') == 2  # an 8B and a 70B deployment
     summary = json.loads(res.summary_path.read_text())
     assert summary["jobs"] == 20 and summary["baseline"] == "requested"
     terminal = sum(res.states.get(s, 0) for s in ("succeeded", "failed", "rejected", "cancelled"))

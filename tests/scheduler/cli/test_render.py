@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from scheduler import render
+from scheduler.cli import render
 from scheduler.core.decision import Decision, Option
 from scheduler.core.pool import load_pool
 

@@ -1,0 +1,265 @@
+"""What the meta device needs so that HF code runs shape-only with a GPU's memory behaviour.
+
+* **Attention.** On meta, ``scaled_dot_product_attention`` takes the math path, which keeps the
+  ``s²`` scores a GPU's flash kernel never stores. :func:`flash_attention` calls the flash op
+  directly (its meta kernel and autograd formula exist), repeating K and V for GQA as the
+  SDPA wrapper does, and is registered as a transformers attention implementation.
+* **Packed sequences.** transformers checks ``position_ids`` for packing with a data-dependent
+  ``.all()``; a meta tensor has no data, so the check is bypassed (the traced batch is never
+  packed).
+* **Autocast.** CUDA autocast never triggers on meta, so :class:`AutocastEmulation` (a
+  ``TorchFunctionMode``, above autograd) casts the inputs of the ops autocast runs in 16 bits
+  and of those it runs in fp32, caching weight casts for the region as autocast does.
+* **bitsandbytes.** Its kernels are CUDA-only: :class:`QuantLinearStub` holds nf4/int8 storage
+  at its true size and dequantises into a transient compute-dtype weight per matmul.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+__all__ = [
+    "ATTN_IMPLEMENTATION",
+    "AutocastEmulation",
+    "QuantLinearStub",
+    "flash_attention",
+    "install",
+]
+
+ATTN_IMPLEMENTATION = "snugfit_trace"
+EXPERTS_IMPLEMENTATION = "snugfit_uniform"
+_installed = False
+
+
+def flash_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Any,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers attention interface: ``(b, h, s, d)`` in, ``(b, s, h, d)`` out."""
+    groups = query.shape[1] // key.shape[1]
+    if groups > 1:
+        # torch's SDPA wrapper repeats K/V before the flash kernel, which needs equal heads.
+        key = key.repeat_interleave(groups, dim=1)
+        value = value.repeat_interleave(groups, dim=1)
+    causal = bool(getattr(module, "is_causal", True)) and query.shape[2] > 1
+    scale = scaling if scaling is not None else 1.0 / math.sqrt(query.shape[-1])
+    out = torch.ops.aten._scaled_dot_product_flash_attention(
+        query, key, value, dropout, causal, False, scale=scale
+    )[0]
+    return out.transpose(1, 2).contiguous(), None
+
+
+def install() -> None:
+    """Register the attention implementation and bypass the packed-sequence check (once)."""
+    global _installed
+    if _installed:
+        return
+    from transformers import masking_utils
+    from transformers.modeling_utils import AttentionInterface
+
+    AttentionInterface.register(ATTN_IMPLEMENTATION, flash_attention)
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+        ALL_EXPERTS_FUNCTIONS.register(EXPERTS_IMPLEMENTATION, uniform_experts)
+    except ImportError:  # older transformers: per-expert nn.Linear modules, no interface
+        pass
+    _installed = True
+
+
+def uniform_experts(
+    self: Any, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+) -> torch.Tensor:
+    """MoE experts with routing spread evenly (meta tensors carry no router decisions).
+
+    Like transformers' batched/grouped kernels, each token is replicated once per selected
+    expert; every expert then runs on an equal share of the ``tokens × top_k`` rows, so the
+    saved gate/up/activation tensors have their expected total size.
+    """
+    if not getattr(self, "has_gate", True) or not getattr(self, "is_concatenated", True):
+        raise NotImplementedError("uniform experts: only concatenated gate/up experts")
+    k = top_k_index.size(-1)
+    n_tokens, hidden = hidden_states.shape
+    n_exp = self.num_experts
+    x = hidden_states.repeat_interleave(k, dim=0)
+    rows = x.shape[0]
+    sizes = [rows // n_exp + (1 if i < rows % n_exp else 0) for i in range(n_exp)]
+    weights = top_k_weights.reshape(-1, 1)
+    outs = []
+    start = 0
+    for e, chunk in enumerate(x.split(sizes)):
+        if chunk.shape[0] == 0:
+            continue
+        w_gu, w_d = self.gate_up_proj[e], self.down_proj[e]
+        if getattr(self, "is_transposed", False):
+            w_gu, w_d = w_gu.t(), w_d.t()
+        gate, up = torch.nn.functional.linear(chunk, w_gu).chunk(2, dim=-1)
+        y = torch.nn.functional.linear(self.act_fn(gate) * up, w_d)
+        outs.append(y * weights[start : start + chunk.shape[0]])
+        start += chunk.shape[0]
+    out = torch.cat(outs).view(n_tokens, k, hidden).sum(dim=1)
+    return out.to(hidden_states.dtype)
+
+
+def use_uniform_experts(model: Any) -> None:
+    """Point every experts module of ``model`` at :func:`uniform_experts`."""
+    for m in model.modules():
+        cfg = getattr(m, "config", None)
+        if hasattr(m, "gate_up_proj") and cfg is not None and hasattr(m, "num_experts"):
+            cfg._experts_implementation = EXPERTS_IMPLEMENTATION
+
+
+# ------------------------------------------------------------------------------ autocast
+_F = torch.nn.functional
+_LOW = {
+    _F.linear,
+    torch.matmul,
+    torch.Tensor.matmul,
+    torch.Tensor.__matmul__,
+    torch.mm,
+    torch.bmm,
+    torch.baddbmm,
+    torch.addmm,
+    _F.scaled_dot_product_attention,
+}
+_FP32 = {
+    _F.softmax,
+    _F.log_softmax,
+    torch.softmax,
+    torch.log_softmax,
+    torch.Tensor.softmax,
+    torch.Tensor.log_softmax,
+    _F.cross_entropy,
+    _F.nll_loss,
+    _F.layer_norm,
+    _F.mse_loss,
+    torch.Tensor.pow,
+    torch.pow,
+    torch.rsqrt,
+    torch.exp,
+    torch.log,
+}
+
+
+class AutocastEmulation(TorchFunctionMode):
+    """``torch.autocast(dtype=...)`` semantics for meta tensors.
+
+    Floating inputs of matmul-like ops are cast to ``dtype``; 16-bit inputs of the fp32 list
+    are cast to fp32. Casts of leaf tensors that require grad (weights) are cached for the
+    region, as autocast's weight-cast cache does, so a weight used twice is cast once and its
+    16-bit copy lives until the region ends.
+    """
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype
+        self._cache: dict[int, torch.Tensor] = {}
+        self.caching = True
+
+    def end_forward(self) -> None:
+        """Leave the forward region: drop cached weight casts, cast afresh in recompute."""
+        self._cache.clear()
+        self.caching = False
+
+    def _cast(self, x: Any, dtype: torch.dtype) -> Any:
+        if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dtype == dtype:
+            return x
+        leaf = self.caching and x.is_leaf and x.requires_grad
+        if leaf and id(x) in self._cache:
+            return self._cache[id(x)]
+        y = x.to(dtype)
+        if leaf:
+            self._cache[id(x)] = y
+        return y
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func in _LOW:
+            args = tuple(self._cast(a, self.dtype) for a in args)
+            kwargs = {k: self._cast(v, self.dtype) for k, v in kwargs.items()}
+        elif func in _FP32:
+            half = (torch.float16, torch.bfloat16)
+            args = tuple(
+                self._cast(a, torch.float32)
+                if isinstance(a, torch.Tensor) and a.dtype in half
+                else a
+                for a in args
+            )
+        return func(*args, **kwargs)
+
+    def __exit__(self, *exc: Any) -> Any:
+        self._cache.clear()
+        return super().__exit__(*exc)
+
+
+# ------------------------------------------------------------------------------ bitsandbytes
+class _DequantMatmul(torch.autograd.Function):
+    """bitsandbytes' 4-bit/8-bit matmul: dequantise into a transient weight per call.
+
+    Like ``MatMul4Bit`` in the bitsandbytes releases the published QLoRA runs used, it saves
+    its input for backward even though the quantised weight never trains.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, qweight: torch.Tensor, shape: Any, dtype: Any) -> Any:
+        ctx.shape, ctx.dtype = shape, dtype
+        x = x.to(dtype)
+        ctx.save_for_backward(x)
+        w = torch.empty(shape, dtype=dtype, device=x.device)
+        return x @ w.t()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> Any:
+        w = torch.empty(ctx.shape, dtype=ctx.dtype, device=grad.device)
+        return grad @ w, None, None, None
+
+
+class QuantLinearStub(torch.nn.Linear):
+    """A frozen linear whose weight is stored quantised (nf4/int4 with scales, or int8).
+
+    ``bytes_per_weight`` includes the quantisation scales (bitsandbytes nf4 with double
+    quantisation: 0.5 + 1/64 + 4/(64·256) bytes per element). It subclasses ``nn.Linear`` so
+    peft adapts it like bitsandbytes' layers; ``weight`` is a shape-only stand-in that the
+    tracker skips (``SHAPE_ONLY``), the real storage is ``qweight``.
+    """
+
+    SHAPE_ONLY = "_snugfit_shape_only"
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bytes_per_weight: float,
+        compute_dtype: torch.dtype,
+        bias: torch.nn.Parameter | None,
+    ) -> None:
+        torch.nn.Module.__init__(self)
+        self.in_features, self.out_features = in_features, out_features
+        n = math.ceil(in_features * out_features * bytes_per_weight)
+        self.register_buffer("qweight", torch.empty(n, dtype=torch.uint8, device="meta"))
+        w = torch.nn.Parameter(
+            torch.empty(out_features, in_features, dtype=compute_dtype, device="meta"),
+            requires_grad=False,
+        )
+        setattr(w, self.SHAPE_ONLY, True)
+        self.weight = w
+        self.bias = bias  # type: ignore[assignment]
+        self.compute_dtype = compute_dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = (self.out_features, self.in_features)
+        y = _DequantMatmul.apply(x, self.qweight, shape, self.compute_dtype)
+        return y + self.bias if self.bias is not None else y

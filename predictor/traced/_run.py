@@ -1,0 +1,32 @@
+"""One trace, end to end, inside a worker process: spec dict in, JSON-ready summary out."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..spec import parse_spec
+
+__all__ = ["trace_summary"]
+
+
+def trace_summary(spec_dict: dict[str, Any]) -> dict[str, Any]:
+    from ._step import run_trace
+    from ._summary import summarise
+
+    spec = parse_spec(spec_dict)
+    t0 = time.perf_counter()
+    tl = run_trace(spec)
+    trace_s = time.perf_counter() - t0
+    arch = spec.arch
+    extra = 0
+    if spec.task.is_training and (spec.zero_stage or 0) >= 3 and spec.data_parallel > 1:
+        # FSDP/ZeRO-3 all-gathers a layer ahead: two layers' full weights in the compute dtype.
+        per_layer = (arch.total_params() - arch.embedding_params()) / arch.n_layers
+        extra = int(2 * per_layer * 2 / spec.tensor_parallel)
+    costs = {k: (v.flops, v.bytes) for k, v in tl.costs.items()}
+    s = summarise(tl.events, tl.category, spec, costs, extra_weight_bytes=extra)
+    out = s.to_dict()
+    out["trace_s"] = trace_s
+    out["n_params"] = tl.n_params
+    return out

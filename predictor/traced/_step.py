@@ -1,0 +1,383 @@
+"""Run one job's real PyTorch program on the meta device under the storage tracker.
+
+Training: forward, loss, backward and the optimizer step, exactly as the task runs them (PEFT
+LoRA with its adapter dtype, bitsandbytes-style quantised bases for QLoRA, checkpointing,
+autocast or pure-dtype weights, gradient accumulation). Optimizer states are created before
+the first micro-batch, so the traced step is a steady-state step, not the first one.
+
+Inference: the prefill of one batch, then one decode step at the final KV length, the way HF
+``generate`` runs them (a dynamic cache grown by concatenation; only the last token's logits,
+upcast to fp32).
+
+The result is a :class:`Timeline`: allocation events in program order and the category each
+allocation ended up in. Sharding and the allocator model are applied to it afterwards
+(``_summary.py``), so one trace serves every GPU count of the same per-rank shape.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..spec import DType, JobSpec, LoraTarget, Optimizer, Task
+from ._build import build_meta_model
+from ._dispatch import OpCost, StorageTracker
+from ._patches import ATTN_IMPLEMENTATION, AutocastEmulation, QuantLinearStub, install
+
+__all__ = ["Timeline", "run_trace"]
+
+_TORCH_DTYPE = {
+    DType.FP32: torch.float32,
+    DType.BF16: torch.bfloat16,
+    DType.FP16: torch.float16,
+}
+# bytes per element of a quantised weight, scales included (as in predictor._jobarrays)
+_QUANT_BYTES = {
+    DType.NF4: 0.5 + 1.0 / 64 + 4.0 / (64 * 256),
+    DType.INT4: 0.5 + 2.5 / 128,
+    DType.FP4: 0.5 + 1.0 / 16,
+    DType.INT8: 1.0,
+    DType.FP8: 1.0,
+}
+#: Micro-batches traced: the second one shows the steady state with gradients carried.
+_MAX_MICRO = 2
+#: Chunks of torchtune's ``CEWithChunkedOutputLoss``.
+_LOSS_CHUNKS = 8
+
+
+@dataclass
+class Timeline:
+    events: list[tuple[int, int, int]]
+    category: dict[int, str]
+    costs: dict[str, OpCost] = field(default_factory=dict)
+    n_params: int = 0
+    phase: dict[int, str] = field(default_factory=dict)  # phase each allocation happened in
+
+
+def _td(d: DType | None) -> torch.dtype:
+    return _TORCH_DTYPE.get(d or DType.BF16, torch.bfloat16)
+
+
+def _quantise(model: Any, spec: JobSpec, compute: torch.dtype) -> None:
+    """Replace every block linear (not the LM head) with a quantised-storage stub."""
+    bpw = _QUANT_BYTES[spec.weight_dtype or DType.NF4]
+    head = model.get_output_embeddings()
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear and child is not head:
+                stub = QuantLinearStub(
+                    child.in_features, child.out_features, bpw, compute, child.bias
+                )
+                setattr(parent, name, stub)
+
+
+def _lora_targets(model: Any, target: LoraTarget) -> list[str]:
+    names: set[str] = set()
+    head = model.get_output_embeddings()
+    for full, module in model.named_modules():
+        if isinstance(module, torch.nn.Linear) and module is not head and full:
+            names.add(full.rsplit(".", 1)[-1])
+    names -= {"lm_head", "decoder", "score"}
+    if target is LoraTarget.ALL_LINEAR:
+        return sorted(names)
+    qv = {"q_proj", "v_proj", "query", "value"}
+    if target is LoraTarget.QV:
+        return sorted(names & qv)
+    return sorted(names & (qv | {"k_proj", "o_proj", "key"}))
+
+
+def _apply_lora(model: Any, spec: JobSpec) -> Any:
+    import peft
+
+    assert spec.lora_rank is not None and spec.lora_target is not None
+    cfg = peft.LoraConfig(
+        r=spec.lora_rank,
+        lora_alpha=2 * spec.lora_rank,
+        lora_dropout=0.0,
+        target_modules=_lora_targets(model, spec.lora_target),
+        task_type=None,
+    )
+    adapter = _td(spec.adapter_dtype or DType.FP32)
+    # peft makes adapters in fp32 (autocast_adapter_dtype); other stacks in the compute dtype.
+    # On meta, so adapter init (kaiming/zeros) costs nothing, as the rest of the model.
+    with torch.device("meta"):
+        model = peft.get_peft_model(model, cfg, autocast_adapter_dtype=False)
+    for n, p in model.named_parameters():
+        if "lora_" in n:
+            p.data = torch.empty_like(p, dtype=adapter, device="meta")
+    return model
+
+
+def _optimizer_states(spec: JobSpec, params: list[Any], tr: StorageTracker) -> Any:
+    """The optimizer with its states already allocated (a steady-state step)."""
+    opt = spec.optimizer or Optimizer.NONE
+    with tr.in_phase("optimizer_state"):
+        if opt is Optimizer.ADAMW:
+            o = torch.optim.AdamW(params, lr=1e-5, foreach=True)
+            for p in params:
+                o.state[p] = {
+                    "step": torch.tensor(0.0),
+                    "exp_avg": torch.zeros_like(p),
+                    "exp_avg_sq": torch.zeros_like(p),
+                }
+                tr.mark(o.state[p]["exp_avg"], "optimizer")
+                tr.mark(o.state[p]["exp_avg_sq"], "optimizer")
+            return o
+        if opt is Optimizer.SGD:
+            o = torch.optim.SGD(params, lr=1e-5, momentum=0.9, foreach=True)  # type: ignore[assignment]
+            for p in params:
+                o.state[p] = {"momentum_buffer": torch.zeros_like(p)}
+                tr.mark(o.state[p]["momentum_buffer"], "optimizer")
+            return o
+        states: list[torch.Tensor] = []
+        for p in params:
+            if opt in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
+                # bitsandbytes: two uint8 moments plus one fp32 absmax per 256-element block.
+                n = p.numel()
+                states += [torch.empty(n, dtype=torch.uint8, device="meta") for _ in range(2)]
+                blocks = math.ceil(n / 256)
+                states += [
+                    torch.empty(blocks, dtype=torch.float32, device="meta") for _ in range(2)
+                ]
+            elif opt is Optimizer.ADAFACTOR:
+                if p.dim() >= 2:
+                    states += [
+                        torch.empty(p.shape[0], device="meta"),
+                        torch.empty(p.shape[-1], device="meta"),
+                    ]
+                else:
+                    states.append(torch.empty_like(p, dtype=torch.float32))
+        for s in states:
+            tr.mark(s, "optimizer")
+        return states or None
+
+
+def _step_optimizer(opt: Any, params: list[Any], spec: JobSpec) -> None:
+    if isinstance(opt, torch.optim.Optimizer):
+        opt.step()
+        return
+    if opt:
+        # 8-bit / factored optimizers update in place through small per-tensor temporaries.
+        for p in params:
+            if p.grad is not None:
+                tmp = torch.empty_like(p, dtype=torch.float32)
+                del tmp
+
+
+def _loss(model: Any, ids: torch.Tensor, spec: JobSpec, tr: StorageTracker) -> torch.Tensor:
+    if not spec.chunked_loss or model.get_output_embeddings() is None:
+        return model(input_ids=ids, labels=ids, use_cache=False).loss
+    # torchtune's CEWithChunkedOutputLoss: 16-bit logits of every chunk live, fp32 one at a time.
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hidden = base.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
+    head = base.get_output_embeddings()
+    with tr.in_phase("logits"):
+        chunks = [head(h) for h in hidden.chunk(_LOSS_CHUNKS, dim=1)]
+        labels = ids.chunk(_LOSS_CHUNKS, dim=1)
+        total = sum(
+            torch.nn.functional.cross_entropy(
+                c.float().flatten(0, 1), lab.flatten(), reduction="sum"
+            )
+            for c, lab in zip(chunks, labels, strict=True)
+        )
+    return total / ids.numel()  # type: ignore[operator,return-value]
+
+
+def _train_model(spec: JobSpec) -> Any:
+    """The model as the job trains it, built outside the tracker (loading is not the peak)."""
+    compute = _td(spec.compute_dtype)
+    weight = torch.float32 if spec.weight_dtype == DType.FP32 else compute
+    if spec.weight_dtype in (DType.BF16, DType.FP16):
+        weight = _td(spec.weight_dtype)
+    model = build_meta_model(spec.arch, weight, _attn_impl(spec))
+    if spec.task is Task.QLORA or (
+        spec.task.is_peft and spec.weight_dtype in (DType.INT8, DType.INT4, DType.NF4)
+    ):
+        _quantise(model, spec, compute)
+    for p in model.parameters():
+        p.requires_grad_(not spec.task.is_peft)
+    if spec.task.is_peft:
+        model = _apply_lora(model, spec)
+    return model
+
+
+def _train(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
+    compute = _td(spec.compute_dtype)
+    params = [p for p in model.parameters() if p.requires_grad]
+    # Autocast runs where the stored dtype of anything trained differs from the compute dtype
+    # (fp32 master weights, fp32 PEFT adapters under Trainer(bf16=True)).
+    amp = compute != torch.float32 and any(p.dtype == torch.float32 for p in params)
+    if spec.gradient_checkpointing:
+        kwargs: dict[str, Any] = {"use_reentrant": False, "preserve_rng_state": False}
+        if amp:
+            # checkpoint re-enters autocast for the recompute; the emulation must too.
+            kwargs["context_fn"] = lambda: (nullcontext(), _recompute_autocast(compute))
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    model.train()
+    _track_model(model, tr)
+    opt = _optimizer_states(spec, params, tr)
+    _hook_logits(model, tr)
+    assert spec.seq_len is not None
+    ids = torch.zeros(spec.batch_size, spec.seq_len, dtype=torch.long, device="meta")
+    micro = min(spec.gradient_accumulation or 1, _MAX_MICRO)
+    offload = (
+        torch.autograd.graph.save_on_cpu(pin_memory=False)
+        if spec.activation_offload
+        else nullcontext()
+    )
+    for _ in range(micro):
+        autocast = AutocastEmulation(compute) if amp else None
+        with autocast or nullcontext(), offload:
+            with tr.in_phase("forward"):
+                loss = _loss(model, ids, spec, tr)
+            if autocast is not None:
+                autocast.end_forward()
+            with tr.in_phase("logits"):
+                loss.backward()
+        del loss
+        for p in params:
+            if p.grad is not None:
+                tr.mark(p.grad, "gradients")
+    with tr.in_phase("optimizer"):
+        _step_optimizer(opt, params, spec)
+    model.zero_grad(set_to_none=True)
+    n_params = sum(p.numel() for p in model.parameters())
+    del model, opt, params
+    return _timeline(tr, n_params)
+
+
+def _recompute_autocast(dtype: torch.dtype) -> AutocastEmulation:
+    mode = AutocastEmulation(dtype)
+    mode.caching = False
+    return mode
+
+
+def _infer_model(spec: JobSpec) -> Any:
+    compute = _td(spec.compute_dtype)
+    weight = compute if spec.weight_dtype not in _TORCH_DTYPE else _td(spec.weight_dtype)
+    model = build_meta_model(spec.arch, weight, _attn_impl(spec))
+    if spec.weight_dtype in _QUANT_BYTES:
+        _quantise(model, spec, compute)
+    return model
+
+
+def _infer(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
+    from transformers import DynamicCache
+
+    compute = _td(spec.compute_dtype)
+    model.eval()
+    _track_model(model, tr)
+    _hook_logits(model, tr)
+    b = spec.batch_size
+    assert spec.input_len is not None and spec.output_len is not None
+    kv = _td(spec.kv_cache_dtype) if spec.kv_cache_dtype in _TORCH_DTYPE else compute
+    encoder = spec.arch.encoder_only
+    with torch.no_grad():
+        ids = torch.zeros(b, spec.input_len, dtype=torch.long, device="meta")
+        with tr.in_phase("forward"):
+            if encoder:
+                out = model(input_ids=ids)
+                del out
+                return _timeline(tr, sum(p.numel() for p in model.parameters()))
+            cache = DynamicCache(config=model.config)
+            out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            with tr.in_phase("logits"):
+                nxt = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
+            _mark_cache(cache, tr)
+            del out
+        del cache, nxt
+        # The last decode step: the cache holds input + output − 1 tokens and grows by one.
+        ctx = spec.input_len + spec.output_len - 1
+        cfg = model.config
+        n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        with tr.in_phase("kv_cache"):
+            cache = DynamicCache(config=cfg)
+            for layer in range(cfg.num_hidden_layers):
+                k = torch.empty(b, n_kv, ctx, hd, dtype=kv, device="meta")
+                v = torch.empty(b, n_kv, ctx, hd, dtype=kv, device="meta")
+                cache.update(k, v, layer)
+                del k, v
+            _mark_cache(cache, tr)
+        one = torch.zeros(b, 1, dtype=torch.long, device="meta")
+        with tr.in_phase("forward"):
+            out = model(input_ids=one, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            with tr.in_phase("logits"):
+                nxt = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
+            _mark_cache(cache, tr)
+            del out, nxt
+    n_params = sum(p.numel() for p in model.parameters())
+    del model, cache
+    return _timeline(tr, n_params)
+
+
+def _attn_impl(spec: JobSpec) -> str:
+    # HF's encoders (BERT) and fp32 runs take the eager path that stores the s² scores.
+    if spec.arch.encoder_only or spec.compute_dtype == DType.FP32:
+        return "eager"
+    return ATTN_IMPLEMENTATION
+
+
+def _mark_cache(cache: Any, tr: StorageTracker) -> None:
+    for layer in getattr(cache, "layers", []):
+        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+            if isinstance(t, torch.Tensor):
+                tr.mark(t, "kv_cache")
+
+
+def _track_model(model: Any, tr: StorageTracker) -> None:
+    for p in model.parameters():
+        if not getattr(p, QuantLinearStub.SHAPE_ONLY, False):
+            tr.track(p, "weights")
+    for buf in model.buffers():
+        tr.track(buf, "weights")
+
+
+def _hook_logits(model: Any, tr: StorageTracker) -> None:
+    """Allocations from the LM head's input to the end of forward are logits; in backward,
+    from the loss to the head's output gradient."""
+    head = model.get_output_embeddings()
+    if head is None:
+        return
+
+    def pre(_m: Any, _inp: Any) -> None:
+        tr.phase = "logits"
+
+    def bwd_pre(_m: Any, _g: Any) -> None:
+        tr.phase = "backward"
+
+    head.register_forward_pre_hook(pre)
+    head.register_full_backward_pre_hook(bwd_pre)
+
+
+def _timeline(tr: StorageTracker, n_params: int) -> Timeline:
+    cat: dict[int, str] = {}
+    by_phase = {
+        "optimizer": "optimizer",
+        "optimizer_state": "optimizer",
+        "logits": "logits",
+        "kv_cache": "kv_cache",
+        "init": "weights",
+    }
+    for h, phase in tr.alloc_phase.items():
+        cat[h] = tr.label.get(h) or by_phase.get(phase, "activations")
+    return Timeline(
+        events=list(tr.events),
+        category=cat,
+        costs=dict(tr.costs),
+        n_params=n_params,
+        phase=dict(tr.alloc_phase),
+    )
+
+
+def run_trace(spec: JobSpec) -> Timeline:
+    """Trace ``spec`` (one rank, unsharded shapes) and return its timeline."""
+    install()
+    model = _train_model(spec) if spec.task.is_training else _infer_model(spec)
+    tr = StorageTracker()
+    with tr:
+        return _train(spec, model, tr) if spec.task.is_training else _infer(spec, model, tr)

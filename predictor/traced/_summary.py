@@ -1,0 +1,115 @@
+"""From a trace's timeline to per-rank peaks: sharding, the allocator model, the breakdown.
+
+The trace runs one unsharded rank. Multi-GPU jobs are sharded **arithmetically** from it, per
+category, before the allocator replay (so rounding and segments see per-rank sizes):
+
+* weights ÷ (TP·PP), and ÷ DP under ZeRO-3 plus two layers' gather buffers;
+* gradients ÷ (TP·PP), and ÷ DP from ZeRO-2; optimizer states ÷ (TP·PP), ÷ DP from ZeRO-1;
+* activations ÷ TP, and × min(PP, grad. accumulation) / PP (1F1B keeps that many
+  micro-batches of its layers in flight); logits ÷ TP; the KV cache ÷ (TP·PP).
+
+No fake process group is traced: the TP collectives' buffers are not modelled (NCCL's own
+buffers are added as overhead, as in the analytical tier).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..spec import JobSpec
+from ._allocator import CachingAllocator
+
+__all__ = ["CATEGORIES", "TraceSummary", "shard_factors", "summarise"]
+
+GIB = float(1 << 30)
+CATEGORIES: tuple[str, ...] = (
+    "weights",
+    "gradients",
+    "optimizer",
+    "activations",
+    "kv_cache",
+    "logits",
+)
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """Per-rank peaks of one traced job (GiB); ``breakdown_gib`` sums to ``allocated_gib``."""
+
+    allocated_gib: float
+    reserved_gib: float
+    breakdown_gib: dict[str, float]
+    peak_phase_index: int
+    n_events: int
+    flops: dict[str, float]
+    bytes: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "allocated_gib": self.allocated_gib,
+            "reserved_gib": self.reserved_gib,
+            "breakdown_gib": self.breakdown_gib,
+            "peak_event": self.peak_phase_index,
+            "n_events": self.n_events,
+            "flops": self.flops,
+            "bytes": self.bytes,
+        }
+
+
+def shard_factors(spec: JobSpec) -> dict[str, float]:
+    """Per-category size factor of one rank relative to the unsharded trace."""
+    tp, pp, dp = spec.tensor_parallel, spec.pipeline_parallel, spec.data_parallel
+    zero = spec.zero_stage or 0 if spec.task.is_training else 0
+    ga = spec.gradient_accumulation or 1
+    return {
+        "weights": 1.0 / (tp * pp) / (dp if zero >= 3 else 1),
+        "gradients": 1.0 / (tp * pp) / (dp if zero >= 2 else 1),
+        "optimizer": 1.0 / (tp * pp) / (dp if zero >= 1 else 1),
+        "activations": (min(pp, ga) / pp if pp > 1 else 1.0) / tp,
+        "kv_cache": 1.0 / (tp * pp),
+        "logits": 1.0 / tp,
+    }
+
+
+def summarise(
+    events: list[tuple[int, int, int]],
+    category: dict[int, str],
+    spec: JobSpec,
+    costs: dict[str, tuple[float, float]] | None = None,
+    extra_weight_bytes: int = 0,
+) -> TraceSummary:
+    """Replay the sharded events through the allocator model; breakdown at the allocated peak."""
+    factors = shard_factors(spec)
+    alloc = CachingAllocator()
+    if extra_weight_bytes:
+        alloc.malloc(extra_weight_bytes)
+    live: dict[int, Any] = {}
+    sums = dict.fromkeys(CATEGORIES, 0)
+    sums["weights"] = alloc.stats.allocated_bytes
+    best = dict(sums)
+    peak, peak_i = alloc.stats.allocated_bytes, -1
+    for i, (op, h, n) in enumerate(events):
+        cat = category.get(h, "activations")
+        if op:
+            blk = alloc.malloc(max(1, int(n * factors[cat])))
+            live[h] = blk
+            sums[cat] += blk.size
+            if alloc.stats.allocated_bytes > peak:
+                peak, peak_i = alloc.stats.allocated_bytes, i
+                best = dict(sums)
+        else:
+            blk = live.pop(h, None)
+            if blk is not None:
+                sums[cat] -= blk.size
+                alloc.free(blk)
+    c = costs or {}
+    return TraceSummary(
+        allocated_gib=alloc.stats.peak_allocated_bytes / GIB,
+        reserved_gib=alloc.stats.peak_reserved_bytes / GIB,
+        breakdown_gib={k: best[k] / GIB for k in CATEGORIES},
+        peak_phase_index=peak_i,
+        n_events=len(events),
+        flops={k: v[0] for k, v in c.items()},
+        bytes={k: v[1] for k, v in c.items()},
+    )

@@ -1,0 +1,270 @@
+"""Limiting cases of the operator-class roofline and the serving-time API (predictor.engine)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from predictor import efficiency
+from predictor._checks import check_rows
+from predictor._fit import fit_efficiencies
+from predictor._jobarrays import job_arrays
+from predictor._memory import GIB, MemoryModel, memory_breakdown_gib
+from predictor._runtime import RuntimeModel
+from predictor.analytical import AnalyticalPredictor, predict
+from predictor.efficiency import PARAMETERS, Efficiencies, efficiency_table_text
+from predictor.engine import (
+    check_dtype_supported,
+    compute_dtype_supported,
+    decode_step_time_s,
+    engine_overheads,
+    prefill_time_s,
+)
+from predictor.exceptions import SpecError
+from predictor.gpus import get_gpu
+from predictor.measurements import measurement_row, parse_measurement
+from predictor.spec import parse_spec
+
+MODEL = "llama-2-7b"
+
+
+def _weights_bytes(model: str, gpu: str = "H100-80GB") -> float:
+    spec = parse_spec({"model": model, "task": "inference", "input_len": 8, "output_len": 8})
+    bd = memory_breakdown_gib(job_arrays([spec]), (gpu,), MemoryModel())
+    return float(bd["weights"][0, 0]) * GIB
+
+
+def test_decode_at_batch_one_is_bandwidth_bound() -> None:
+    eff = efficiency.default_efficiencies()
+    for gpu in ("A100-80GB", "H100-80GB", "B200-180GB"):
+        g = get_gpu(gpu)
+        t = float(decode_step_time_s(MODEL, gpu, 1, 128, framework="vllm"))
+        floor = _weights_bytes(MODEL, gpu) / (g.hbm_bandwidth_gbps * 1e9)
+        ov = engine_overheads("vllm")
+        overhead = ov.step_s + ov.seq_step_s + 32 * eff["launch.decode_engine_s"]
+        mbu = eff[f"decode.mbu.{efficiency.gpu_architecture(gpu)}"]
+        # time = weight bytes / (HBM bandwidth × MBU) + fixed overhead (KV of 128 tokens ≈ 0)
+        assert t == pytest.approx(floor / mbu + overhead, rel=0.05)
+        assert t > floor
+
+
+def test_decode_grows_with_running_batch_and_kv_read() -> None:
+    t = decode_step_time_s(MODEL, "H100-80GB", np.array([1, 16, 64, 256]), 2048)
+    assert np.all(np.diff(t) > 0)
+    short, long = decode_step_time_s(MODEL, "H100-80GB", 32, np.array([256, 8192]))
+    assert long > short
+    # With short contexts small batches barely cost more than batch 1: weights dominate.
+    b1, b16 = decode_step_time_s(MODEL, "H100-80GB", np.array([1, 16]), 128)
+    assert b16 < 1.5 * b1
+
+
+def test_prefill_of_a_long_prompt_is_compute_bound() -> None:
+    eff = efficiency.default_efficiencies()
+    gpu = get_gpu("H100-80GB")
+    spec = parse_spec({"model": MODEL, "task": "inference", "input_len": 8192, "output_len": 1})
+    flops = 2.0 * float(job_arrays([spec]).flop_params[0]) * 8 * 8192
+    t = float(prefill_time_s(MODEL, "H100-80GB", 8, 8192))
+    compute_floor = flops / (gpu.peak_tflops["bf16"] * 1e12)
+    weight_read = _weights_bytes(MODEL) / (gpu.hbm_bandwidth_gbps * 1e9)
+    assert t > compute_floor > 50 * weight_read
+    # Within the GEMM efficiency band plus attention: not launch- or bandwidth-limited.
+    assert t < compute_floor / (0.5 * eff["prefill.hopper"]) + 0.5
+    # Doubling the tokens at least doubles the time (attention grows quadratically).
+    assert float(prefill_time_s(MODEL, "H100-80GB", 16, 8192)) >= 1.95 * t
+
+
+def test_h100_over_a100_decode_ratio_is_the_bandwidth_ratio() -> None:
+    a100, h100 = get_gpu("A100-80GB"), get_gpu("H100-80GB")
+    bw_ratio = h100.hbm_bandwidth_gbps / a100.hbm_bandwidth_gbps
+    flop_ratio = h100.peak_tflops["bf16"] / a100.peak_tflops["bf16"]
+    for framework in ("vllm", "trtllm", "hf"):
+        r = float(
+            decode_step_time_s(MODEL, "A100-80GB", 1, 512, framework=framework)
+            / decode_step_time_s(MODEL, "H100-80GB", 1, 512, framework=framework)
+        )
+        assert abs(r - bw_ratio) < abs(r - flop_ratio)
+        # GPU-independent engine overheads pull it below the bandwidth ratio, never above.
+        assert 1.0 < r <= bw_ratio * 1.05
+
+
+@pytest.mark.parametrize("gpu", ["A100-80GB", "H100-80GB", "B200-180GB"])
+@pytest.mark.parametrize(
+    "shape",
+    [
+        {"task": "inference", "batch_size": 1, "input_len": 128, "output_len": 128},
+        {"task": "inference", "batch_size": 32, "input_len": 4096, "output_len": 256},
+        {"task": "pretrain", "batch_size": 1, "seq_len": 4096},
+        {"task": "pretrain", "batch_size": 8, "seq_len": 8192, "gradient_accumulation": 4},
+    ],
+)
+def test_tp8_is_never_more_than_8x_faster_than_tp1(gpu: str, shape: dict) -> None:
+    base = {"model": "llama-3.1-70b", "weight_dtype": "bf16", **shape}
+    one = predict([parse_spec({**base, "n_gpus": 1})], [gpu])[0]
+    eight = predict([parse_spec({**base, "n_gpus": 8, "tensor_parallel": 8})], [gpu])[0]
+    for field in ("ttft_s", "tpot_s", "step_time_s"):
+        a, b = getattr(one, field), getattr(eight, field)
+        if a is not None:
+            assert a / b <= 8.0, (field, a / b)
+            assert b < a  # and TP helps on one node
+
+
+def test_collectives_scale_with_message_and_group() -> None:
+    from predictor._runtime import allreduce_s
+
+    eff = efficiency.default_efficiencies()
+    link = np.array([[450e9]])
+    small, big = (
+        allreduce_s(np.array([[1e3]]), np.array([[8.0]]), link, eff),
+        allreduce_s(np.array([[1e9]]), np.array([[8.0]]), link, eff),
+    )
+    assert big > 100 * small
+    two, eight = (allreduce_s(np.array([[1e9]]), np.array([[p]]), link, eff) for p in (2.0, 8.0))
+    assert eight > two  # 2(p-1)/p of the bytes: 1.75 vs 1.0
+    assert allreduce_s(np.array([[1e9]]), np.array([[1.0]]), link, eff).item() == 0.0
+
+
+def test_recompute_costs_one_extra_forward() -> None:
+    ft = {"model": MODEL, "task": "pretrain", "batch_size": 4, "seq_len": 2048}
+    plain = predict([parse_spec(ft)], ["H100-80GB"])[0].step_time_s
+    ckpt = predict([parse_spec({**ft, "gradient_checkpointing": True})], ["H100-80GB"])[0]
+    assert plain is not None and ckpt.step_time_s is not None
+    assert 1.2 < ckpt.step_time_s / plain < 1.4  # 8N/6N = 1.33 for the GEMMs
+
+
+def test_low_precision_paths_only_where_the_gpu_has_them() -> None:
+    assert not compute_dtype_supported("A100-80GB", "fp8")
+    assert compute_dtype_supported("H100-80GB", "fp8")
+    assert not compute_dtype_supported("H200-141GB", "fp4")
+    assert compute_dtype_supported("B200-180GB", "fp4")
+    assert compute_dtype_supported("A100-40GB", "bf16")
+    with pytest.raises(SpecError, match="needs Hopper"):
+        check_dtype_supported("A100-80GB", "fp8")
+    with pytest.raises(SpecError, match="Blackwell"):
+        prefill_time_s(MODEL, "H100-80GB", 1, 128, compute_dtype="fp4")
+    # FP8 weights on A100 run weight-only: bf16 GEMMs, half the bytes to read.
+    bf16 = decode_step_time_s(MODEL, "A100-80GB", 1, 128)
+    fp8 = decode_step_time_s(MODEL, "A100-80GB", 1, 128, weight_dtype="fp8")
+    assert fp8 < bf16
+    # FP8 compute on H100 prefills faster than bf16.
+    assert prefill_time_s(MODEL, "H100-80GB", 8, 4096, weight_dtype="fp8") < prefill_time_s(
+        MODEL, "H100-80GB", 8, 4096
+    )
+
+
+def test_engine_overheads_per_framework() -> None:
+    for fw in ("vllm", "sglang", "trtllm", "hf"):
+        ov = engine_overheads(fw)
+        assert ov.framework == fw and ov.step_s > 0 and ov.request_s > 0
+    assert engine_overheads("peft").framework == "hf"
+    assert engine_overheads("torchtune").framework == "other"
+
+
+def test_efficiency_table_names_every_parameter_and_its_kind() -> None:
+    text = efficiency_table_text()
+    for p in PARAMETERS:
+        assert p.name in text
+    assert "fitted" in text and "quoted" in text
+    with pytest.raises(ValueError, match="unknown efficiency parameter"):
+        Efficiencies({"gemm.nonsense": 1.0})
+
+
+def _row(i: int, batch: int, ttft: float, tpot: float, runtime: float | None = None) -> dict:
+    return measurement_row(
+        id=f"r{i}",
+        origin="published",
+        source="table-x | somewhere",
+        spec={
+            "model": MODEL,
+            "task": "inference",
+            "batch_size": batch,
+            "input_len": 512,
+            "output_len": 128,
+        },
+        gpu="H100-80GB",
+        ttft_s=ttft,
+        tpot_s=tpot,
+        runtime_s=runtime,
+    )
+
+
+def test_data_checks_flag_physics_and_sibling_contradictions() -> None:
+    rows = [
+        _row(0, 8, 0.20, 0.010, 0.20 + 127 * 0.010),  # consistent
+        _row(1, 32, 0.80, 0.012, 0.3),  # runtime below TTFT + 127·TPOT
+        _row(2, 64, 0.05, 0.013),  # TTFT 16x below batch 32's, and above peak FLOP/s
+        _row(3, 1, 0.03, 0.0005),  # TPOT below one weight read at peak bandwidth
+    ]
+    found = {(f.id, f.check) for f in check_rows(rows)}
+    assert ("r0", "runtime-lt-parts") not in found and not any(i == "r0" for i, _ in found)
+    assert ("r1", "runtime-lt-parts") in found
+    assert ("r2", "sibling-batch") in found and ("r2", "peak-flops") in found
+    assert ("r3", "hbm-bandwidth") in found
+
+
+def test_fit_explains_the_rows_and_keeps_uninformed_priors() -> None:
+    """Rows generated with gemm.hopper = 0.4 (prior 0.62): the fitted table reproduces them
+    far better than the priors; parameters no row informs stay at their priors."""
+    truth = efficiency.prior_efficiencies().with_values({"gemm.hopper": 0.4})
+    specs = [
+        {"model": m, "task": "pretrain", "batch_size": b, "seq_len": n}
+        for m in (MODEL, "llama-3.1-8b", "qwen2.5-7b")
+        for b in (1, 2, 4, 8)
+        for n in (1024, 2048, 4096)
+    ]
+    rows = []
+    for k, s in enumerate(specs):
+        p = AnalyticalPredictor(runtime_model=RuntimeModel(truth)).predict(
+            [parse_spec(s)], ["H100-80GB"]
+        )[0]
+        rows.append(
+            parse_measurement(
+                measurement_row(
+                    id=f"s{k}",
+                    origin="profile",
+                    source="synthetic | test",
+                    spec=s,
+                    gpu="H100-80GB",
+                    step_time_s=p.step_time_s,
+                )
+            )
+        )
+    fitted = fit_efficiencies(rows)
+
+    def mape(eff: Efficiencies) -> float:
+        preds = AnalyticalPredictor(runtime_model=RuntimeModel(eff)).predict(
+            [m.spec for m in rows], ["H100-80GB"]
+        )
+        errs = [
+            abs((p.step_time_s or 0.0) / (m.step_time_s or 1.0) - 1)
+            for m, p in zip(rows, preds, strict=True)
+        ]
+        return float(np.mean(errs))
+
+    # The prior still pulls, but the fit removes most of the error.
+    assert mape(fitted) < 0.4 * mape(efficiency.prior_efficiencies())
+    assert fitted["engine.step_s.vllm"] == pytest.approx(
+        efficiency.prior_efficiencies()["engine.step_s.vllm"], rel=0.01
+    )
+
+
+def test_out_of_source_predictor_uses_the_table_that_left_the_source_out() -> None:
+    from predictor._fit import OutOfSourceAnalytical
+
+    spec = {"model": MODEL, "task": "pretrain", "batch_size": 4, "seq_len": 2048}
+    m = parse_measurement(
+        measurement_row(
+            id="row-a",
+            origin="published",
+            source="src-a | x",
+            spec={**spec, "id": "a"},
+            gpu="H100-80GB",
+            step_time_s=1.0,
+        )
+    )
+    slow = efficiency.prior_efficiencies().with_values({"gemm.hopper": 0.2})
+    oos = OutOfSourceAnalytical.from_measurements([m], {"src-a": slow})
+    other = parse_spec({**spec, "id": "b"})
+    t = oos.predict_table([m.spec, other], ["H100-80GB"])
+    assert t.step_time_s[0, 0] > 1.5 * t.step_time_s[1, 0]  # row a: the held-out table
+    default = predict([other], ["H100-80GB"])[0].step_time_s
+    assert t.step_time_s[1, 0] == pytest.approx(default)  # anything else: the default
