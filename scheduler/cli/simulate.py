@@ -24,7 +24,8 @@ def simulate_command() -> None:
     multiple=True,
     default=("fgd",),
     show_default=True,
-    help="fgd, bestfit, random, dotproduct, gpupacking or gpuclustering; repeatable.",
+    help="fgdstrand (ours), fgd, bestfit, random, dotproduct, gpupacking or gpuclustering; "
+    "repeatable.",
 )
 @click.option("--seeds", type=int, default=10, show_default=True, help="Seeds 42, 43, ...")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")

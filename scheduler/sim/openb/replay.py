@@ -3,10 +3,12 @@
 Protocol (Weng et al., ATC'23, §6; the authors' simulator, hkust-adsl/kubernetes-scheduler-
 simulator, ``TunePodsByNodeTotalResource`` and ``SortClusterPods``):
 
-1. The cluster is the node list (1,523 nodes, 6,212 GPUs for ``openb_node_list_all_node``).
-2. The workload is the pod list "tuned up": pods re-sampled uniformly (with replacement) from
-   the trace are appended until the total GPU request reaches 130% of cluster GPU capacity.
-   The whole list is then shuffled. Both draws come from the seed.
+1. The cluster is the node list (1,213 nodes, 6,212 GPUs for ``openb_node_list_gpu_node``,
+   the list the paper's runs use).
+2. The workload is the pod list shuffled and "tuned up": pods re-sampled uniformly (with
+   replacement) from the trace are appended after it until the total GPU request reaches
+   130% of cluster GPU capacity (lists above 130% lose random pods instead). Both draws come
+   from the seed.
 3. Pods arrive one by one and never leave. Each is placed on a node that passes the filter
    (CPU, memory, enough GPUs with room for its per-GPU request, GPU-type constraint) or fails.
 4. After each arrival we record the GPU allocation ratio; the headline is the share of GPU
@@ -17,6 +19,10 @@ a per-seed random node order, as the simulator does after renaming nodes with a 
 prefix); the GPU inside the node follows each policy's
 GPU-selection method. Scorers here are openb-specific: they see CPU as well as GPU, which our
 pool model does not carry. The FGD maths is shared with :mod:`scheduler.policies.fgd`.
+
+``fgdstrand`` is ours: FGD plus the decrease of stranded GPU capacity
+(:mod:`scheduler.policies._stranding_maths`), GPUs a node will not be able to use because the
+arrival mix's CPU or memory per GPU exhausts the node first.
 
 ``DotProduct`` is approximated (Tetris alignment on normalised (CPU, GPU) vectors, the chosen
 GPU's free share standing in for the simulator's "merge" dimension extension).
@@ -33,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from scheduler.exceptions import TraceError
+from scheduler.policies._stranding_maths import DemandRatios, demand_ratios, stranding_decrease
 from scheduler.policies.fgd import (
     TaskClasses,
     class_terms,
@@ -52,11 +59,17 @@ from scheduler.sim.openb.trace import (
     tune_workload,
 )
 
-__all__ = ["OpenbPolicy", "OpenbResult", "replay", "replay_seeds"]
+__all__ = ["STRANDING_WEIGHT", "OpenbPolicy", "OpenbResult", "replay", "replay_seeds"]
+
+# FGD-strand's weight on the stranded-capacity decrease, relative to FGD's fragmentation
+# decrease (both in milli-GPU). Chosen on `default` with a few seeds; the result is flat
+# between 0.5 and 8, so it is not a fine-tuned constant.
+STRANDING_WEIGHT = 2.0
 
 
 class OpenbPolicy(StrEnum):
     FGD = "fgd"
+    FGD_STRAND = "fgdstrand"
     BESTFIT = "bestfit"
     RANDOM = "random"
     DOTPRODUCT = "dotproduct"
@@ -75,6 +88,8 @@ class _State:
     n_gpu: np.ndarray  # (N,) GPUs per node
     # FGD per-node class terms (count, small_free, total) and fragmentation, kept incrementally.
     fgd: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+    # FGD's per-node state key (equal keys = equal scores), kept incrementally.
+    key: np.ndarray | None = None
 
 
 # GPU-affinity tags of the GpuClustering baseline: share, 1, 2, 4, 8 GPUs (others -> last).
@@ -194,7 +209,10 @@ def _score_gpuclustering(
     return (base + bonus).astype(float), gpu
 
 
-def _make_fgd(classes: TaskClasses) -> _Scorer:
+def _make_fgd(classes: TaskClasses, strand: tuple[DemandRatios, float] | None = None) -> _Scorer:
+    """FGD's node score; with ``strand = (ratios, weight)``, FGD-strand: the fragmentation
+    decrease plus ``weight`` times the decrease of stranded GPU capacity, on FGD's scale."""
+
     def score_fgd(
         st: _State, idx: np.ndarray, pod: _Pod, rng: np.random.Generator
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -202,8 +220,8 @@ def _make_fgd(classes: TaskClasses) -> _Scorer:
         count, small, total, frag = st.fgd
         # Most candidate nodes share a handful of states (empty nodes of one type, full ones):
         # score each distinct state once. The key is exact for integer states in practice.
-        key = st.gpu_free[idx] @ _KEY_WEIGHTS + st.cpu_free[idx] * _KEY_CPU
-        _, first, inv = np.unique(key, return_index=True, return_inverse=True)
+        assert st.key is not None
+        _, first, inv = np.unique(st.key[idx], return_index=True, return_inverse=True)
         rep = idx[first]
         before = frag[rep]
         if pod.is_share:
@@ -220,8 +238,19 @@ def _make_fgd(classes: TaskClasses) -> _Scorer:
                 pod.milli,
                 pod.cpu,
             )
+            gain = before[r] - after
+            if strand is not None:
+                gain = gain + strand[1] * stranding_decrease(
+                    free.sum(1)[r],
+                    st.cpu_free[node],
+                    st.mem_free[node],
+                    pod.milli,
+                    pod.cpu,
+                    pod.mem,
+                    strand[0],
+                )
             s = np.full(free.shape, -1.0)
-            s[r, g] = _sigmoid_score(before[r] - after)
+            s[r, g] = _sigmoid_score(gain)
             gpu = np.argmax(s, axis=1)  # first best GPU, as the simulator's strict '>'
             return s[np.arange(rep.size), gpu][inv], gpu[inv]
         after1 = whole_fragmentation_from_terms(
@@ -234,7 +263,18 @@ def _make_fgd(classes: TaskClasses) -> _Scorer:
             pod.cpu,
             MILLI_PER_GPU,
         )
-        return _sigmoid_score(before - after1)[inv], np.full(idx.size, -1)
+        gain = before - after1
+        if strand is not None:
+            gain = gain + strand[1] * stranding_decrease(
+                st.gpu_free[rep].sum(1),
+                st.cpu_free[rep],
+                st.mem_free[rep],
+                pod.num_gpu * pod.milli,
+                pod.cpu,
+                pod.mem,
+                strand[0],
+            )
+        return _sigmoid_score(gain)[inv], np.full(idx.size, -1)
 
     return score_fgd
 
@@ -243,6 +283,15 @@ _KEY_WEIGHTS = np.random.default_rng(12345).random(MAX_GPUS_PER_NODE) * 1e3 + 1.
 
 
 _KEY_CPU = 1.0 / 7.0
+
+
+_KEY_MEM = 1.0 / 1013.0
+
+
+def _state_key(st: _State, rows: slice | np.ndarray, with_mem: bool) -> np.ndarray:
+    """FGD's dedup key of nodes ``rows``: GPU slots, CPU and (for FGD-strand) memory."""
+    key = st.gpu_free[rows] @ _KEY_WEIGHTS + st.cpu_free[rows] * _KEY_CPU
+    return np.asarray(key + st.mem_free[rows] * _KEY_MEM if with_mem else key)
 
 
 def _sigmoid_score(delta: np.ndarray) -> np.ndarray:
@@ -262,6 +311,8 @@ class OpenbResult:
     n_pods: int
     n_failed: int
     wall_s: float
+    # (P,) index of the node each pod went to, in arrival order; -1 where it failed.
+    placed_node: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     extras: dict[str, Any] = field(default_factory=dict)
 
     def allocation_at(self, demand_pct: np.ndarray) -> np.ndarray:
@@ -316,20 +367,30 @@ def replay(
         tags=np.zeros((n, _N_TAGS), np.int64),
         n_gpu=cluster.n_gpu,
     )
-    if pol is OpenbPolicy.FGD:
+    if pol in (OpenbPolicy.FGD, OpenbPolicy.FGD_STRAND):
         # Target workload = the trace's own pods (before tuning), CPU-only pods included.
         classes = typical_task_classes(pods.cpu_milli, pods.gpu_milli, pods.num_gpu)
         terms = class_terms(st.gpu_free, classes)
         st.fgd = (*terms, fragmentation_from_terms(*terms, st.cpu_free.astype(float), classes))
-        scorer = _make_fgd(classes)
+        strand = None
+        if pol is OpenbPolicy.FGD_STRAND:
+            ratios = demand_ratios(pods.cpu_milli, pods.memory_mib, pods.num_gpu, pods.gpu_milli)
+            strand = (ratios, STRANDING_WEIGHT)
+        scorer = _make_fgd(classes, strand)
+        st.key = _state_key(st, slice(None), strand is not None)
     else:
-        classes = None
+        classes, strand = None, None
         scorer = _SCORERS[pol]
     models = np.array(cluster.model)
     node_rank = rng.permutation(n)
 
+    # Per node: the roomiest GPU and the count of whole free GPUs, kept incrementally so the
+    # filter does not rescan every GPU slot for every pod.
+    max_free = st.gpu_free.max(1)
+    n_full = (st.gpu_free >= MILLI_PER_GPU).sum(1)
     n_pods = len(workload)
     allocated = np.zeros(n_pods)
+    placed = np.full(n_pods, -1, np.int64)
     demand = np.cumsum(workload.total_gpu_milli).astype(float)
     alloc_milli = 0
     failed = 0
@@ -338,11 +399,13 @@ def replay(
     for i in range(n_pods):
         pod = _Pod(int(cpu_a[i]), int(mem_a[i]), int(ng_a[i]), int(gm_a[i]))
         ok = (st.cpu_free >= pod.cpu) & (st.mem_free >= pod.mem)
-        if pod.num_gpu > 0:
-            ok &= (st.gpu_free >= pod.milli).sum(1) >= pod.num_gpu
-            spec = workload.gpu_spec[i]
-            if spec:
-                ok &= np.isin(models, list(spec))
+        if pod.num_gpu == 1:
+            ok &= max_free >= pod.milli
+        elif pod.num_gpu > 1:  # multi-GPU pods ask whole GPUs (checked when loading)
+            ok &= n_full >= pod.num_gpu
+        spec = workload.gpu_spec[i]
+        if spec and pod.num_gpu > 0:
+            ok &= np.isin(models, list(spec))
         idx = np.flatnonzero(ok)
         if idx.size == 0:
             failed += 1
@@ -355,6 +418,7 @@ def replay(
         # CPU-only pods under FGD) instead of spreading them, which matters a lot.
         k = int(best[np.argmin(node_rank[idx[best]])]) if best.size > 1 else int(best[0])
         node = int(idx[k])
+        placed[i] = node
         st.cpu_free[node] -= pod.cpu
         st.mem_free[node] -= pod.mem
         if pod.num_gpu > 0:
@@ -367,6 +431,10 @@ def replay(
             t = _tag(pod.num_gpu, pod.milli)
             if t >= 0:
                 st.tags[node, t] += 1
+        max_free[node] = st.gpu_free[node].max()
+        n_full[node] = int((st.gpu_free[node] >= MILLI_PER_GPU).sum())
+        if st.key is not None:
+            st.key[node] = _state_key(st, slice(node, node + 1), strand is not None)[0]
         if st.fgd is not None and classes is not None:
             count, small, total, frag = st.fgd
             c1, s1, t1 = class_terms(st.gpu_free[node : node + 1], classes)
@@ -383,6 +451,7 @@ def replay(
         n_pods=n_pods,
         n_failed=failed,
         wall_s=time.perf_counter() - t0,
+        placed_node=placed,
     )
 
 

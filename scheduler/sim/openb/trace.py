@@ -1,5 +1,5 @@
 """The Alibaba GPU v2023 "openb" trace: its node and pod lists, and the FGD paper's tuned
-workload (pods re-sampled to 130% of cluster GPU capacity, then shuffled).
+workload (the pods shuffled, then re-sampled clones appended up to 130% of GPU capacity).
 """
 
 from __future__ import annotations
@@ -48,7 +48,10 @@ TARGET_DEMAND_RATIO = 1.3
 _TRACE_DIR = Path(__file__).resolve().parents[4] / "shared/traces/alibaba-gpu-v2023"
 
 
-DEFAULT_NODES_CSV = _TRACE_DIR / "openb_node_list_all_node.csv"
+# The paper's runs use the GPU nodes only (the simulator's data/prepare_input.sh copies
+# openb_node_list_gpu_node.yaml into every trace folder); the all-node list adds 310 CPU-only
+# nodes that CPU-only pods can fill, which moves every policy's figure.
+DEFAULT_NODES_CSV = _TRACE_DIR / "openb_node_list_gpu_node.csv"
 
 
 DEFAULT_PODS_CSV = _TRACE_DIR / "openb_pod_list_default.csv"
@@ -165,28 +168,36 @@ def load_pods(path: str | Path = DEFAULT_PODS_CSV) -> OpenbWorkload:
 def tune_workload(
     pods: OpenbWorkload, capacity_milli: int, ratio: float, rng: np.random.Generator
 ) -> OpenbWorkload:
-    """Append uniformly re-sampled pods until GPU demand reaches ``ratio`` × capacity, shuffle."""
+    """The trace's pods shuffled, then tuned to ``ratio`` × capacity of GPU demand.
+
+    As the simulator does it (``SortClusterPods`` shuffles before ``TunePodsByNodeTotalResource``
+    tunes): a trace below the target keeps every pod, in random order, and clones drawn
+    uniformly with replacement follow them at the end; a trace above it loses random pods.
+    """
     target = ratio * capacity_milli
-    total = float(pods.total_gpu_milli.sum())
-    idx = list(range(len(pods)))
+    per_pod = pods.total_gpu_milli
+    order = rng.permutation(len(pods))
+    total = float(per_pod.sum())
     if total > target:
-        # Tune down: drop random pods until under target (the simulator's tuneDownPods).
-        keep = rng.permutation(len(pods))
-        demand = pods.total_gpu_milli[keep]
-        cum = total - np.cumsum(demand)
-        n_drop = int(np.searchsorted(-cum, -target, side="right") + 1)
-        idx = sorted(keep[n_drop:].tolist())
-    else:
-        per_pod = pods.total_gpu_milli
-        # Draw in chunks; stop at the first clone that would overshoot (tuneUpPods).
-        while True:
-            draws = rng.integers(0, len(pods), size=512)
-            cum = total + np.cumsum(per_pod[draws])
-            over = np.flatnonzero(cum > target)
-            if over.size:
-                idx.extend(draws[: over[0]].tolist())
-                break
-            idx.extend(draws.tolist())
-            total = float(cum[-1])
-    order = np.asarray(idx, np.int64)
-    return pods.take(order[rng.permutation(order.size)])
+        # tuneDownPods: remove random pods until the demand is at most the target.
+        drop = rng.permutation(len(pods))
+        cum = total - np.cumsum(per_pod[drop])
+        n_drop = int(np.argmax(cum <= target)) + 1
+        gone = np.zeros(len(pods), bool)
+        gone[drop[:n_drop]] = True
+        return pods.take(order[~gone[order]])
+    clones: list[int] = []
+    while True:
+        # tuneUpPods stops at the first clone whose *per-GPU* request would overshoot (the
+        # simulator compares `podRes.MilliGpu`, not the total): kept for fidelity, it lets a
+        # final multi-GPU clone overshoot by under one node's GPUs.
+        draws = rng.integers(0, len(pods), size=512)
+        add = per_pod[draws]
+        cum_before = total + np.concatenate([[0.0], np.cumsum(add)[:-1]])
+        over = np.flatnonzero(cum_before + pods.gpu_milli[draws] > target)
+        if over.size:
+            clones.extend(draws[: over[0]].tolist())
+            break
+        clones.extend(draws.tolist())
+        total = float(total + add.sum())
+    return pods.take(np.concatenate([order, np.asarray(clones, np.int64)]))

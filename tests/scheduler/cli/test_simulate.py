@@ -30,6 +30,8 @@ def test_openb_json(tmp_path: Path) -> None:
             str(tmp_path / "p.csv"),
             "--policy",
             "bestfit",
+            "--policy",
+            "fgdstrand",
             "--seeds",
             "2",
             "--json",
@@ -37,8 +39,10 @@ def test_openb_json(tmp_path: Path) -> None:
     )
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
-    assert set(out["allocation_ratio_by_demand"]) == {str(i) for i in range(131)}
-    assert 0 <= out["unallocated_gpu_pct_at_130"] <= 100
+    assert [r["policy"] for r in out["policies"]] == ["bestfit", "fgdstrand"]
+    for r in out["policies"]:
+        assert set(r["allocation_ratio_by_demand"]) == {str(i) for i in range(131)}
+        assert 0 <= r["unallocated_gpu_pct_at_130"] <= 100
 
 
 def test_openb_missing_file_is_a_clean_error(tmp_path: Path) -> None:
