@@ -44,9 +44,7 @@ class Durability:
     def from_env(cls) -> Durability:
         mode = (os.environ.get(ENV_DURABILITY) or "local").strip().lower()
         if mode not in _MODES:
-            raise ServiceError(
-                f"{ENV_DURABILITY} must be one of {', '.join(_MODES)}; got {mode!r}"
-            )
+            raise ServiceError(f"{ENV_DURABILITY} must be one of {', '.join(_MODES)}; got {mode!r}")
         raw = os.environ.get(ENV_DURABILITY_TIMEOUT) or "2000"
         try:
             timeout_ms = int(raw)

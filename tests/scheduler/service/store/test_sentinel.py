@@ -21,7 +21,13 @@ def test_parses_hosts_service_db_auth_and_options() -> None:
         "?sentinel_password=sp&socket_timeout=5"
     )
     assert u.sentinels == [("h1", 26379), ("h2", 26380), ("::1", 26381)]
-    assert (u.service, u.db, u.username, u.password, u.ssl) == ("mymaster", 3, "snug", "s@cret", False)
+    assert (u.service, u.db, u.username, u.password, u.ssl) == (
+        "mymaster",
+        3,
+        "snug",
+        "s@cret",
+        False,
+    )
     assert u.options == {"sentinel_password": "sp", "socket_timeout": "5"}
     t = parse_sentinel_url("rediss+sentinel://h1/mymaster")
     assert t.ssl and t.db == 0 and t.sentinels == [("h1", 26379)]
