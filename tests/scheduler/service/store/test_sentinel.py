@@ -63,3 +63,13 @@ def test_client_and_its_decoded_twin_discover_through_sentinel() -> None:
     assert twin.connection_pool.connection_kwargs["decode_responses"] is True
     assert twin.connection_pool.connection_kwargs["db"] == 2
     assert twin.connection_pool.sentinel_manager is c.connection_pool.sentinel_manager
+
+
+def test_readme_shows_the_recipe_the_failover_test_runs() -> None:
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[4]
+    readme = (repo / "README.md").read_text()
+    for name in ("redis.conf", "sentinel.conf"):
+        text = (repo / "scheduler" / "service" / "store" / "ha" / name).read_text()
+        assert f"```\n{text}```" in readme, f"README's {name} snippet differs from ha/{name}"
