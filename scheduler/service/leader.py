@@ -193,7 +193,12 @@ class SchedulerService:
         # Renew at a quarter of the TTL: a standby sees a lapse within one TTL of the death.
         if self.is_leader and now - self._renewed_at < self.lease_ttl_ms / 4000:
             return True
-        got = self.store.acquire_leader(self.token, self.lease_ttl_ms)
+        # A leader only renews: if its lease vanished (a failover lost the key) it stands down
+        # and, on the next step, competes for the lease and resyncs like any new leader.
+        if self.is_leader:
+            got = self.store.renew_leader(self.token, self.lease_ttl_ms)
+        else:
+            got = self.store.acquire_leader(self.token, self.lease_ttl_ms)
         self._renewed_at = now
         if got and not self.is_leader:
             log.info("scheduler %s is the leader", self.token)
@@ -207,7 +212,7 @@ class SchedulerService:
     def _still_leader(self) -> bool:
         if not self.leader_election:
             return True
-        ok = self.store.acquire_leader(self.token, self.lease_ttl_ms)
+        ok = self.store.renew_leader(self.token, self.lease_ttl_ms)
         if ok:
             self._renewed_at = time.monotonic()
         return ok

