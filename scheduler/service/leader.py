@@ -41,6 +41,10 @@ Each :meth:`SchedulerService.step`:
 8. **Log** placed/rejected/reclaimed/requeued events to ``P:events`` and a JSON-lines file.
    The job's ``decision`` is stored compactly (``Decision.to_dict(compact=True)``: every
    option's numbers as columns), which ``snugfit explain`` reads back losslessly.
+
+The lease and takeover live in :mod:`scheduler.service._takeover`, reclaim, node checks and
+capacity sync in :mod:`scheduler.service._housekeeping`, what follows a commit in
+:mod:`scheduler.service._settle`; :class:`SchedulerService` mixes them in.
 """
 
 from __future__ import annotations
@@ -48,38 +52,33 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import socket
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from pydantic import ValidationError
 
 from predictor.gpus import GPU_NAMES
 from scheduler.core.decision import Decision, Option
 from scheduler.core.fence import tick_fenced
 from scheduler.core.pool import MIB_PER_GIB, Pool
-from scheduler.core.requests import RunningJob
 from scheduler.core.state import PoolState
-from scheduler.exceptions import PlacementError, ServiceError
+from scheduler.exceptions import ServiceError
 from scheduler.policies.base import Policy
 from scheduler.policies.registry import get_policy
 from scheduler.service._commit import (
     build_commit,
     commit_chunks,
-    job_meta,
-    placed_event,
     placement_record,
 )
 from scheduler.service._intake import InvalidRecord, decode_engine, decode_request
+from scheduler.service._settle import _Settle
+from scheduler.service._state import _Known
+from scheduler.service._takeover import _Leadership, _new_token
 from scheduler.service.deployments import expire_due
 from scheduler.service.events import EventLog, event
 from scheduler.service.history_feed import HistoryFeed
-from scheduler.service.nodes import DEFAULT_NODE_STALE_S, NodeWatch, move_off
+from scheduler.service.nodes import DEFAULT_NODE_STALE_S, NodeWatch
 from scheduler.service.store.protocol import Commit, Store
 from scheduler.service.store.records import PlacementRecord, dumps
 
@@ -89,9 +88,6 @@ log = logging.getLogger("snugfit.scheduler")
 
 #: Longest wait between retries while Redis is unreachable.
 _MAX_BACKOFF_S = 2.0
-
-#: Up to this many jobs in ``placed``, every step checks that each has its RQ job.
-_RECOVER_EVERY_STEP_MAX = 1000
 
 
 @dataclass(slots=True)
@@ -107,19 +103,7 @@ class StepStats:
     moved: int = 0  # placed jobs moved off down or draining nodes (no retry used)
 
 
-def _new_token() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-@dataclass
-class _Known:
-    attempt: int
-    submitted_at: float
-    engine: dict[str, str] | None = None  # a serving replica's engine values
-    method: str | None = None  # set when history answered the job
-
-
-class SchedulerService:
+class SchedulerService(_Leadership, _Settle):
     """The leader loop around :class:`~scheduler.core.loop.SchedulerCore` (see the module doc)."""
 
     def __init__(
@@ -145,7 +129,7 @@ class SchedulerService:
 
         self.store = store
         self.pool = pool
-        self.policy: Policy = get_policy(policy) if isinstance(policy, str) else policy
+        self.policy = get_policy(policy) if isinstance(policy, str) else policy
         self.token = token or _new_token()
         self.leader_election = leader_election
         self.lease_ttl_ms = int(lease_ttl_s * 1000)
@@ -181,125 +165,6 @@ class SchedulerService:
         self.totals = StepStats()
         # Simulated rows count only for a simulated leader (see HistoryFeed).
         self.history = HistoryFeed(store, include_simulated=simulated)
-
-    # -- leadership ---------------------------------------------------------------------------
-
-    def _lead(self) -> bool:
-        if not self.leader_election:
-            if not self.is_leader:
-                self._take_over()
-            return True
-        now = time.monotonic()
-        # Renew at a quarter of the TTL: a standby sees a lapse within one TTL of the death.
-        if self.is_leader and now - self._renewed_at < self.lease_ttl_ms / 4000:
-            return True
-        # A leader only renews: if its lease vanished (a failover lost the key) it stands down
-        # and, on the next step, competes for the lease and resyncs like any new leader.
-        if self.is_leader:
-            got = self.store.renew_leader(self.token, self.lease_ttl_ms)
-        else:
-            got = self.store.acquire_leader(self.token, self.lease_ttl_ms)
-        self._renewed_at = now
-        if got and not self.is_leader:
-            log.info("scheduler %s is the leader", self.token)
-            self._take_over()
-        elif not got and self.is_leader:
-            log.warning("scheduler %s lost the lease; standing by", self.token)
-            self.is_leader = False
-            self._reset()
-        return got
-
-    def _still_leader(self) -> bool:
-        if not self.leader_election:
-            return True
-        ok = self.store.renew_leader(self.token, self.lease_ttl_ms)
-        if ok:
-            self._renewed_at = time.monotonic()
-        return ok
-
-    def _reset(self) -> None:
-        from scheduler.core.loop import SchedulerCore
-
-        self.core = SchedulerCore(self.pool.state(), self.policy)
-        self._known.clear()
-        self._placed.clear()
-        self._capver = -1
-
-    def _take_over(self) -> None:
-        config = self.pool.to_dict()
-        gpus = [
-            (
-                g,
-                int(self.pool.capacity_mib[g]),
-                int(self.pool.gpu_mode[g]),
-                int(self.pool.max_shared[g]),
-            )
-            for g in range(self.pool.n_gpus)
-        ]
-        got = self.store.init_pool(dumps(config), self.pool.name, gpus)
-        if got == "busy":
-            stored = self.store.pool_config()
-            raise ServiceError(
-                f"Redis holds capacity for another pool ({(stored or {}).get('name')!r}) with jobs "
-                f"still on it; run the scheduler with that pool file, or let those jobs finish "
-                f"before switching to {self.pool.name!r}"
-            )
-        self._reset()
-        self.is_leader = True
-        self._sync(force=True)
-        self._recover_placed()
-
-    def _recover_placed(self, rebuild: bool = True) -> int:
-        """Enqueue placed jobs whose RQ job is missing: the old leader died between commit and
-        enqueue, an enqueue failed on a connection error, or a Redis restart lost the RQ write.
-        ``rebuild`` also refills the placement-lease index (at takeover). Returns how many."""
-        ids = self.store.job_ids("placed")
-        if not ids:
-            return 0
-        rows = self.store.get_fields(ids, ["placement", "attempt"])
-        found: list[tuple[str, PlacementRecord]] = []
-        for jid, (raw, attempt) in zip(ids, rows, strict=True):
-            try:
-                p = PlacementRecord.model_validate_json(raw or "")
-            except ValidationError:
-                continue
-            if attempt is None or int(attempt) != p.attempt:
-                continue
-            found.append((jid, p))
-        if rebuild:
-            for jid, p in sorted(found, key=lambda jp: jp[1].placed_at):
-                self._placed[jid] = (p.attempt, p.placed_at)
-        have = self.store.enqueued_many([(jid, p.attempt) for jid, p in found])
-        items = []
-        for (jid, p), ok in zip(found, have, strict=True):
-            if ok:
-                continue
-            meta: dict[str, Any] = {"snugfit_job": jid, "recovered": True}
-            if p.engine is not None:
-                meta["engine"] = p.engine
-            items.append((p.node, jid, p.attempt, meta))
-        if items:
-            log.warning("re-enqueueing %d placed jobs that had no RQ job", len(items))
-            self.store.enqueue(items)
-        return len(items)
-
-    def _check_enqueued(self, now: float) -> None:
-        """Every step while few jobs wait in ``placed`` (a worker starts them in milliseconds);
-        once a second when many do, so a big backlog does not slow every step."""
-        if self.store.count("placed") > _RECOVER_EVERY_STEP_MAX and now - self._recovered_at < 1:
-            return
-        self._recovered_at = now
-        self._recover_placed(rebuild=False)
-
-    def resign(self) -> None:
-        """Give up the lease (best effort: with Redis unreachable the lease simply lapses)."""
-        was = self.is_leader
-        self.is_leader = False
-        if self.leader_election and was:
-            try:
-                self.store.release_leader(self.token)
-            except Exception as exc:
-                log.warning("could not release the leader lease (%s); it lapses by itself", exc)
 
     # -- one iteration ------------------------------------------------------------------------
 
@@ -395,156 +260,6 @@ class SchedulerService:
         self._renewed_at = 0.0
         self._reset()
 
-    # -- reclaim ------------------------------------------------------------------------------
-
-    def _reclaim(self, now: float) -> int:
-        now_ms = int(now * 1000)
-        expired = self.store.expired_leases(now_ms)
-        if not expired:
-            return 0
-        rows = self.store.get_fields(expired, ["attempt", "worker", "placement"])
-        events = []
-        n = 0
-        for jid, (attempt, worker, _) in zip(expired, rows, strict=True):
-            if attempt is None:
-                continue
-            got = self.store.requeue(
-                jid,
-                int(attempt),
-                reason=f"worker {worker} stopped renewing the job's lease",
-                counter="lost",
-                expired_before_ms=now_ms,
-            )
-            got_events = self._reclaimed(
-                jid, int(attempt), got, f"lease expired (worker {worker})", "lease lost"
-            )
-            n += bool(got_events)
-            events += got_events
-        self.events.emit(events)
-        return n
-
-    def _reclaimed(
-        self, jid: str, attempt: int, got: str, reason: str, requeued: str, **where: Any
-    ) -> list[dict[str, Any]]:
-        """The events of a reclaim whose requeue answered ``got``; none if nothing was freed."""
-        if got not in ("requeued", "failed", "cancelled"):
-            return []
-        out = [
-            event(
-                "reclaimed",
-                jid,
-                attempt=attempt,
-                **where,
-                reason=f"{reason}; capacity released, job {got}",
-                policy=self.policy.name.value,
-            )
-        ]
-        if got == "requeued":
-            out.append(event("requeued", jid, attempt=attempt, reason=requeued))
-        return out
-
-    def _reclaim_unstarted(self, now: float) -> int:
-        """Requeue placed jobs that no worker started within ``placement_lease_s``."""
-        if now - self._placement_checked_at < min(5.0, self.placement_lease_s / 4):
-            return 0
-        self._placement_checked_at = now
-        cutoff = now - self.placement_lease_s
-        old: list[tuple[str, int]] = []
-        for jid, (attempt, placed_at) in self._placed.items():
-            if placed_at > cutoff:
-                break
-            old.append((jid, attempt))
-        if not old:
-            return 0
-        for jid, _ in old:
-            del self._placed[jid]
-        rows = self.store.get_fields([j for j, _ in old], ["state", "attempt", "placement"])
-        events = []
-        n = 0
-        for (jid, attempt), (st, att, raw) in zip(old, rows, strict=True):
-            if st != "placed" or att is None or int(att) != attempt:
-                continue  # started (its run lease covers it now), finished or re-placed
-            try:
-                node = PlacementRecord.model_validate_json(raw or "").node
-            except ValidationError:
-                node = "?"
-            reason = (
-                f"placed on node {node} {self.placement_lease_s:g} s ago but never started "
-                f"(is `snugfit worker --node {node}` running?)"
-            )
-            got = self.store.requeue(
-                jid, attempt, reason=reason, counter="lost", from_states="placed"
-            )
-            got_events = self._reclaimed(
-                jid, attempt, got, reason, "placement never started", node=node
-            )
-            n += bool(got_events)
-            events += got_events
-        self.events.emit(events)
-        return n
-
-    # -- nodes --------------------------------------------------------------------------------
-
-    def _check_nodes(self, now: float) -> int:
-        """Fence down / cordoned nodes for this step's tick; move unstarted jobs off down /
-        draining ones (no retry used). Returns how many jobs were moved."""
-        due = self.node_watch.check(now)
-        if not due:
-            return 0
-        moved, events = move_off(self.store, due, self.node_watch.statuses, self.policy.name.value)
-        for jid in moved:
-            self._placed.pop(jid, None)
-        self.events.emit(events)
-        return len(moved)
-
-    # -- capacity sync ------------------------------------------------------------------------
-
-    def _sync(self, force: bool = False) -> None:
-        version = self.store.capacity_version()
-        if version == self._capver and not force:
-            return
-        ids = set(self.store.alloc_ids())
-        state = self.core.state
-        mine = set(state.jobs)
-        for jid in mine - ids:
-            if jid in self.core.running:
-                self.core.finish(jid)
-            else:
-                state.release(jid)
-        new = sorted(ids - mine)
-        if new:
-            now = time.time()
-            for jid, raw in self.store.allocations(new).items():
-                try:
-                    opt = Option.from_dict(json.loads(raw)["option"])
-                    state.allocate(opt, jid)
-                except (PlacementError, ValueError, KeyError, TypeError) as exc:
-                    log.warning("allocation of %s does not fit our view (%s); rebuilding", jid, exc)
-                    self._rebuild()
-                    break
-                runtime = opt.runtime_s if opt.runtime_s is not None else math.inf
-                self.core.running[jid] = RunningJob(jid, opt, now, now + runtime)
-        self._capver = version
-
-    def _rebuild(self) -> None:
-        from scheduler.core.loop import SchedulerCore
-
-        state = self.pool.state()
-        running: dict[str, RunningJob] = {}
-        now = time.time()
-        for jid, raw in self.store.allocations().items():
-            try:
-                opt = Option.from_dict(json.loads(raw)["option"])
-                state.allocate(opt, jid)
-            except Exception as exc:
-                log.error("ignoring unreadable allocation of %s: %s", jid, exc)
-                continue
-            runtime = opt.runtime_s if opt.runtime_s is not None else math.inf
-            running[jid] = RunningJob(jid, opt, now, now + runtime)
-        self.core = SchedulerCore(state, self.policy)
-        self.core.running.update(running)
-        self._known.clear()
-
     # -- ingest -------------------------------------------------------------------------------
 
     def _ingest(self, now: float) -> tuple[int, int]:
@@ -612,75 +327,6 @@ class SchedulerService:
             self.store, commits, self.token, self._still_leader, fenced=self.leader_election
         )
         return self._after_commit(placed, records, commits, results)
-
-    def _after_commit(
-        self,
-        placed: list[Decision],
-        records: list[PlacementRecord],
-        commits: list[Commit],
-        results: list[str],
-    ) -> tuple[int, int]:
-        """Enqueue and log what committed, undo our view of what did not: (placed, conflicts).
-
-        ``bad:`` (a malformed value in the job's placement) rejects the job with that reason;
-        ``err:`` (capacity or the job taken meanwhile) leaves it pending for the next step.
-        """
-        items: list[tuple[str, str, int, dict[str, Any]]] = []
-        events: list[dict[str, Any]] = []
-        versions: list[int] = []
-        conflicts = 0
-        committed_at = time.time()
-        for d, rec, c, res in zip(placed, records, commits, results, strict=True):
-            seen = self._known.pop(d.job_id, None)
-            if not res.startswith("ok"):
-                conflicts += 1
-                # Someone else took the capacity or the job, or the value was malformed: undo
-                # our view and resync next step.
-                if d.job_id in self.core.running:
-                    self.core.finish(d.job_id)
-                self._capver = -1
-                log.info("commit of %s refused: %s", d.job_id, res)
-                if res.startswith("bad:"):
-                    events += self._reject_bad(d.job_id, res[4:], c.decision_json)
-                continue
-            versions.append(int(res.split(":", 1)[1]))
-            self._placed.pop(d.job_id, None)
-            self._placed[d.job_id] = (rec.attempt, rec.placed_at)
-            if self.telemetry is not None and seen is not None:
-                self.telemetry.observe_placement_latency(committed_at - seen.submitted_at)
-            items.append((rec.node, d.job_id, rec.attempt, job_meta(rec)))
-            ev = placed_event(rec)
-            if seen is not None and seen.method is not None:
-                ev["method"] = seen.method
-            events.append(ev)
-        if self._capver >= 0 and versions == list(
-            range(self._capver + 1, self._capver + 1 + len(versions))
-        ):
-            self._capver += len(versions)
-        else:
-            self._capver = -1
-        if items:
-            self.store.enqueue(items)
-        self.events.emit(events)
-        return len(items), conflicts
-
-    def _reject_bad(self, job_id: str, why: str, decision_json: str) -> list[dict[str, Any]]:
-        reason = f"malformed placement refused at commit: {why}"
-        if self.store.reject(job_id, reason, decision_json) != "rejected":
-            return []
-        return [event("rejected", job_id, reason=reason, policy=self.policy.name.value)]
-
-    def _reject(self, rejected: list[Decision]) -> int:
-        events = []
-        for d in rejected:
-            self._known.pop(d.job_id, None)
-            got = self.store.reject(d.job_id, d.reason, dumps(d.to_dict(compact=True)))
-            if got == "rejected":
-                events.append(
-                    event("rejected", d.job_id, reason=d.reason, policy=self.policy.name.value)
-                )
-        self.events.emit(events)
-        return len(events)
 
     # -- views --------------------------------------------------------------------------------
 

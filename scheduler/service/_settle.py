@@ -1,0 +1,92 @@
+"""After the commit: enqueue and log the placements that committed, undo the in-memory view
+of those that did not, and record rejections."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from scheduler.core.decision import Decision
+from scheduler.service._commit import job_meta, placed_event
+from scheduler.service._state import _ServiceState
+from scheduler.service.events import event
+from scheduler.service.store.protocol import Commit
+from scheduler.service.store.records import PlacementRecord, dumps
+
+__all__: list[str] = []
+
+log = logging.getLogger("snugfit.scheduler")
+
+
+class _Settle(_ServiceState):
+    """What :class:`SchedulerService` does with commit results and rejections (steps 6-8)."""
+
+    def _after_commit(
+        self,
+        placed: list[Decision],
+        records: list[PlacementRecord],
+        commits: list[Commit],
+        results: list[str],
+    ) -> tuple[int, int]:
+        """Enqueue and log what committed, undo our view of what did not: (placed, conflicts).
+
+        ``bad:`` (a malformed value in the job's placement) rejects the job with that reason;
+        ``err:`` (capacity or the job taken meanwhile) leaves it pending for the next step.
+        """
+        items: list[tuple[str, str, int, dict[str, Any]]] = []
+        events: list[dict[str, Any]] = []
+        versions: list[int] = []
+        conflicts = 0
+        committed_at = time.time()
+        for d, rec, c, res in zip(placed, records, commits, results, strict=True):
+            seen = self._known.pop(d.job_id, None)
+            if not res.startswith("ok"):
+                conflicts += 1
+                # Someone else took the capacity or the job, or the value was malformed: undo
+                # our view and resync next step.
+                if d.job_id in self.core.running:
+                    self.core.finish(d.job_id)
+                self._capver = -1
+                log.info("commit of %s refused: %s", d.job_id, res)
+                if res.startswith("bad:"):
+                    events += self._reject_bad(d.job_id, res[4:], c.decision_json)
+                continue
+            versions.append(int(res.split(":", 1)[1]))
+            self._placed.pop(d.job_id, None)
+            self._placed[d.job_id] = (rec.attempt, rec.placed_at)
+            if self.telemetry is not None and seen is not None:
+                self.telemetry.observe_placement_latency(committed_at - seen.submitted_at)
+            items.append((rec.node, d.job_id, rec.attempt, job_meta(rec)))
+            ev = placed_event(rec)
+            if seen is not None and seen.method is not None:
+                ev["method"] = seen.method
+            events.append(ev)
+        if self._capver >= 0 and versions == list(
+            range(self._capver + 1, self._capver + 1 + len(versions))
+        ):
+            self._capver += len(versions)
+        else:
+            self._capver = -1
+        if items:
+            self.store.enqueue(items)
+        self.events.emit(events)
+        return len(items), conflicts
+
+    def _reject_bad(self, job_id: str, why: str, decision_json: str) -> list[dict[str, Any]]:
+        reason = f"malformed placement refused at commit: {why}"
+        if self.store.reject(job_id, reason, decision_json) != "rejected":
+            return []
+        return [event("rejected", job_id, reason=reason, policy=self.policy.name.value)]
+
+    def _reject(self, rejected: list[Decision]) -> int:
+        events = []
+        for d in rejected:
+            self._known.pop(d.job_id, None)
+            got = self.store.reject(d.job_id, d.reason, dumps(d.to_dict(compact=True)))
+            if got == "rejected":
+                events.append(
+                    event("rejected", d.job_id, reason=d.reason, policy=self.policy.name.value)
+                )
+        self.events.emit(events)
+        return len(events)

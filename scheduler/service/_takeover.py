@@ -1,0 +1,150 @@
+"""Leadership: the ``P:leader`` lease (acquire, renew, resign) and takeover, which writes the
+pool into Redis, rebuilds the in-memory state and re-enqueues placed jobs whose RQ job is
+missing."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from typing import Any
+
+from pydantic import ValidationError
+
+from scheduler.exceptions import ServiceError
+from scheduler.service._housekeeping import _Housekeeping
+from scheduler.service.store.records import PlacementRecord, dumps
+
+__all__: list[str] = []
+
+log = logging.getLogger("snugfit.scheduler")
+
+#: Up to this many jobs in ``placed``, every step checks that each has its RQ job.
+_RECOVER_EVERY_STEP_MAX = 1000
+
+
+def _new_token() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class _Leadership(_Housekeeping):
+    """Lease and takeover of :class:`SchedulerService` (step 1); takeover resyncs capacity."""
+
+    def _lead(self) -> bool:
+        if not self.leader_election:
+            if not self.is_leader:
+                self._take_over()
+            return True
+        now = time.monotonic()
+        # Renew at a quarter of the TTL: a standby sees a lapse within one TTL of the death.
+        if self.is_leader and now - self._renewed_at < self.lease_ttl_ms / 4000:
+            return True
+        # A leader only renews: if its lease vanished (a failover lost the key) it stands down
+        # and, on the next step, competes for the lease and resyncs like any new leader.
+        if self.is_leader:
+            got = self.store.renew_leader(self.token, self.lease_ttl_ms)
+        else:
+            got = self.store.acquire_leader(self.token, self.lease_ttl_ms)
+        self._renewed_at = now
+        if got and not self.is_leader:
+            log.info("scheduler %s is the leader", self.token)
+            self._take_over()
+        elif not got and self.is_leader:
+            log.warning("scheduler %s lost the lease; standing by", self.token)
+            self.is_leader = False
+            self._reset()
+        return got
+
+    def _still_leader(self) -> bool:
+        if not self.leader_election:
+            return True
+        ok = self.store.renew_leader(self.token, self.lease_ttl_ms)
+        if ok:
+            self._renewed_at = time.monotonic()
+        return ok
+
+    def _reset(self) -> None:
+        from scheduler.core.loop import SchedulerCore
+
+        self.core = SchedulerCore(self.pool.state(), self.policy)
+        self._known.clear()
+        self._placed.clear()
+        self._capver = -1
+
+    def _take_over(self) -> None:
+        config = self.pool.to_dict()
+        gpus = [
+            (
+                g,
+                int(self.pool.capacity_mib[g]),
+                int(self.pool.gpu_mode[g]),
+                int(self.pool.max_shared[g]),
+            )
+            for g in range(self.pool.n_gpus)
+        ]
+        got = self.store.init_pool(dumps(config), self.pool.name, gpus)
+        if got == "busy":
+            stored = self.store.pool_config()
+            raise ServiceError(
+                f"Redis holds capacity for another pool ({(stored or {}).get('name')!r}) with jobs "
+                f"still on it; run the scheduler with that pool file, or let those jobs finish "
+                f"before switching to {self.pool.name!r}"
+            )
+        self._reset()
+        self.is_leader = True
+        self._sync(force=True)
+        self._recover_placed()
+
+    def _recover_placed(self, rebuild: bool = True) -> int:
+        """Enqueue placed jobs whose RQ job is missing: the old leader died between commit and
+        enqueue, an enqueue failed on a connection error, or a Redis restart lost the RQ write.
+        ``rebuild`` also refills the placement-lease index (at takeover). Returns how many."""
+        ids = self.store.job_ids("placed")
+        if not ids:
+            return 0
+        rows = self.store.get_fields(ids, ["placement", "attempt"])
+        found: list[tuple[str, PlacementRecord]] = []
+        for jid, (raw, attempt) in zip(ids, rows, strict=True):
+            try:
+                p = PlacementRecord.model_validate_json(raw or "")
+            except ValidationError:
+                continue
+            if attempt is None or int(attempt) != p.attempt:
+                continue
+            found.append((jid, p))
+        if rebuild:
+            for jid, p in sorted(found, key=lambda jp: jp[1].placed_at):
+                self._placed[jid] = (p.attempt, p.placed_at)
+        have = self.store.enqueued_many([(jid, p.attempt) for jid, p in found])
+        items = []
+        for (jid, p), ok in zip(found, have, strict=True):
+            if ok:
+                continue
+            meta: dict[str, Any] = {"snugfit_job": jid, "recovered": True}
+            if p.engine is not None:
+                meta["engine"] = p.engine
+            items.append((p.node, jid, p.attempt, meta))
+        if items:
+            log.warning("re-enqueueing %d placed jobs that had no RQ job", len(items))
+            self.store.enqueue(items)
+        return len(items)
+
+    def _check_enqueued(self, now: float) -> None:
+        """Every step while few jobs wait in ``placed`` (a worker starts them in milliseconds);
+        once a second when many do, so a big backlog does not slow every step."""
+        if self.store.count("placed") > _RECOVER_EVERY_STEP_MAX and now - self._recovered_at < 1:
+            return
+        self._recovered_at = now
+        self._recover_placed(rebuild=False)
+
+    def resign(self) -> None:
+        """Give up the lease (best effort: with Redis unreachable the lease simply lapses)."""
+        was = self.is_leader
+        self.is_leader = False
+        if self.leader_election and was:
+            try:
+                self.store.release_leader(self.token)
+            except Exception as exc:
+                log.warning("could not release the leader lease (%s); it lapses by itself", exc)
