@@ -8,11 +8,7 @@ complete and round-trips.
 
 from __future__ import annotations
 
-import difflib
-import json
-from collections.abc import Iterator, Mapping
-from enum import StrEnum
-from functools import lru_cache
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,20 +22,23 @@ from pydantic import (
 )
 
 from ._execution import MAX_TIME_LIMIT_S, check_env, check_workdir
-from .exceptions import SpecError
-from .gpus import GPU_NAMES
-from .limits import (
-    MAX_GPUS,
-    MAX_JOB_FILE_BYTES,
-    MAX_MODEL_NAME_CHARS,
-    MAX_NESTING,
-    MAX_PARALLEL,
-    MAX_PRIORITY,
-    MAX_RUNTIME_S,
-    MAX_YAML_NODES,
-    MIN_PRIORITY,
+from ._spec_fields import check_allowed_weight_dtypes, check_raw_spec
+from ._spec_files import iter_spec_dicts
+from ._spec_rules import (
+    TASK_DEFAULTS,
+    check_layout,
+    check_serve,
+    check_training_dtypes,
+    fill_dtypes,
+    fill_fidelity_defaults,
+    fill_task_defaults,
+    reject_inapplicable,
+    resolve_arch,
 )
-from .models import ModelArch, resolve_model
+from ._spec_types import DType, Framework, LoraTarget, Optimizer, Task
+from .exceptions import SpecError
+from .limits import MAX_GPUS, MAX_PARALLEL, MAX_PRIORITY, MAX_RUNTIME_S, MIN_PRIORITY
+from .models import ModelArch
 
 __all__ = [
     "TASK_DEFAULTS",
@@ -53,154 +52,6 @@ __all__ = [
     "load_specs",
     "parse_spec",
 ]
-
-
-class Task(StrEnum):
-    INFERENCE = "inference"
-    FULL_FINETUNE = "full_finetune"
-    LORA = "lora"
-    QLORA = "qlora"
-    PRETRAIN = "pretrain"
-    SERVE = "serve"  # a long-running deployment planned by SLO (predictor.serving)
-
-    @property
-    def is_training(self) -> bool:
-        return self not in (Task.INFERENCE, Task.SERVE)
-
-    @property
-    def is_peft(self) -> bool:
-        return self in (Task.LORA, Task.QLORA)
-
-
-class Framework(StrEnum):
-    HF = "hf"
-    VLLM = "vllm"
-    TRTLLM = "trtllm"
-    SGLANG = "sglang"
-    TORCHTUNE = "torchtune"
-    DEEPSPEED = "deepspeed"
-    FSDP = "fsdp"
-    MEGATRON = "megatron"
-    PEFT = "peft"
-    UNSLOTH = "unsloth"
-    OTHER = "other"
-
-    @property
-    def is_serving_engine(self) -> bool:
-        """Engines that pre-allocate a KV-cache pool up to ``gpu_memory_utilization``."""
-        return self in (Framework.VLLM, Framework.TRTLLM, Framework.SGLANG)
-
-
-class DType(StrEnum):
-    FP32 = "fp32"
-    BF16 = "bf16"
-    FP16 = "fp16"
-    FP8 = "fp8"
-    INT8 = "int8"
-    INT4 = "int4"
-    NF4 = "nf4"
-    FP4 = "fp4"
-
-    @property
-    def bits(self) -> float:
-        return _DTYPE_BITS[self]
-
-
-# Storage bits per element, without quantisation scales (the memory model adds those).
-_DTYPE_BITS: dict[DType, float] = {
-    DType.FP32: 32,
-    DType.BF16: 16,
-    DType.FP16: 16,
-    DType.FP8: 8,
-    DType.INT8: 8,
-    DType.INT4: 4,
-    DType.NF4: 4,
-    DType.FP4: 4,
-}
-
-
-class Optimizer(StrEnum):
-    ADAMW = "adamw"
-    ADAMW_8BIT = "adamw_8bit"
-    PAGED_ADAMW_8BIT = "paged_adamw_8bit"
-    SGD = "sgd"
-    ADAFACTOR = "adafactor"
-    NONE = "none"
-
-
-class LoraTarget(StrEnum):
-    ALL_LINEAR = "all_linear"
-    ATTENTION = "attention"
-    QV = "qv"
-
-
-_TRAINING_FIDELITY = ("activation_offload", "chunked_loss")
-_INFERENCE_ONLY = ("input_len", "output_len", "num_requests", "kv_cache_dtype")
-_TRAINING_ONLY = (
-    "seq_len",
-    "steps",
-    "gradient_accumulation",
-    "optimizer",
-    "gradient_checkpointing",
-    "zero_stage",
-    *_TRAINING_FIDELITY,
-)
-_PEFT_ONLY = ("lora_rank", "lora_target", "adapter_dtype")
-_SERVE_ONLY = (
-    "request_rate",
-    "slo_ttft_s",
-    "slo_tpot_s",
-    "max_model_len",
-    "allowed_weight_dtypes",
-    "duration_s",
-)
-
-# Documented defaults, applied only to fields that apply to the task.
-TASK_DEFAULTS: dict[str, Any] = {
-    "input_len": 512,
-    "output_len": 256,
-    "seq_len": 2048,
-    "steps": 1000,
-    "gradient_accumulation": 1,
-    "optimizer": Optimizer.ADAMW,
-    "gradient_checkpointing": False,
-    "zero_stage": 0,
-    "activation_offload": False,
-    "lora_rank": 16,
-    "lora_target": LoraTarget.ALL_LINEAR,
-}
-
-
-def _model_key(model: str | dict[str, Any]) -> str:
-    return model if isinstance(model, str) else "\x00" + json.dumps(model, sort_keys=True)
-
-
-@lru_cache(maxsize=4096)
-def _resolve_cached(key: str) -> ModelArch:
-    # Keyed by the JSON text so explicit-architecture dicts cache too; catalogue lookups and
-    # config.json reads then happen once per distinct model, not once per job.
-    if key.startswith("\x00"):
-        return resolve_model(json.loads(key[1:]))
-    return resolve_model(key)
-
-
-def _default_compute(weight: DType) -> DType:
-    # Weight-only quantisation (int8/int4/nf4) dequantises into bf16 matmuls; fp8/fp4 weights
-    # imply the low-precision tensor-core path on GPUs that have it.
-    if weight in (DType.FP32, DType.BF16, DType.FP16, DType.FP8, DType.FP4):
-        return weight
-    return DType.BF16
-
-
-def _check_serve(spec: JobSpec) -> None:
-    """Validate and fill a ``serve`` spec in place (the frozen model is still being built).
-
-    The rules and defaults live in :mod:`predictor.serving._specrules` so this file stays a
-    thin contract; that module imports nothing from here at import time.
-    """
-    from .serving._specrules import check_serve_spec
-
-    check_serve_spec(spec, lambda name, value: object.__setattr__(spec, name, value))
 
 
 class JobSpec(BaseModel):
@@ -243,7 +94,7 @@ class JobSpec(BaseModel):
     command: list[str] | None = None
     priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY)
     deadline_s: float | None = Field(default=None, gt=0, le=MAX_RUNTIME_S)
-    # `serve` deployments (see predictor.serving and ``_check_serve``).
+    # `serve` deployments (see predictor.serving and ``_spec_rules.check_serve``).
     request_rate: float | None = None
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
@@ -278,175 +129,26 @@ class JobSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _reject_unknown_and_strings(cls, data: Any) -> Any:
-        if not isinstance(data, Mapping):
-            raise SpecError(f"a job spec must be a JSON/YAML object; got {type(data).__name__}")
-        allowed = set(cls.model_fields)
-        for key in data:
-            if key not in allowed:
-                hint = difflib.get_close_matches(str(key), allowed, n=1)
-                did = f"; did you mean `{hint[0]}`?" if hint else ""
-                raise SpecError(
-                    f"unknown field `{key}` (got {data[key]!r}){did} "
-                    f"Allowed fields: {', '.join(sorted(allowed))}"
-                )
-        cmd = data.get("command")
-        if isinstance(cmd, str):
-            raise SpecError(
-                f"`command` must be an argv list, not a shell string; got {cmd!r}. "
-                f"Write it as {json.dumps(cmd.split())}"
-            )
-        _check_command(cmd)
-        _check_model(data.get("model"))
-        return data
+        return check_raw_spec(data, set(cls.model_fields))
 
     @model_validator(mode="before")
     @classmethod
     def _known_dtypes(cls, data: Any) -> Any:
-        value = data.get("allowed_weight_dtypes") if isinstance(data, Mapping) else None
-        if value is None:
-            return data
-        if isinstance(value, str) or not isinstance(value, list | tuple):
-            raise SpecError(
-                f"`allowed_weight_dtypes` must be a list of dtypes; got {value!r}. "
-                "Example: ['bf16', 'fp8']"
-            )
-        names = [d.value for d in DType]
-        for item in value:
-            if str(getattr(item, "value", item)) not in names:
-                raise SpecError(
-                    f"`allowed_weight_dtypes`: unknown dtype {item!r}; use {', '.join(names)}"
-                )
-        return data
+        return check_allowed_weight_dtypes(data)
 
     @model_validator(mode="after")
     def _check_and_fill(self) -> JobSpec:
-        task = self.task
-        inapplicable: list[str] = []
-        if task is not Task.SERVE:
-            inapplicable += [f for f in _SERVE_ONLY if getattr(self, f) is not None]
-        else:
-            inapplicable += [f for f in ("num_requests",) if getattr(self, f) is not None]
-        if task.is_training:
-            inapplicable += [f for f in _INFERENCE_ONLY if getattr(self, f) is not None]
-            if not task.is_peft:
-                inapplicable += [f for f in _PEFT_ONLY if getattr(self, f) is not None]
-        else:
-            inapplicable += [f for f in _TRAINING_ONLY + _PEFT_ONLY if getattr(self, f) is not None]
-        if inapplicable:
-            f = inapplicable[0]
-            fix = {
-                "seq_len": "for inference give `input_len` and `output_len`",
-                "output_len": "training jobs use `seq_len`",
-                "input_len": "training jobs use `seq_len`",
-                "lora_rank": "use task `lora` or `qlora`, or drop the field",
-                "lora_target": "use task `lora` or `qlora`, or drop the field",
-                "num_requests": "a `serve` deployment takes `request_rate` and `duration_s`",
-            }.get(f, "use task `serve`, or drop the field" if f in _SERVE_ONLY else "remove it")
-            raise SpecError(
-                f"`{f}` does not apply to `{task.value}` jobs (got {getattr(self, f)!r}); {fix}"
-            )
-
-        applicable = (
-            _TRAINING_ONLY + (_PEFT_ONLY if task.is_peft else ())
-            if task.is_training
-            else _INFERENCE_ONLY
-        )
-        for f in applicable:
-            if getattr(self, f) is None and f in TASK_DEFAULTS:
-                object.__setattr__(self, f, TASK_DEFAULTS[f])
-
-        self._fill_fidelity_defaults()
-        if task is Task.SERVE:
-            _check_serve(self)
-        weight = self.weight_dtype or (DType.NF4 if task is Task.QLORA else DType.BF16)
-        object.__setattr__(self, "weight_dtype", weight)
-        if self.compute_dtype is None:
-            object.__setattr__(self, "compute_dtype", _default_compute(weight))
-        if not task.is_training:
-            # A serve spec's unset KV dtype follows each planned weight format (serving._options).
-            if self.kv_cache_dtype is None and task is not Task.SERVE:
-                kv = self.compute_dtype if self.compute_dtype != DType.FP4 else DType.FP8
-                object.__setattr__(self, "kv_cache_dtype", kv)
-            if self.num_requests is None and task is Task.INFERENCE:
-                object.__setattr__(self, "num_requests", self.batch_size)
-
-        if task is Task.QLORA and weight not in (DType.NF4, DType.INT4, DType.FP4):
-            raise SpecError(
-                f"`qlora` keeps a 4-bit base model; `weight_dtype` must be nf4, int4 or fp4, "
-                f"got {weight.value}. Use task `lora` for {weight.value} weights"
-            )
-        if task.is_training and self.compute_dtype in (DType.INT8, DType.INT4, DType.NF4):
-            raise SpecError(
-                f"training cannot compute in {self.compute_dtype}; set `compute_dtype` to "
-                "bf16, fp16, fp32 or fp8"
-            )
-
-        model_parallel = self.tensor_parallel * self.pipeline_parallel
-        if self.n_gpus % self.tensor_parallel:
-            raise SpecError(
-                f"`tensor_parallel` must divide `n_gpus`; got {self.tensor_parallel} and "
-                f"{self.n_gpus}"
-            )
-        if self.n_gpus % model_parallel:
-            raise SpecError(
-                f"`tensor_parallel` × `pipeline_parallel` must divide `n_gpus`; got "
-                f"{self.tensor_parallel} × {self.pipeline_parallel} = {model_parallel} and "
-                f"{self.n_gpus}"
-            )
-        if self.gpu is not None and self.gpu not in GPU_NAMES:
-            hint = difflib.get_close_matches(self.gpu, GPU_NAMES, n=1)
-            did = f"did you mean {hint[0]!r}? " if hint else ""
-            raise SpecError(
-                f"`gpu` {self.gpu!r} is not a catalogue GPU type; {did}"
-                f"use one of {', '.join(GPU_NAMES)}"
-            )
-        if self.command is not None and not self.command:
-            raise SpecError("`command` must be a non-empty argv list, e.g. ['python', 'train.py']")
-
-        arch = _resolve_cached(_model_key(self.model))
-        if (
-            self.tensor_parallel > 1
-            and arch.n_kv_heads % self.tensor_parallel
-            and (self.tensor_parallel % arch.n_kv_heads)
-        ):
-            raise SpecError(
-                f"`tensor_parallel` {self.tensor_parallel} cannot split {arch.n_kv_heads} KV heads "
-                f"of {arch.name}; use a divisor or multiple of {arch.n_kv_heads}"
-            )
-        if arch.n_layers < self.pipeline_parallel:
-            raise SpecError(
-                f"`pipeline_parallel` {self.pipeline_parallel} exceeds the {arch.n_layers} layers "
-                f"of {arch.name}"
-            )
+        # Order matters: applicability before defaults, fidelity and serve defaults before
+        # dtypes, every fill before the checks that read the filled values.
+        reject_inapplicable(self)
+        fill_task_defaults(self)
+        fill_fidelity_defaults(self)
+        if self.task is Task.SERVE:
+            check_serve(self)
+        fill_dtypes(self)
+        check_training_dtypes(self)
+        check_layout(self)
         return self
-
-    def _fill_fidelity_defaults(self) -> None:
-        """Defaults that depend on the framework, documented in the README ("Predicting")."""
-        task, fw = self.task, self.framework
-        if self.compile is None:
-            # torchtune and HF run eagerly unless told otherwise; Unsloth's kernels are compiled.
-            object.__setattr__(self, "compile", fw is Framework.UNSLOTH)
-        if not task.is_training:
-            return
-        if task is Task.QLORA and "gradient_checkpointing" not in self._explicit:
-            # peft's prepare_model_for_kbit_training (and torchtune's QLoRA recipes) turn it on.
-            object.__setattr__(self, "gradient_checkpointing", True)
-        if self.chunked_loss is None:
-            object.__setattr__(self, "chunked_loss", fw in (Framework.TORCHTUNE, Framework.UNSLOTH))
-        if task.is_peft and self.adapter_dtype is None:
-            fp32 = fw in (None, Framework.HF, Framework.PEFT, Framework.OTHER)
-            compute = self.compute_dtype or DType.BF16
-            if compute not in (DType.FP32, DType.BF16, DType.FP16):
-                compute = DType.BF16  # fp8/fp4 recipes keep their adapters in bf16
-            object.__setattr__(self, "adapter_dtype", DType.FP32 if fp32 else compute)
-        if self.adapter_dtype is not None and self.adapter_dtype not in (
-            DType.FP32,
-            DType.BF16,
-            DType.FP16,
-        ):
-            raise SpecError(
-                f"`adapter_dtype` must be fp32, bf16 or fp16; got {self.adapter_dtype.value}"
-            )
 
     @property
     def _explicit(self) -> set[str]:
@@ -455,7 +157,7 @@ class JobSpec(BaseModel):
     # Derived quantities, used throughout the predictor.
     @property
     def arch(self) -> ModelArch:
-        return _resolve_cached(_model_key(self.model))
+        return resolve_arch(self.model)
 
     @property
     def data_parallel(self) -> int:
@@ -474,63 +176,6 @@ class JobSpec(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict without ``None`` fields; parses back to an equal spec."""
         return self.model_dump(mode="json", exclude_none=True)
-
-
-def _check_command(cmd: Any) -> None:
-    if cmd is None:
-        return
-    if not isinstance(cmd, list):
-        raise SpecError(
-            f"`command` must be a list of strings (argv, no shell); got {type(cmd).__name__} "
-            f'{cmd!r:.80}. Write it as ["python", "train.py", "--config", "cfg.yaml"]'
-        )
-    bad = [(i, a) for i, a in enumerate(cmd) if not isinstance(a, str)]
-    if bad:
-        i, a = bad[0]
-        raise SpecError(
-            f"`command` must be a list of strings (argv); item {i} is {type(a).__name__} "
-            f"{a!r:.60}. Quote every argument, e.g. {json.dumps(str(a))}"
-        )
-
-
-def _check_model(model: Any) -> None:
-    if isinstance(model, str):
-        if len(model) > MAX_MODEL_NAME_CHARS:
-            raise SpecError(
-                f"`model` is {len(model)} characters (at most {MAX_MODEL_NAME_CHARS}); give a "
-                "catalogue name such as 'llama-3.1-8b' or a config.json path"
-            )
-        return
-    if isinstance(model, Mapping):
-        if _depth(model) > MAX_NESTING:
-            raise SpecError(
-                f"`model` is nested more than {MAX_NESTING} levels deep; an explicit model is "
-                "a flat object of architecture numbers (n_layers, hidden_size, ...)"
-            )
-        return
-    if model is not None:
-        raise SpecError(
-            f"`model` must be a catalogue name such as 'llama-3.1-8b', a config.json path, or "
-            f"an object of architecture numbers; got {type(model).__name__} {model!r:.60}. "
-            'Quote a name (`model: "12"`); `snugfit models` lists the catalogue'
-        )
-
-
-def _depth(obj: Any, limit: int = MAX_NESTING + 1) -> int:
-    """Nesting depth of dicts/lists, counted without recursion (and only up to ``limit``)."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(obj, 1)]
-    while stack:
-        o, d = stack.pop()
-        if d > deepest:
-            deepest = d
-            if deepest >= limit:
-                return deepest
-        if isinstance(o, Mapping):
-            stack.extend((v, d + 1) for v in o.values())
-        elif isinstance(o, list | tuple):
-            stack.extend((v, d + 1) for v in o)
-    return deepest
 
 
 def _format_validation_error(exc: ValidationError) -> str:
@@ -565,123 +210,7 @@ def parse_spec(data: Mapping[str, Any] | JobSpec) -> JobSpec:
         raise SpecError(_format_validation_error(exc)) from None
 
 
-def iter_spec_dicts(path: str | Path) -> Iterator[tuple[str, Any]]:
-    """Yield ``(where, object)`` for each job in a .json/.jsonl/.yaml file.
-
-    ``where`` is "file:line" for JSONL and "file[#i]" otherwise, so errors point at the job.
-    """
-    p = Path(path)
-    if not p.exists():
-        raise SpecError(f"job file {str(p)!r} does not exist")
-    text = _read_capped(p, MAX_JOB_FILE_BYTES, "job file")
-    suffix = p.suffix.lower()
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    is_jsonl = suffix == ".jsonl" or (
-        suffix not in (".json", ".yaml", ".yml")
-        and lines
-        and all(ln.lstrip().startswith(("{", "#")) for ln in lines)
-    )
-    if is_jsonl:
-        for i, line in enumerate(text.splitlines(), 1):
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SpecError(f"{p.name}:{i}: not valid JSON ({exc.msg})") from None
-            except RecursionError:
-                raise SpecError(f"{p.name}:{i}: nested too deeply to be a job spec") from None
-            yield f"{p.name}:{i}", obj
-        return
-    docs: list[Any]
-    if suffix == ".json":
-        try:
-            loaded = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{p.name}: not valid JSON ({exc})") from None
-        except RecursionError:
-            raise SpecError(f"{p.name}: nested too deeply to be a job spec") from None
-        docs = loaded if isinstance(loaded, list) else [loaded]
-    else:
-        import yaml
-
-        try:
-            raw_docs = [d for d in _safe_yaml_docs(text, p.name) if d is not None]
-        except yaml.YAMLError as exc:
-            raise SpecError(f"{p.name}: not valid YAML ({exc})") from None
-        except RecursionError:
-            raise SpecError(f"{p.name}: nested too deeply to be a job spec") from None
-        docs = []
-        for d in raw_docs:
-            docs.extend(d if isinstance(d, list) else [d])
-    for i, d in enumerate(docs):
-        yield f"{p.name}[#{i}]", d
-
-
 _MAX_REPORTED_ERRORS = 50
-
-
-def _read_capped(p: Path, cap: int, what: str) -> str:
-    """A text file, refused unread when it is larger than ``cap`` bytes."""
-    try:
-        with p.open("rb") as f:
-            data = f.read(cap + 1)
-    except OSError as exc:
-        raise SpecError(f"cannot read {what} {str(p)!r}: {exc.strerror or exc}") from None
-    if len(data) > cap:
-        raise SpecError(f"{what} {str(p)!r} is larger than {cap >> 20} MiB; refused unread")
-    return data.decode("utf-8", "replace")
-
-
-def _safe_yaml_docs(text: str, name: str) -> list[Any]:
-    """``yaml.safe_load_all`` with aliases capped: the composed graph is sized with each alias
-    counted as its full expansion before anything is built, so a 1 KB alias bomb fails fast."""
-    import yaml
-
-    loader = yaml.SafeLoader(text)
-    docs = []
-    try:
-        while loader.check_node():
-            node = loader.get_node()
-            _expanded_size(node, name)
-            docs.append(loader.construct_document(node))
-    finally:
-        loader.dispose()
-    return docs
-
-
-def _expanded_size(root: Any, name: str) -> int:
-    """Nodes of ``root`` with every alias expanded (memoised, no recursion); SpecError past
-    :data:`MAX_YAML_NODES` or :data:`MAX_NESTING`."""
-    import yaml
-
-    size: dict[int, int] = {}
-    stack: list[tuple[Any, int, bool]] = [(root, 1, False)]
-    while stack:
-        node, depth, done = stack.pop()
-        if depth > MAX_NESTING:
-            raise SpecError(f"{name}: nested more than {MAX_NESTING} levels deep; refused")
-        if id(node) in size and not done:
-            continue
-        if isinstance(node, yaml.SequenceNode):
-            kids = list(node.value)
-        elif isinstance(node, yaml.MappingNode):
-            kids = [x for kv in node.value for x in kv]
-        else:
-            size[id(node)] = 1
-            continue
-        if not done:
-            stack.append((node, depth, True))
-            stack.extend((k, depth + 1, False) for k in kids if id(k) not in size)
-            continue
-        total = 1 + sum(size.get(id(k), 1) for k in kids)
-        if total > MAX_YAML_NODES:
-            raise SpecError(
-                f"{name}: expands to more than {MAX_YAML_NODES:,} YAML nodes (aliases "
-                "included); refused (a YAML alias bomb?)"
-            )
-        size[id(node)] = total
-    return size[id(root)]
 
 
 def load_specs(path: str | Path) -> list[JobSpec]:
