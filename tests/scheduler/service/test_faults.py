@@ -27,6 +27,7 @@ from scheduler.service.leader import SchedulerService
 from scheduler.service.store.keys import TERMINAL_STATES, queue_name
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
+from tests.jobs import submit_stream
 
 REPO = Path(__file__).resolve().parents[3]
 TWO_NODES = {
@@ -331,19 +332,7 @@ def test_redis_restart_with_aof_loses_no_acknowledged_job(tmp_path: Path) -> Non
     acked: list[str] = []
     stop = threading.Event()
 
-    def submitter() -> None:
-        client = Client(store=RedisStore(redis.Redis.from_url(url, socket_timeout=2)))
-        i = 0
-        while not stop.is_set():
-            try:
-                handles = client.submit_many([spec(f"{i}-{k}") for k in range(5)])
-            except (redis.RedisError, OSError):
-                time.sleep(0.05)
-                continue  # not acknowledged: the same ids are retried (idempotent)
-            acked.extend(h.id for h in handles)
-            i += 1
-
-    t = threading.Thread(target=submitter)
+    t = threading.Thread(target=submit_stream, args=(url, stop, acked), kwargs={"batch": 5})
     t.start()
     try:
         wait_for(lambda: len(acked) >= 50, 30, "acknowledged submissions")

@@ -21,6 +21,7 @@ from scheduler.service.store.keys import TERMINAL_STATES, rq_job_id
 from scheduler.service.store.records import PlacementRecord
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
+from tests.jobs import submit_stream
 from tests.scheduler.service.test_faults import (  # noqa: F401
     TWO_NODES,
     _free_port,
@@ -186,20 +187,9 @@ def test_five_redis_restarts_under_submissions(
         acked: list[str] = []
         stop = threading.Event()
 
-        def submitter() -> None:
-            client = Client(store=RedisStore(redis.Redis.from_url(url, socket_timeout=2)))
-            i = 0
-            while not stop.is_set():
-                try:
-                    handles = client.submit_many([spec(f"{i}-{k}") for k in range(3)])
-                except (redis.RedisError, OSError):
-                    time.sleep(0.05)
-                    continue  # not acknowledged: the same ids are retried (idempotent)
-                acked.extend(h.id for h in handles)
-                i += 1
-                time.sleep(0.05)
-
-        t = threading.Thread(target=submitter)
+        t = threading.Thread(
+            target=submit_stream, args=(url, stop, acked), kwargs={"batch": 3, "pause_s": 0.05}
+        )
         t.start()
         recovery_s: list[float] = []
         try:
