@@ -144,6 +144,10 @@ class RedisStore:
     def count(self, state: str) -> int:
         return int(self.r.scard(self.keys.state(state)))
 
+    def scan_state(self, state: str, cursor: int, count: int) -> tuple[int, list[str]]:
+        nxt, ids = self.r.sscan(self.keys.state(state), cursor, count=count)
+        return int(nxt), sorted(set(ids))
+
     def pending_window(self, n: int) -> list[str]:
         return list(self.r.zrange(self.keys.pending, 0, max(0, n - 1)))
 
