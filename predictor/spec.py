@@ -23,8 +23,8 @@ from pydantic import (
 
 from ._execution import MAX_TIME_LIMIT_S, check_env, check_workdir
 from ._spec_fields import check_allowed_weight_dtypes, check_raw_spec
-from ._spec_parallel import check_max_tensor_parallel, tensor_parallel_steps
 from ._spec_files import iter_spec_dicts
+from ._spec_parallel import check_max_tensor_parallel, tensor_parallel_steps
 from ._spec_rules import (
     TASK_DEFAULTS,
     check_layout,

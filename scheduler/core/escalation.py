@@ -186,15 +186,17 @@ def escalate_oom(
     from predictor.spec import tensor_parallel_steps
 
     steps = tensor_parallel_steps(spec.tensor_parallel, spec.n_gpus, spec.max_tensor_parallel)
+    if not steps and spec.max_tensor_parallel is None:
+        return replace(esc, reason=esc.reason + _NO_TP_HINT)
     if not steps:
-        tp, mx = spec.tensor_parallel, spec.max_tensor_parallel
-        why = _NO_TP_HINT if mx is None or mx == 1 else (
-            f" (TP={tp} is the `max_tensor_parallel` its spec permits; raise it to split the "
-            "job further)"
-        )  # fmt: skip
-        return replace(esc, reason=esc.reason + why)
-    ctx = _RetryContext(pool, spec, predict, gpu_type, esc.reserved_gib, job_id,
-                        submit_time_s, requested_gpu)  # fmt: skip
+        return replace(
+            esc,
+            reason=f"{esc.reason} (TP={spec.tensor_parallel} is the `max_tensor_parallel` its "
+            "spec permits; raise it to let a retry split the job further)",
+        )
+    ctx = _RetryContext(
+        pool, spec, predict, gpu_type, esc.reserved_gib, job_id, submit_time_s, requested_gpu
+    )
     retry, tried = ctx.first_fit(steps)
     if retry is None:
         return replace(

@@ -352,9 +352,7 @@ class Simulator:
             job.failed, job.option = True, None
             return
         retry = esc.tensor_parallel
-        job.request = self.core.oom(
-            jid, esc.reserved_gib, None if retry is None else retry.request
-        )
+        job.request = self.core.oom(jid, esc.reserved_gib, None if retry is None else retry.request)
         job.option = None
         if retry is not None:
             # A new layout is a new job to the truth and the history, as on a live worker.

@@ -126,7 +126,8 @@ def test_no_gpu_holds_it_so_the_retry_doubles_tensor_parallelism() -> None:
     assert math.isclose(e.reserved_gib, 1.25 * 75.0 * ratio, rel_tol=1e-9)
     assert retry.request.reserved_gib == e.reserved_gib
     assert retry.per_gpu_gib >= e.reserved_gib and retry.gpu_type == "H100-80GB"
-    assert "at TP=1" in e.reason and f"requeued at TP=2: 2 x {retry.per_gpu_gib:.1f} GiB" in e.reason
+    assert "at TP=1" in e.reason
+    assert f"requeued at TP=2: 2 x {retry.per_gpu_gib:.1f} GiB" in e.reason
 
 
 def test_data_parallel_is_kept_when_tensor_parallelism_grows() -> None:
