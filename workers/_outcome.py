@@ -127,12 +127,14 @@ def _retry_fields(retry: TensorParallelRetry) -> dict[str, str]:
 
 
 def _layout_change(spec: dict[str, Any], retry: TensorParallelRetry | None) -> dict[str, Any]:
-    """The ``oom`` event's record of a re-split: from and to (tensor_parallel, n_gpus)."""
+    """The ``oom`` event's ``retry_layout``: a re-split's [from, to] per layout field."""
     if retry is None:
         return {}
     return {
-        "tensor_parallel": [spec.get("tensor_parallel", 1), retry.spec.tensor_parallel],
-        "n_gpus": [spec.get("n_gpus", 1), retry.spec.n_gpus],
+        "retry_layout": {
+            "tensor_parallel": [spec.get("tensor_parallel", 1), retry.spec.tensor_parallel],
+            "n_gpus": [spec.get("n_gpus", 1), retry.spec.n_gpus],
+        }
     }
 
 

@@ -116,7 +116,7 @@ def test_oom_at_tp1_is_requeued_at_tp2_and_finishes(store: RedisStore, tmp_path:
     assert predicted < float(rec["reserved_gib"]) < first.capacity_gib  # the carried floor
     assert "history_request" not in rec
     oom = next(e for _, e in store.events() if e["event"] == "oom")
-    assert oom["tensor_parallel"] == [1, 2] and oom["n_gpus"] == [1, 2]
+    assert oom["retry_layout"] == {"tensor_parallel": [1, 2], "n_gpus": [1, 2]}
 
     svc.step()
     second = h.placement

@@ -135,6 +135,8 @@ Event (``P:events`` field ``e`` and the JSON-lines placement log, one object per
 "option": Option dict|null, "cost_usd": float|null, "runner_up": Option dict|null,
 "reason": str, "policy": str|null, "outcome": OutcomeRecord dict|null, "simulated": bool}``.
 ``invalid`` is a hostile or malformed payload found in Redis (no valid job behind it).
+An ``oom`` event whose retry was re-split also has ``"retry_layout": {"tensor_parallel":
+[from, to], "n_gpus": [from, to]}``.
 """
 
 from __future__ import annotations
