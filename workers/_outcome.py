@@ -51,7 +51,7 @@ def _requeue_after_oom(
             reason=reason,
             counter="ooms",
             reserved_gib=None if esc.tensor_parallel else esc.reserved_gib,
-            fields=None if esc.tensor_parallel is None else _retry_fields(esc.tensor_parallel),
+            fields=None if esc.tensor_parallel is None else _retry_fields(ctx, job_id, esc),
         )
     else:
         got = _retrying(
@@ -99,30 +99,42 @@ def _escalation(
     except PredictorError as exc:
         log.warning("spec of %s unreadable, no tensor parallel retry: %s", job_id, exc)
         parsed = None
-    return escalate_oom(
-        label=p.label,
-        kind=p.kind,
-        reserved_gib=p.reserved_gib,
-        capacity_gib=p.capacity_gib,
-        gpu_type=p.gpu_type,
-        pool=ctx.pool,
-        spec=parsed,
-        gpu=pin if pin in GPU_NAMES else None,
-        predict=ctx.predict_table,
-        job_id=job_id,
-    )
+    kw: dict[str, Any] = {
+        "label": p.label,
+        "kind": p.kind,
+        "reserved_gib": p.reserved_gib,
+        "capacity_gib": p.capacity_gib,
+        "gpu_type": p.gpu_type,
+        "pool": ctx.pool,
+        "spec": parsed,
+        "gpu": pin if pin in GPU_NAMES else None,
+        "job_id": job_id,
+    }
+    try:
+        return escalate_oom(predict=ctx.predict_table, **kw)
+    except Exception as exc:
+        # A predictor that cannot load must not lose the outcome (the lease would lapse and
+        # the job rerun as "lost"): the retry is judged without re-splitting.
+        log.warning("re-predicting %s at a higher tensor parallelism failed: %s", job_id, exc)
+        return escalate_oom(**kw)
 
 
-def _retry_fields(retry: TensorParallelRetry) -> dict[str, str]:
+def _retry_fields(ctx: WorkerContext, job_id: str, esc: Escalation) -> dict[str, str]:
     """The record fields of a retry at a new degree, as a client would have written them for
     its spec (:func:`scheduler.service.client.build_records`), with the carried-over floor. The
-    history's answer was for the old layout's fingerprint: it is dropped."""
+    history's answer was for the old layout's fingerprint: it is dropped. The spec as submitted
+    is kept (``submitted_spec``, once), so resubmitting it stays a no-op."""
     from scheduler.service.client import build_records
 
+    retry = esc.tensor_parallel
+    assert retry is not None
     rec = build_records([retry.spec], retry.table)[0]
     out = {k: rec[k] for k in ("spec", "request", "predictions", "method")}
-    out["reserved_gib"] = repr(float(retry.request.reserved_gib or 0.0))
+    out["reserved_gib"] = repr(float(esc.reserved_gib))
     out["history_request"] = ""
+    submitted, spec = _retrying(ctx.store.get_fields, [job_id], ["submitted_spec", "spec"])[0]
+    if submitted or spec:
+        out["submitted_spec"] = submitted or spec
     return out
 
 

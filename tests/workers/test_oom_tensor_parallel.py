@@ -115,6 +115,9 @@ def test_oom_at_tp1_is_requeued_at_tp2_and_finishes(store: RedisStore, tmp_path:
     assert predicted < 40  # re-predicted per GPU at TP=2
     assert predicted < float(rec["reserved_gib"]) < first.capacity_gib  # the carried floor
     assert "history_request" not in rec
+    assert json.loads(rec["submitted_spec"])["tensor_parallel"] == 1
+    # Resubmitting what was submitted stays a no-op, although the record now runs at TP=2.
+    assert Client(store=store, table_fn=_predict).submit(BIG).id == "big"
     oom = next(e for _, e in store.events() if e["event"] == "oom")
     assert oom["retry_layout"] == {"tensor_parallel": [1, 2], "n_gpus": [1, 2]}
 
@@ -177,3 +180,20 @@ def test_nothing_bigger_at_any_permitted_degree_fails_at_once(
     assert "no node has 2 GPUs" in reason
     assert "ooms" not in h.record() and store.alloc_ids() == []
     assert json.loads(h.record()["spec"])["tensor_parallel"] == 1  # never re-split
+
+
+def test_a_predictor_that_breaks_still_records_the_outcome(
+    store: RedisStore, tmp_path: Path
+) -> None:
+    # The attempt's end must be recorded (failed at once, not left to a lapsing lease).
+    def broken(specs: Sequence[JobSpec]) -> PredictionTable:
+        raise RuntimeError("learned artifact unreadable")
+
+    cmd = [sys.executable, "-c", f"import sys; print({OOM!r}); sys.exit(1)"]
+    h = Client(store=store, table_fn=_predict).submit(BIG | {"command": cmd})
+    SchedulerService(store, POOL).step()
+    w = _worker(store, tmp_path, POOL, simulate=False, nvml=None)
+    w.ctx.predict = broken
+    _drain(w)
+    assert h.status() == "failed" and "nothing bigger exists" in (h.reason or "")
+    assert store.alloc_ids() == []

@@ -102,8 +102,9 @@ Job record (``P:job:{id}`` fields; JSON values marked ``json``)
 ``reserved_gib``     float, reservation floor per GPU after an OOM (absent before the first
                      OOM). An OOM retry at a higher tensor parallel degree rewrites ``spec``
                      (its ``tensor_parallel`` and ``n_gpus``), ``request``, ``predictions``,
-                     ``method`` and this floor (at the new layout: it may be lower) and drops
-                     ``history_request``, all in its requeue
+                     ``method`` and this floor (at the new layout: it may be lower), drops
+                     ``history_request`` and keeps the spec as submitted in
+                     ``submitted_spec`` (written once), all in its requeue
 ``decision``         json: ``Decision.to_dict(compact=True)`` of the latest placement or
                      rejection (every option as columns in ``option_columns``; ``options``
                      spells out only the chosen and runner-up, null elsewhere)

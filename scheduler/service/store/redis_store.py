@@ -48,7 +48,15 @@ _MAX_FIELD = {"ooms": "max_oom_retries", "lost": "max_retries", "moved": "max_mo
 #: What a requeue may rewrite in the job record: the retry's layout (an OOM retry at a higher
 #: tensor parallel degree), never its state, attempt or counters.
 REQUEUE_FIELDS = frozenset(
-    {"spec", "request", "predictions", "method", "reserved_gib", "history_request"}
+    {
+        "spec",
+        "submitted_spec",
+        "request",
+        "predictions",
+        "method",
+        "reserved_gib",
+        "history_request",
+    }
 )
 
 # The job's own lease, not RQ's timeout, bounds it (timeout -1): RQ must not kill it.
