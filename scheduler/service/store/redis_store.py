@@ -27,7 +27,7 @@ from scheduler.service.store.protocol import Commit
 from scheduler.service.store.records import dumps
 from scheduler.service.store.sentinel import decoded_twin
 
-__all__ = ["RedisStore", "open_store", "pool_fingerprint"]
+__all__ = ["REQUEUE_FIELDS", "RedisStore", "open_store", "pool_fingerprint"]
 
 
 def _lua(name: str) -> str:
@@ -44,6 +44,20 @@ _DEFAULT_MAX = {"ooms": "3", "lost": "2", "moved": "1000"}
 
 
 _MAX_FIELD = {"ooms": "max_oom_retries", "lost": "max_retries", "moved": "max_moves"}
+
+#: What a requeue may rewrite in the job record: the retry's layout (an OOM retry at a higher
+#: tensor parallel degree), never its state, attempt or counters.
+REQUEUE_FIELDS = frozenset(
+    {
+        "spec",
+        "submitted_spec",
+        "request",
+        "predictions",
+        "method",
+        "reserved_gib",
+        "history_request",
+    }
+)
 
 # The job's own lease, not RQ's timeout, bounds it (timeout -1): RQ must not kill it.
 _RQ_JOB_KWARGS: dict[str, Any] = {"timeout": -1, "result_ttl": 3600, "failure_ttl": 86400}
@@ -234,7 +248,18 @@ class RedisStore:
         reserved_gib: float | None = None,
         expired_before_ms: int | None = None,
         from_states: str = "running",
+        fields: Mapping[str, str] | None = None,
     ) -> str:
+        """Back to pending (fenced by ``attempt``), or failed past the ``counter``'s cap.
+
+        ``fields`` (names in :data:`REQUEUE_FIELDS`; "" deletes one) are written with the
+        requeue, atomically, and only when it requeues.
+        """
+        bad = sorted(set(fields or ()) - REQUEUE_FIELDS)
+        if bad:
+            raise ValueError(
+                f"requeue cannot write {bad}; only {sorted(REQUEUE_FIELDS)} (a retry's layout)"
+            )
         args: list[Any] = [
             self.prefix,
             job_id,
@@ -248,6 +273,8 @@ class RedisStore:
             "" if expired_before_ms is None else str(int(expired_before_ms)),
             from_states,
         ]
+        for k, v in (fields or {}).items():
+            args += [k, v]
         return str(self._requeue(args=args))
 
     def cancel(self, job_id: str, reason: str) -> str:
