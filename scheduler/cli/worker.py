@@ -35,7 +35,13 @@ __all__ = ["worker_command"]
     help="Seed of the simulated truth (--simulate), as `snugfit simulate --seed` uses it "
     "(default $SNUGFIT_TRUTH_SEED or 0).",
 )
-@click.option("--redis", "redis_url", default=None, help="Redis URL (default: env / embedded).")
+@click.option(
+    "--redis",
+    "redis_url",
+    envvar="SNUGFIT_REDIS_URL",
+    default=None,
+    help="Redis URL (default: env / embedded).",
+)
 @click.option(
     "--lease",
     type=float,
