@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from scheduler.cli._options import ShippedFile
+
 __all__ = ["profile_command"]
 
 
@@ -16,8 +18,9 @@ __all__ = ["profile_command"]
     "--input",
     "input_path",
     required=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Jobs to run: a JSONL file of JobSpecs or a sweep YAML (datasets/sweeps/*.yaml).",
+    type=ShippedFile(),
+    help="Jobs to run: a JSONL file of JobSpecs or a sweep YAML (datasets/sweeps/*.yaml, "
+    "found from any folder).",
 )
 @click.option(
     "--output",

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from scheduler.cli._options import pool_option
 from scheduler.cli.output import Output, output_options
 
 __all__ = [
@@ -211,13 +212,7 @@ def logs_command(job_id: str, follow: bool, redis_url: str | None, out: Output) 
 
 
 @click.command("scheduler")
-@click.option(
-    "--pool",
-    "pool_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=Path("datasets/pools/mixed.toml"),
-    show_default=True,
-)
+@pool_option()
 @click.option("--policy", default="rightsize", show_default=True)
 @_redis_opt
 @click.option(

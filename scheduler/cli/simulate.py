@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from scheduler.cli._options import pool_option
 from scheduler.cli.output import Output, output_options
 
 __all__ = ["simulate_command"]
@@ -73,13 +74,7 @@ _TABLE_COLUMNS = (
 
 
 @simulate_command.command(name="workload")
-@click.option(
-    "--pool",
-    "pool_path",
-    type=click.Path(path_type=Path),
-    default=Path("datasets/pools/mixed.toml"),
-    show_default=True,
-)
+@pool_option(dest="pool_path")
 @click.option(
     "--policy", "policies", multiple=True, help="Repeatable; default rightsize+requested."
 )
