@@ -273,8 +273,7 @@ def _convert(param: click.Option, v: _Value, where: str, ctx: click.Context) -> 
     except click.BadParameter as exc:
         key = (param.opts[-1] if param.opts else param.name or "?").lstrip("-").replace("-", "_")
         raise click.ClickException(
-            f"{v.source}: key `{key}`{' in ' + where if where else ''} = {v.value!r}: "
-            f"{exc.message}"
+            f"{v.source}: key `{key}`{' in ' + where if where else ''} = {v.value!r}: {exc.message}"
         ) from None
 
 

@@ -2,10 +2,10 @@
 ``logs``, ``node``), as pydantic models: numbers are numbers, times are Unix epoch seconds
 (floats, as everywhere in the service), absent values are ``null``.
 
-A job record in Redis is a hash of strings (:mod:`scheduler.service.store.keys`); :func:`job_view`
-decodes it once, validates the nested placement and outcome by their own records (one that does not match is
-shown as stored and named in ``invalid``), spells the compact decision out, and keeps a field
-it cannot decode as ``null``, named in ``unreadable``.
+A job record in Redis is a hash of strings (:mod:`scheduler.service.store.keys`);
+:func:`job_view` decodes it once, validates the nested placement and outcome by their own
+records (one that does not match is shown as stored and named in ``invalid``), spells the
+compact decision out, and keeps a field it cannot decode as ``null``, named in ``unreadable``.
 """
 
 from __future__ import annotations

@@ -209,9 +209,7 @@ class Output:
         width = self.width
         if width is None and not _stdout_is_tty():
             width = natural_width(renderable) if renderable is not None else 10_000
-        return Console(
-            file=sys.stdout, width=width, soft_wrap=False, highlight=False
-        )
+        return Console(file=sys.stdout, width=width, soft_wrap=False, highlight=False)
 
 
 def natural_width(renderable: Any) -> int:
