@@ -42,13 +42,15 @@ class TailDiff:
     """
 
     seen: str = ""
+    #: how much of the last snapshot must reappear for the window to count as slid
+    anchor_chars: int = _ANCHOR_CHARS
     skipped: bool = field(default=False, init=False)
 
     def update(self, snapshot: str) -> str:
         prev, self.seen, self.skipped = self.seen, snapshot, False
         if snapshot.startswith(prev):
             return snapshot[len(prev) :]
-        overlap = _overlap(prev, snapshot)
+        overlap = _overlap(prev, snapshot, self.anchor_chars)
         if overlap is None:
             self.skipped = bool(prev)
             return snapshot
@@ -59,9 +61,9 @@ class TailDiff:
         self.seen = ""
 
 
-def _overlap(prev: str, snapshot: str) -> int | None:
+def _overlap(prev: str, snapshot: str, anchor_chars: int) -> int | None:
     """The largest ``p`` with ``snapshot[:p]`` a suffix of ``prev`` (at least one anchor long)."""
-    anchor = prev[-_ANCHOR_CHARS:]
+    anchor = prev[-anchor_chars:]
     if not anchor:
         return None
     best = None
