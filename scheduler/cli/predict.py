@@ -103,10 +103,13 @@ def _human_seconds(s: float) -> str:
     show_default=True,
     help="auto = learned + history + cached traces, else analytical; traced = wait for traces.",
 )
+@click.option("--json", "as_json", is_flag=True, help="The same as --format jsonl.")
 def predict_command(
-    input_path: Path, gpu: str | None, output: Path | None, fmt: str, tier: str
+    input_path: Path, gpu: str | None, output: Path | None, fmt: str, tier: str, as_json: bool
 ) -> None:
     """One Prediction per line and GPU type: the job's pinned `gpu`, else --gpu, else all."""
+    if as_json:
+        fmt = "jsonl"
     try:
         specs = load_specs(input_path)
         # Give id-less jobs a stable id so each output line can be matched to its input.

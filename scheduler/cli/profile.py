@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from scheduler.cli._options import ShippedFile
+from scheduler.cli.output import Output, dumps_json, output_options
 
 __all__ = ["profile_command"]
 
@@ -77,6 +78,10 @@ __all__ = ["profile_command"]
     show_default=True,
     help="How long the calibration runs.",
 )
+@output_options(
+    table=False,
+    json_help="One JSON object per job (its outcome), then the summary object.",
+)
 def profile_command(
     input_path: Path,
     output_path: Path,
@@ -87,6 +92,7 @@ def profile_command(
     isolation: str,
     calibrate: bool,
     calibrate_seconds: float,
+    out: Output,
 ) -> None:
     """Run each job for real with random-init Hugging Face models and record what it used."""
     try:
@@ -111,6 +117,9 @@ def profile_command(
             click.echo(f"calibration failed: {cal.get('message')} (see {cal_path})", err=True)
 
     def show(job: str, outcome: dict[str, Any]) -> None:
+        if out.json:
+            out.emit_json({"job": job, **outcome})
+            return
         status = outcome.get("status")
         bits = [
             f"{k}={outcome[k]:.4g}"
@@ -134,4 +143,4 @@ def profile_command(
         )
     except (PredictorError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(json.dumps(summary.as_dict()))
+    click.echo(dumps_json(summary.as_dict()))
