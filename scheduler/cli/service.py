@@ -116,8 +116,8 @@ def status_command(
     """Show one job's status, or a count per state and the jobs in --state."""
     from scheduler.exceptions import SchedulerError
 
-    client = _client(redis_url)
     try:
+        client = _client(redis_url)
         if job_id is not None:
             h = client.get(job_id)
             rec = h.record()
