@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import io
 import json
 import math
 import sys
@@ -217,7 +218,7 @@ def natural_width(renderable: Any) -> int:
     from rich.console import Console
     from rich.measure import Measurement
 
-    probe = Console(width=100_000, file=_NullFile(), soft_wrap=False)
+    probe = Console(width=100_000, file=io.StringIO(), soft_wrap=False)
     parts = renderable if isinstance(renderable, list | tuple) else [renderable]
     widest = 1
     for part in parts:
@@ -227,14 +228,6 @@ def natural_width(renderable: Any) -> int:
         m = Measurement.get(probe, probe.options, part)
         widest = max(widest, m.maximum)
     return widest
-
-
-class _NullFile:
-    def write(self, _s: str) -> int:
-        return 0
-
-    def flush(self) -> None:
-        return None
 
 
 def output_options(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, cast
 
 import click
 
@@ -122,7 +122,9 @@ def predict_command(
     except PredictorError as exc:
         raise click.ClickException(str(exc)) from None
     if fmt in ("table", "tsv") and output is None:
-        render_predictions(specs, [Prediction.model_construct(**r) for r in rows], fmt=fmt)
+        render_predictions(
+            specs, [Prediction.model_construct(**r) for r in rows], fmt=cast(Format, fmt)
+        )
         return
     # JSONL needs only the rows: a Prediction object per row was a fifth of the command's time.
     lines = "".join(json.dumps(r) + "\n" for r in rows)
@@ -132,7 +134,9 @@ def predict_command(
         output.write_text(lines)
         click.echo(f"wrote {len(rows)} predictions for {len(specs)} jobs to {output}", err=True)
         if fmt in ("table", "tsv"):
-            render_predictions(specs, [Prediction.model_construct(**r) for r in rows], fmt=fmt)
+            render_predictions(
+                specs, [Prediction.model_construct(**r) for r in rows], fmt=cast(Format, fmt)
+            )
 
 
 @click.command("models")
