@@ -24,9 +24,7 @@ def _tracked_data() -> list[str]:
 
 
 def test_every_tracked_dataset_file_is_installed() -> None:
-    files = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"][
-        "data-files"
-    ]
+    files = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["data-files"]
     tracked = _tracked_data()
     assert tracked, "git ls-files found no datasets/ files"
     missing = []

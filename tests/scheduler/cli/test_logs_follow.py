@@ -44,9 +44,9 @@ class _Lines:
         self.q.put(None)
 
     def wait_for(self, needle: str, timeout: float = _WAIT_S) -> str:
-        for line in self.seen:
-            if needle in line:
-                return line
+        for seen in self.seen:
+            if needle in seen:
+                return seen
         while True:
             line = self.q.get(timeout=timeout)
             if line is None:
