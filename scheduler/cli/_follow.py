@@ -109,13 +109,13 @@ def follow_job(
             # A requeued job: until its next attempt writes, the key still holds the last one's.
             diff.reset()
             stale = text
-        if state != last_state or attempt != last_attempt:
+        if (state != last_state or attempt != last_attempt) and state not in _TERMINAL:
             fields = {"state": state, "attempt": attempt or "", "reason": row[2] or ""}
             fields["decision"] = row[3] or ""
             why = describe(fields) if describe is not None else (row[2] or None)
             emit(LogChunk(id=job_id, kind="state", ts=time.time(), attempt=att, state=state,
                           reason=why))  # fmt: skip
-            last_state, last_attempt = state, attempt
+        last_state, last_attempt = state, attempt
         if stale is not None and text == stale:
             new = ""
         else:

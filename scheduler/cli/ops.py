@@ -344,7 +344,13 @@ def pool_command(out: Output, heartbeat_s: float, url: str | None, prefix: str) 
             }
         )
         return
-    view = pool_view(pool, allocs, nodes_alive=alive if nodes else None, node_states=states)
+    view = pool_view(
+        pool,
+        allocs,
+        nodes_alive=alive if nodes else None,
+        node_states=states,
+        group_rows=out.format != "tsv",
+    )
     notes = [f"node {name} refuses work: {why}" for name, why in sorted(refusing.items())]
     out.print([view, *notes])
 

@@ -138,6 +138,9 @@ def test_piped_pool_lists_every_gpu_and_price(scenario: Scenario) -> None:
     gpu_rows = gpu_rows[: scenario.pool.n_gpus]
     assert [int(r.split("\t")[1]) for r in gpu_rows] == list(range(scenario.pool.n_gpus))
     assert any(scenario.running in r for r in gpu_rows)
+    for node in scenario.pool.nodes:  # every row stands alone: its node and type repeated
+        rows = [r.split("\t") for r in gpu_rows if r.split("\t")[0].startswith(node.name)]
+        assert len(rows) == node.count and {r[2] for r in rows} == {node.gpu_type}
     free = lines[lines.index("type\tGPUs\tidle\tfree GiB\tprice $/GPU-h") + 1 :]
     prices = {r.split("\t")[0]: float(r.split("\t")[-1]) for r in free if "\t" in r}
     assert prices == {t: scenario.pool.price_for(t) for t in prices} and prices

@@ -136,9 +136,9 @@ def test_follow_json_of_a_failed_job_ends_with_its_state_and_exit_status_1(
     stdout, _ = proc.communicate(timeout=_WAIT_S)
     assert proc.returncode == 1
     rows = [json.loads(ln) for ln in stdout.splitlines()]
-    assert [r["kind"] for r in rows] == ["state", "output", "end"]
-    assert rows[1]["text"].strip() == "boom" and rows[1]["attempt"] == 1
-    assert rows[2]["state"] == "failed" and "exit code 3" in rows[2]["reason"]
+    assert [r["kind"] for r in rows] == ["output", "end"]  # it had ended: no state line
+    assert rows[0]["text"].strip() == "boom" and rows[0]["attempt"] == 1
+    assert rows[1]["state"] == "failed" and "exit code 3" in rows[1]["reason"]
     assert all(isinstance(r["ts"], float) for r in rows)
 
 
