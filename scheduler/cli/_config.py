@@ -4,7 +4,8 @@ Where a value comes from, first match wins:
 
 1. the command line (``--pool small``);
 2. the option's environment variable, where it has one (``SNUGFIT_REDIS_URL`` for ``--redis``);
-3. the config file: ``--config FILE`` / ``$SNUGFIT_CONFIG`` when given (that file alone), else
+3. the config file: ``--config FILE`` / ``$SNUGFIT_CONFIG`` when given (that file alone;
+   ``none``: no file), else
    ``./snugfit.toml`` in the working directory, then ``$SNUGFIT_HOME/snugfit.toml`` (default
    ``~/.cache/snugfit``), merged key by key: a project's file overrides the user's;
 4. the option's built-in default.
@@ -114,6 +115,8 @@ class LoadedConfig:
 def config_files(explicit: str | Path | None = None) -> list[Path]:
     """The files to read, lowest precedence first."""
     given = explicit or os.environ.get(ENV_CONFIG)
+    if given == "none":
+        return []  # `SNUGFIT_CONFIG=none`: no file at all (the demo's child processes)
     if given:
         p = Path(given).expanduser()
         if not p.is_file():

@@ -183,6 +183,8 @@ def run_demo(cfg: DemoConfig, console: Any | None = None) -> DemoResult:
             "SNUGFIT_REDIS_URL": url,
             "SNUGFIT_HOME": str(home),
             "SNUGFIT_TIME_SCALE": repr(scale),
+            # The children take the demo's own arguments, not a snugfit.toml where it runs.
+            "SNUGFIT_CONFIG": "none",
             "PYTHONUNBUFFERED": "1",
         }
         logs = out_dir / "logs"

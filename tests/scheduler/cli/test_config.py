@@ -72,6 +72,8 @@ def test_config_precedence_flag_then_cwd_file_then_home_file_then_default(
     assert got["seed"] == 11 and got["feedback"] is True and got["pool"].endswith("mixed.toml")
     got = json.loads(_run(_SIM, env={"SNUGFIT_CONFIG": str(only)}).output)
     assert got["seed"] == 11
+    got = json.loads(_run(_SIM, env={"SNUGFIT_CONFIG": "none"}).output)
+    assert got["seed"] == 0  # no file at all (what the demo gives its child processes)
 
 
 def test_environment_wins_over_the_file_and_the_flag_over_both(
