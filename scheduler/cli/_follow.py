@@ -14,6 +14,7 @@ change wakes it at once instead of after a fixed sleep.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -193,6 +194,12 @@ def follow_logs(client: Any, job_id: str, out: Any) -> int:
     except KeyboardInterrupt:
         click.echo("", err=True)
         return 130
+    except BrokenPipeError:
+        # `snugfit logs -f ID | head`: the reader left. Point stdout at /dev/null so the
+        # interpreter's last flush does not raise again, and stop as a shell would (SIGPIPE).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
     except KeyError:
         raise JobNotFoundError(f"job {job_id!r} disappeared while it was followed") from None
     return 0 if state == "succeeded" else 1
