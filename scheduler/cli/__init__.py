@@ -8,6 +8,7 @@ command named ``command``; this file only wires them into one group, importing e
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Any
 
@@ -73,8 +74,32 @@ def _unavailable(name: str, help_text: str) -> click.Command:
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="snugfit")
-def cli() -> None:
-    """snugfit: predict GPU memory and runtime, then place jobs on the cheapest slot that fits."""
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Read option defaults from this TOML file only (default: $SNUGFIT_CONFIG, else "
+    "./snugfit.toml over $SNUGFIT_HOME/snugfit.toml).",
+)
+@click.pass_context
+def cli(ctx: click.Context, config_file: str | None) -> None:
+    """snugfit: predict GPU memory and runtime, then place jobs on the cheapest slot that fits.
+
+    Option values come from the command line, then the option's environment variable, then
+    snugfit.toml (see --config), then the built-in default.
+    """
+    from scheduler.cli._config import ConfigDefaults, config_files, datasets_from, load
+
+    files = config_files(config_file)
+    if not files:
+        return
+    cfg = load(files, list(_COMMANDS))
+    datasets = datasets_from(cfg)
+    if datasets is not None and not os.environ.get("SNUGFIT_DATASETS"):
+        # The environment variable wins; the file's value reaches child processes too.
+        os.environ["SNUGFIT_DATASETS"] = str(datasets)
+    ctx.default_map = ConfigDefaults(cfg, cli, ctx)
 
 
 def main(argv: list[str] | None = None) -> None:

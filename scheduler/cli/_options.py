@@ -1,16 +1,111 @@
-"""Click options that several commands share, declared once."""
+"""Click options and parameter types that several commands share, declared once.
+
+Paths to shipped data never depend on the working directory: a path that does not exist where
+the user stands is looked up in the shipped ``datasets`` folder
+(:func:`predictor._paths.datasets_dir`), so ``--pool mixed``, ``--pool mixed.toml`` and
+``--pool datasets/pools/mixed.toml`` work from any folder, checkout or installed package.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import click
 
-__all__ = ["measurement_files"]
+__all__ = ["PoolFile", "ShippedFile", "measurement_files", "pool_option", "shipped_pools"]
+
+
+def shipped_pools() -> dict[str, Path]:
+    """Pool name -> file, for the pools in ``datasets/pools``."""
+    from predictor._paths import datasets_dir
+
+    folder = datasets_dir() / "pools"
+    return {p.stem: p for p in sorted(folder.glob("*.toml"))} if folder.is_dir() else {}
+
+
+class ShippedFile(click.ParamType):
+    """An existing file: as given (relative to the working directory), else, for a relative
+    path starting with ``datasets/``, the same file in the shipped datasets folder."""
+
+    name = "file"
+
+    def resolve(self, value: str) -> Path | None:
+        from predictor._paths import datasets_dir
+
+        p = Path(value).expanduser()
+        if p.is_file():
+            return p
+        if not p.is_absolute() and p.parts[:1] == ("datasets",):
+            shipped = datasets_dir().joinpath(*p.parts[1:])
+            if shipped.is_file():
+                return shipped
+        return None
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, Path) and value.is_file():
+            return value
+        got = self.resolve(str(value))
+        if got is None:
+            self.fail(self.missing(str(value)), param, ctx)
+        return got
+
+    def missing(self, value: str) -> str:
+        from predictor._paths import datasets_dir
+
+        return (
+            f"no file {value!r} in the working directory ({Path.cwd()}) nor in the shipped "
+            f"datasets folder ({datasets_dir()}); give an existing path"
+        )
+
+
+class PoolFile(ShippedFile):
+    """A pool TOML: a path (as :class:`ShippedFile`) or the name of a shipped pool (``mixed``,
+    ``mixed.toml``). Completes shipped pool names in the shell."""
+
+    name = "pool"
+
+    def resolve(self, value: str) -> Path | None:
+        got = super().resolve(value)
+        if got is not None:
+            return got
+        pools = shipped_pools()
+        return pools.get(value.removesuffix(".toml")) if "/" not in value else None
+
+    def missing(self, value: str) -> str:
+        names = ", ".join(shipped_pools()) or "none found"
+        return (
+            f"no pool file {value!r} in the working directory ({Path.cwd()}) and no shipped "
+            f"pool of that name (shipped: {names}); give a path to a pool TOML or a shipped name"
+        )
+
+    def shell_complete(
+        self, ctx: click.Context, param: click.Parameter, incomplete: str
+    ) -> list[Any]:
+        from click.shell_completion import CompletionItem
+
+        names = [CompletionItem(n) for n in shipped_pools() if n.startswith(incomplete)]
+        return [*names, CompletionItem(incomplete, type="file")]
+
+
+def pool_option(*, default: str | None = "mixed", help: str = "", dest: str = "pool_file") -> Any:
+    """``--pool``: a pool TOML path or a shipped pool name (``snugfit.toml`` key ``pool``)."""
+    text = help or "Pool: a TOML file, or a shipped pool name (mixed, small)."
+    return click.option(
+        "--pool",
+        dest,
+        type=PoolFile(),
+        default=default,
+        show_default=default is not None,
+        help=text,
+    )
+
 
 #: ``--data``: the measured rows a predictor command reads (``datasets/measured`` by default).
 measurement_files = click.option(
     "--data",
     "paths",
     multiple=True,
-    type=click.Path(exists=True, dir_okay=False),
+    type=ShippedFile(),
     help="Measurement JSONL file(s); default: datasets/measured/*.jsonl.",
 )

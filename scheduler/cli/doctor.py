@@ -7,11 +7,12 @@ mode and the RQ queues with their workers. Each warning names the setting and th
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import click
+
+from scheduler.cli.output import dumps_json
 
 __all__ = ["command", "diagnose"]
 
@@ -171,7 +172,13 @@ def _render(d: dict[str, Any]) -> str:
 
 
 @click.command(name="doctor")
-@click.option("--redis", "redis_url", default=None, help="Redis URL (default: env / embedded).")
+@click.option(
+    "--redis",
+    "redis_url",
+    envvar="SNUGFIT_REDIS_URL",
+    default=None,
+    help="Redis URL (default: env / embedded).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
 def command(redis_url: str | None, as_json: bool) -> None:
     """Show the Redis topology, persistence, ACL user and RQ queues, with warnings."""
@@ -181,4 +188,4 @@ def command(redis_url: str | None, as_json: bool) -> None:
         d = diagnose(redis_url)
     except ServiceError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(json.dumps(d) if as_json else _render(d))
+    click.echo(dumps_json(d) if as_json else _render(d))

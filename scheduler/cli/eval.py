@@ -9,7 +9,6 @@ says how the tier does on a setup it never saw. The computation lives in
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import click
 
 from scheduler.cli._options import measurement_files
+from scheduler.cli.output import Output, dumps_json, output_options
 
 __all__ = ["eval_command"]
 
@@ -69,9 +69,10 @@ def _reports(tier: str, paths: tuple[str, ...], folds: int) -> list[Any]:
     return out
 
 
-def _render(reports: list[Any], console: Any) -> None:
+def _render(reports: list[Any]) -> list[Any]:
     from rich.table import Table
 
+    parts: list[Any] = []
     table = Table(title="Accuracy on measured data (learned/history: grouped CV by source)")
     for col in ("tier", "metric", "n", "MAPE", "median", "≤10%", "coverage", "headroom", "bias"):
         table.add_column(col, justify="right" if col not in ("tier", "metric") else "left")
@@ -101,7 +102,7 @@ def _render(reports: list[Any], console: Any) -> None:
                 "",
                 "",
             )
-    console.print(table)
+    parts.append(table)
     for rep in reports:
         for title, groups in (
             ("task", rep.by_task),
@@ -123,12 +124,13 @@ def _render(reports: list[Any], console: Any) -> None:
                         _pct(s.median_ape),
                         _pct(s.coverage),
                     )
-            console.print(t)
+            parts.append(t)
     skipped = reports[0].unexpressed if reports else []
     if skipped:
-        console.print(f"[bold]{len(skipped)} measured values not expressible:[/bold]")
-        for u in skipped[:50]:
-            console.print(f"  {u.id} {u.metric}: {u.reason}")
+        lines = [f"{len(skipped)} measured values not expressible:"]
+        lines += [f"  {u.id} {u.metric}: {u.reason}" for u in skipped[:50]]
+        parts.append("\n".join(lines))
+    return parts
 
 
 @click.command(name="eval")
@@ -141,10 +143,10 @@ def _render(reports: list[Any], console: Any) -> None:
 )
 @measurement_files
 @click.option("--folds", default=5, show_default=True, help="Grouped CV folds (learned/history).")
-@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@output_options(json_help="Print the report as JSON.")
 @click.option("--output", type=click.Path(dir_okay=False), help="Also write the JSON report here.")
 def eval_command(
-    tier: str, paths: tuple[str, ...], folds: int, as_json: bool, output: str | None
+    tier: str, paths: tuple[str, ...], folds: int, out: Output, output: str | None
 ) -> None:
     """Score predictor tiers against measured runs (never against predicted numbers)."""
     from predictor.exceptions import PredictorError
@@ -154,13 +156,11 @@ def eval_command(
     except PredictorError as exc:
         raise click.ClickException(str(exc)) from None
     payload = {"reports": [r.to_dict() for r in reports]}
-    text = json.dumps(payload, indent=2, default=float)
+    text = dumps_json(payload, indent=2)
     if output:
         Path(output).parent.mkdir(parents=True, exist_ok=True)
         Path(output).write_text(text + "\n")
-    if as_json:
+    if out.json:
         click.echo(text)
         return
-    from rich.console import Console
-
-    _render(reports, Console())
+    out.print(_render(reports))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import click
 
+from scheduler.cli.output import Output, output_options
+
 __all__ = ["node_command"]
 
 _ACTIONS = {"cordon": "cordoned", "drain": "draining", "uncordon": None}
@@ -26,7 +28,8 @@ _ACTIONS = {"cordon": "cordoned", "drain": "draining", "uncordon": None}
     help="Redis URL (default: $SNUGFIT_REDIS_URL, else the embedded server).",
 )
 @click.option("--prefix", default="snugfit", show_default=True, help="Key prefix of the cluster.")
-def node_command(action: str, name: str, url: str | None, prefix: str) -> None:
+@output_options(table=False, json_help="Print {node, action, admin_state} as JSON.")
+def node_command(action: str, name: str, url: str | None, prefix: str, out: Output) -> None:
     """Cordon, drain or uncordon the node NAME (as in the pool file)."""
     from scheduler.exceptions import ServiceError
     from scheduler.service.store.redis_store import open_store
@@ -53,6 +56,11 @@ def node_command(action: str, name: str, url: str | None, prefix: str) -> None:
         store.wake()
     finally:
         store.close()
+    if out.json:
+        from scheduler.cli._views import NodeView
+
+        out.emit_json(NodeView(node=name, action=action, admin_state=state))
+        return
     if state is None:
         click.echo(f"node {name}: back in service")
     elif state == "cordoned":

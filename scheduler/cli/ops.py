@@ -15,6 +15,8 @@ from typing import Any
 
 import click
 
+from scheduler.cli.output import Output, output_options
+
 __all__ = [
     "explain_command",
     "load_record",
@@ -24,9 +26,18 @@ __all__ = [
     "pool_command",
 ]
 
-_JSON_FIELDS = ("spec", "request", "predictions", "decision", "placement", "outcome")
+_JSON_FIELDS = (
+    "spec",
+    "request",
+    "predictions",
+    "decision",
+    "placement",
+    "outcome",
+    "history_request",
+    "engine",
+)
 _FLOAT_FIELDS = ("submitted_at", "updated_at", "started_at", "finished_at", "reserved_gib")
-_INT_FIELDS = ("attempt", "max_retries", "lost", "ooms", "max_oom_retries")
+_INT_FIELDS = ("attempt", "max_retries", "lost", "moved", "ooms", "max_oom_retries")
 _PAGE = 1000
 _BLOCK_MS = 1000
 
@@ -206,30 +217,27 @@ def _event_ts(event: Mapping[str, Any]) -> float:
 
 @click.command(name="explain")
 @click.argument("job_id")
-@click.option("--json", "as_json", is_flag=True, help="Print the decoded job record as JSON.")
-@click.option("--width", type=int, default=None, help="Terminal width for the tables.")
+@output_options(json_help="Print the typed job record as JSON (every option spelled out).")
 @_url_option
 @_prefix_option
-def explain_command(
-    job_id: str, as_json: bool, width: int | None, url: str | None, prefix: str
-) -> None:
+def explain_command(job_id: str, out: Output, url: str | None, prefix: str) -> None:
     """Why a job went where it went: every option considered (SkyPilot-style), the VRAM
     breakdown, predicted vs actual once it ran, and why it is pending (Slurm-style Reason)."""
-    from rich.console import Console
-
+    from scheduler.cli._views import job_view
     from scheduler.cli.render import explain
     from scheduler.core.decision import Decision
     from scheduler.exceptions import SchedulerError
 
     store = _store(url, prefix)
     try:
-        if store.get_job(job_id) is None and _explain_deployment(store, job_id, as_json, width):
+        if store.get_job(job_id) is None and _explain_deployment(store, job_id, out):
             return
+        raw = store.get_job(job_id)
         rec = load_record(store, job_id)
     finally:
         store.close()
-    if as_json:
-        click.echo(json.dumps(rec, default=str))
+    if out.json:
+        out.emit_json(job_view(raw or {}))
         return
     decision = None
     if isinstance(rec.get("decision"), dict):
@@ -239,15 +247,11 @@ def explain_command(
             click.echo(f"(the stored decision is unreadable: {exc})", err=True)
     preds = rec.get("predictions") if isinstance(rec.get("predictions"), dict) else None
     outcome = rec.get("outcome") if isinstance(rec.get("outcome"), dict) else None
-    Console(width=width, soft_wrap=False).print(
-        explain(rec, decision, predictions=preds, outcome=outcome)
-    )
+    out.print(explain(rec, decision, predictions=preds, outcome=outcome))
 
 
-def _explain_deployment(store: Any, dep_id: str, as_json: bool, width: int | None) -> bool:
+def _explain_deployment(store: Any, dep_id: str, out: Output) -> bool:
     """A serving deployment's plan table (scheduler.cli.serve); False when there is none."""
-    from rich.console import Console
-
     from scheduler.cli.serve import render_deployment
     from scheduler.service.deployments import Deployments
 
@@ -255,15 +259,10 @@ def _explain_deployment(store: Any, dep_id: str, as_json: bool, width: int | Non
     if not deps.exists(dep_id):
         return False
     view = deps.get(dep_id)
-    if as_json:
-        click.echo(json.dumps({**view.to_dict(), "plan": view.plan}))
+    if out.json:
+        out.emit_json({**view.to_dict(), "plan": view.plan})
         return True
-    console = Console(width=width, soft_wrap=False)
-    for part in render_deployment(view):
-        if isinstance(part, str):
-            console.print(part, markup=False, highlight=False)
-        else:
-            console.print(part)
+    out.print(render_deployment(view))
     return True
 
 
@@ -272,8 +271,7 @@ def _explain_deployment(store: Any, dep_id: str, as_json: bool, width: int | Non
 
 
 @click.command(name="pool")
-@click.option("--json", "as_json", is_flag=True, help="Print allocations and free capacity.")
-@click.option("--width", type=int, default=None, help="Terminal width for the tables.")
+@output_options(json_help="Print allocations, node states and free capacity as JSON.")
 @click.option(
     "--heartbeat-s",
     type=float,
@@ -284,13 +282,9 @@ def _explain_deployment(store: Any, dep_id: str, as_json: bool, width: int | Non
 )
 @_url_option
 @_prefix_option
-def pool_command(
-    as_json: bool, width: int | None, heartbeat_s: float, url: str | None, prefix: str
-) -> None:
+def pool_command(out: Output, heartbeat_s: float, url: str | None, prefix: str) -> None:
     """Pool occupancy: per node and GPU what runs where, reserved vs used VRAM, MIG layout,
     and free capacity by GPU type."""
-    from rich.console import Console
-
     from scheduler.cli.render import pool_view
     from scheduler.core.pool import Pool
     from scheduler.exceptions import SchedulerError
@@ -336,28 +330,29 @@ def pool_command(
     )
     held = {a.get("option", {}).get("node") for a in allocs.values()}
     states = {n: node_state_label(st.liveness, st.admin, n in held) for n, st in statuses.items()}
-    if as_json:
+    if out.json:
         from scheduler.cli.render import free_by_type
 
-        click.echo(
-            json.dumps(
-                {
-                    "name": pool.name,
-                    "allocations": allocs,
-                    "nodes_alive": alive,
-                    "node_states": states,
-                    "free_by_type": free_by_type(pool, allocs),
-                    "nodes_refusing": refusing,
-                },
-                default=str,
-            )
+        out.emit_json(
+            {
+                "name": pool.name,
+                "allocations": allocs,
+                "nodes_alive": alive,
+                "node_states": states,
+                "free_by_type": free_by_type(pool, allocs),
+                "nodes_refusing": refusing,
+            }
         )
         return
-    Console(width=width, soft_wrap=False).print(
-        pool_view(pool, allocs, nodes_alive=alive if nodes else None, node_states=states)
+    view = pool_view(
+        pool,
+        allocs,
+        nodes_alive=alive if nodes else None,
+        node_states=states,
+        group_rows=out.format != "tsv",
     )
-    for name, why in sorted(refusing.items()):
-        click.echo(f"node {name} refuses work: {why}")
+    notes = [f"node {name} refuses work: {why}" for name, why in sorted(refusing.items())]
+    out.print([view, *notes])
 
 
 def node_state_label(liveness: str, admin: str | None, busy: bool) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -14,8 +13,9 @@ from predictor.exceptions import PredictorError
 from predictor.gpus import GPU_NAMES
 from predictor.serving import ServingPlan, plan
 from predictor.spec import JobSpec, load_specs
+from scheduler.cli.output import Output, dumps_json, output_options, resolve_format
 
-__all__ = ["contract_table", "plan_command", "plan_title", "render_plan"]
+__all__ = ["contract_table", "plan_command", "plan_parts", "plan_title", "render_plan"]
 
 
 def _s(x: float, unit: str = "s") -> str:
@@ -71,26 +71,39 @@ def plan_title(spec: JobSpec) -> str:
     )
 
 
-def render_plan(p: ServingPlan, out: TextIO | None = None, max_rows: int = 15) -> None:
-    """The options table for one job, its engine flags and skipped shapes."""
-    from rich.console import Console
-
+def plan_parts(p: ServingPlan, max_rows: int = 15) -> list[Any]:
+    """The options table for one job, its engine flags and skipped shapes (tables and lines)."""
     options = p.to_contract()["options"]
-    console = Console(file=out or sys.stdout, width=200)
-    console.print(contract_table(plan_title(p.spec), options, p.chosen, max_rows))
+    parts: list[Any] = [contract_table(plan_title(p.spec), options, p.chosen, max_rows)]
     if len(p.options) > max_rows:
-        console.print(f"... {len(p.options) - max_rows} more options (use --json for all)")
-    console.print(("chosen: " if p.chosen is not None else "[red]no option: [/]") + p.reason)
+        parts.append(f"... {len(p.options) - max_rows} more options (use --json for all)")
+    parts.append(("chosen: " if p.chosen is not None else "no option: ") + p.reason)
     for engine, argv in p.engine_flags().items():
-        console.print(f"  {engine}: {shlex.join(argv)}", markup=False, highlight=False)
+        parts.append(f"  {engine}: {shlex.join(argv)}")
     if p.skipped:
-        console.print(
+        parts.append(
             f"not considered ({len(p.skipped)}): "
             + "; ".join(f"{label}: {why}" for label, why in p.skipped[:4])
-            + (" ..." if len(p.skipped) > 4 else ""),
-            markup=False,
-            highlight=False,
+            + (" ..." if len(p.skipped) > 4 else "")
         )
+    return parts
+
+
+def render_plan(p: ServingPlan, out: TextIO | None = None, max_rows: int = 15) -> None:
+    """Print :func:`plan_parts` to ``out`` (a file, at 200 columns) or stdout by the rule of
+    :mod:`scheduler.cli.output`."""
+    parts = plan_parts(p, max_rows)
+    if out is None:
+        Output(resolve_format(None)).print(parts)
+        return
+    from rich.console import Console
+
+    console = Console(file=out, width=200)
+    for part in parts:
+        if isinstance(part, str):
+            console.print(part, markup=False, highlight=False)
+        else:
+            console.print(part)
 
 
 @click.command("plan")
@@ -102,8 +115,8 @@ def render_plan(p: ServingPlan, out: TextIO | None = None, max_rows: int = 15) -
     help="`task: serve` jobs as YAML, JSON or JSONL.",
 )
 @click.option("--gpu", type=click.Choice(GPU_NAMES), default=None, help="Plan on one type only.")
-@click.option("--json", "as_json", is_flag=True, help="One contract object per job per line.")
-def plan_command(input_path: Path, gpu: str | None, as_json: bool) -> None:
+@output_options(json_help="One contract object per job per line.")
+def plan_command(input_path: Path, gpu: str | None, out: Output) -> None:
     """Choose GPU type, TP, precision, batch and replicas meeting each job's latency SLO at the
     lowest cost. Throughputs are output tokens/s of one replica (its whole TP group)."""
     try:
@@ -112,7 +125,7 @@ def plan_command(input_path: Path, gpu: str | None, as_json: bool) -> None:
     except PredictorError as exc:
         raise click.ClickException(str(exc)) from None
     for p in plans:
-        if as_json:
-            sys.stdout.write(json.dumps(p.to_contract()) + "\n")
+        if out.json:
+            sys.stdout.write(dumps_json(p.to_contract()) + "\n")
         else:
-            render_plan(p)
+            out.print(plan_parts(p))

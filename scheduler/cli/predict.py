@@ -5,16 +5,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, cast
 
 import click
 import orjson
 
 from predictor.exceptions import PredictorError
-from predictor.gpus import GPU_NAMES, gpu_catalogue
+from predictor.gpus import GPU_NAMES, GpuType, gpu_catalogue
 from predictor.models import catalogue
 from predictor.prediction import Prediction, contract_rows
 from predictor.spec import JobSpec, load_specs
+from scheduler.cli.output import Format, Output, output_options
 
 __all__ = ["gpus_command", "models_command", "predict_command", "render_predictions"]
 
@@ -33,7 +34,10 @@ def _load_predictor(tier: str):  # type: ignore[no-untyped-def]
 
 
 def render_predictions(
-    specs: list[JobSpec], preds: list[Prediction], out: TextIO | None = None
+    specs: list[JobSpec],
+    preds: list[Prediction],
+    out: TextIO | None = None,
+    fmt: Format = "table",
 ) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -61,7 +65,10 @@ def render_predictions(
             _human_seconds(p.runtime_s),
             p.method,
         )
-    Console(file=out or sys.stdout, width=160).print(table)
+    if out is not None:
+        Console(file=out, width=160).print(table)
+        return
+    Output(fmt).print(table)
 
 
 def _human_seconds(s: float) -> str:
@@ -85,9 +92,10 @@ def _human_seconds(s: float) -> str:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["jsonl", "table"]),
+    type=click.Choice(["jsonl", "json", "table", "tsv"]),
     default="jsonl",
     show_default=True,
+    help="jsonl / json: one Prediction per line (the contract); table; tsv (tab-separated).",
 )
 @click.option(
     "--tier",
@@ -96,10 +104,13 @@ def _human_seconds(s: float) -> str:
     show_default=True,
     help="auto = learned + history + cached traces, else analytical; traced = wait for traces.",
 )
+@click.option("--json", "as_json", is_flag=True, help="The same as --format jsonl.")
 def predict_command(
-    input_path: Path, gpu: str | None, output: Path | None, fmt: str, tier: str
+    input_path: Path, gpu: str | None, output: Path | None, fmt: str, tier: str, as_json: bool
 ) -> None:
     """One Prediction per line and GPU type: the job's pinned `gpu`, else --gpu, else all."""
+    if as_json:
+        fmt = "jsonl"
     try:
         specs = load_specs(input_path)
         # Give id-less jobs a stable id so each output line can be matched to its input.
@@ -111,8 +122,10 @@ def predict_command(
         )
     except PredictorError as exc:
         raise click.ClickException(str(exc)) from None
-    if fmt == "table" and output is None:
-        render_predictions(specs, [Prediction.model_construct(**r) for r in rows])
+    if fmt in ("table", "tsv") and output is None:
+        render_predictions(
+            specs, [Prediction.model_construct(**r) for r in rows], fmt=cast(Format, fmt)
+        )
         return
     # JSONL needs only the rows: a Prediction object per row was a fifth of the command's time,
     # and the standard library's encoder half of what was left (orjson also writes inf as null).
@@ -124,19 +137,20 @@ def predict_command(
     else:
         output.write_bytes(lines)
         click.echo(f"wrote {len(rows)} predictions for {len(specs)} jobs to {output}", err=True)
-        if fmt == "table":
-            render_predictions(specs, [Prediction.model_construct(**r) for r in rows])
+        if fmt in ("table", "tsv"):
+            render_predictions(
+                specs, [Prediction.model_construct(**r) for r in rows], fmt=cast(Format, fmt)
+            )
 
 
 @click.command("models")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def models_command(as_json: bool) -> None:
+@output_options(json_help="Machine-readable output: catalogue name -> architecture.")
+def models_command(out: Output) -> None:
     """List catalogue models with their parameter counts and sources."""
     cat = catalogue()
-    if as_json:
-        click.echo(json.dumps({k: v.to_dict() for k, v in cat.items()}, indent=1))
+    if out.json:
+        out.emit_json({k: v.to_dict() for k, v in cat.items()}, indent=1)
         return
-    from rich.console import Console
     from rich.table import Table
 
     t = Table(title="Model catalogue")
@@ -152,7 +166,7 @@ def models_command(as_json: bool) -> None:
             f"{m.n_heads}/{m.n_kv_heads}",
             str(m.vocab_size),
         )
-    Console(width=140).print(t)
+    out.print(t)
 
 
 @click.command("gpus")
@@ -161,9 +175,11 @@ def models_command(as_json: bool) -> None:
     is_flag=True,
     help="Print the runtime model's efficiency table (fitted and quoted) instead.",
 )
-def gpus_command(efficiencies: bool) -> None:
+@output_options(
+    json_help="One object per GPU type: memory, bandwidth, dense peaks, MIG profiles, price."
+)
+def gpus_command(efficiencies: bool, out: Output) -> None:
     """List GPU types: memory, bandwidth, peaks, MIG profiles and prices."""
-    from rich.console import Console
     from rich.table import Table
 
     if efficiencies:
@@ -171,7 +187,9 @@ def gpus_command(efficiencies: bool) -> None:
 
         click.echo(efficiency_table_text())
         return
-
+    if out.json:
+        out.emit_json([_gpu_json(g) for g in gpu_catalogue().values()])
+        return
     t = Table(title="GPU catalogue (dense peaks)")
     for c in ("GPU", "memory GiB", "HBM GB/s", "BF16 TFLOPS", "FP8", "FP4", "$/h", "MIG profiles"):
         t.add_column(c)
@@ -186,4 +204,29 @@ def gpus_command(efficiencies: bool) -> None:
             f"{g.price_usd_per_hour:.2f}",
             " ".join(p.name for p in g.mig_profiles),
         )
-    Console(width=160).print(t)
+    out.print(t)
+
+
+def _gpu_json(g: GpuType) -> dict[str, object]:
+    """One GPU type as typed JSON (peaks in dense TFLOP/s by dtype; sources as quoted)."""
+    return {
+        "name": g.name,
+        "memory_gib": g.memory_gib,
+        "hbm_bandwidth_gbps": g.hbm_bandwidth_gbps,
+        "peak_tflops": dict(g.peak_tflops),
+        "nvlink_bandwidth_gbps": g.nvlink_bandwidth_gbps,
+        "tdp_w": g.tdp_w,
+        "price_usd_per_hour": g.price_usd_per_hour,
+        "mig_profiles": [
+            {
+                "name": p.name,
+                "compute_slices": p.compute_slices,
+                "memory_slices": p.memory_slices,
+                "memory_gib": p.memory_gib,
+                "max_instances": p.max_instances,
+                "placements": list(p.placements),
+            }
+            for p in g.mig_profiles
+        ],
+        "sources": dict(g.sources),
+    }

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
+
+from scheduler.cli._options import ShippedFile
+from scheduler.cli.output import Output, dumps_json, output_options
 
 __all__ = ["profile_command"]
 
@@ -16,8 +18,9 @@ __all__ = ["profile_command"]
     "--input",
     "input_path",
     required=True,
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="Jobs to run: a JSONL file of JobSpecs or a sweep YAML (datasets/sweeps/*.yaml).",
+    type=ShippedFile(),
+    help="Jobs to run: a JSONL file of JobSpecs or a sweep YAML (datasets/sweeps/*.yaml, "
+    "found from any folder).",
 )
 @click.option(
     "--output",
@@ -74,6 +77,10 @@ __all__ = ["profile_command"]
     show_default=True,
     help="How long the calibration runs.",
 )
+@output_options(
+    table=False,
+    json_help="One JSON object per job (its outcome), then the summary object.",
+)
 def profile_command(
     input_path: Path,
     output_path: Path,
@@ -84,6 +91,7 @@ def profile_command(
     isolation: str,
     calibrate: bool,
     calibrate_seconds: float,
+    out: Output,
 ) -> None:
     """Run each job for real with random-init Hugging Face models and record what it used."""
     try:
@@ -108,6 +116,9 @@ def profile_command(
             click.echo(f"calibration failed: {cal.get('message')} (see {cal_path})", err=True)
 
     def show(job: str, outcome: dict[str, Any]) -> None:
+        if out.json:
+            out.emit_json({"job": job, **outcome})
+            return
         status = outcome.get("status")
         bits = [
             f"{k}={outcome[k]:.4g}"
@@ -131,4 +142,4 @@ def profile_command(
         )
     except (PredictorError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(json.dumps(summary.as_dict()))
+    click.echo(dumps_json(summary.as_dict()))

@@ -391,8 +391,12 @@ def pool_view(
     peaks_gib: Mapping[str, float] | None = None,
     nodes_alive: Mapping[str, bool] | None = None,
     node_states: Mapping[str, str] | None = None,
+    group_rows: bool = True,
 ) -> RenderableType:
     """Per node and GPU: who runs where, reserved vs used VRAM, MIG layout; free by type.
+
+    ``group_rows=False`` repeats the node, type and mode on every GPU's row (for tab-separated
+    output, where each line must stand alone for ``grep``/``cut``).
 
     ``allocations`` are ``P:allocs`` values (job id -> allocation JSON). ``peaks_gib`` gives a
     job's measured (or, while running, predicted) per-GPU VRAM; without it "used" is the
@@ -429,11 +433,12 @@ def pool_view(
             for jid, a in held:
                 o = a.get("option") or {}
                 used_gib += float(peaks.get(jid, o.get("vram_gib") or 0.0))
+            first = k == 0 or not group_rows
             table.add_row(
-                (node.name + alive) if k == 0 else "",
+                (node.name + alive) if first else "",
                 str(g),
-                node.gpu_type if k == 0 else "",
-                node.mode if k == 0 else "",
+                node.gpu_type if first else "",
+                node.mode if first else "",
                 f"{_mib_gib(reserved)}/{_mib_gib(cap_mib)}",
                 f"{used_gib:.1f}" if held else "-",
                 _gpu_cell(pool, g, held, int(state.mig_occ[g])),

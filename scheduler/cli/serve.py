@@ -5,11 +5,12 @@ deployment with :func:`render_deployment`."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import shlex
 from typing import Any
 
 import click
+
+from scheduler.cli.output import dumps_json
 
 __all__ = ["render_deployment", "serve_command"]
 
@@ -98,7 +99,7 @@ def scale_command(deployment_id: str, rate: float, redis_url: str | None, as_jso
         raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(
-            json.dumps(
+            dumps_json(
                 {
                     "id": res.deployment_id,
                     "rate": res.rate,
@@ -129,7 +130,7 @@ def status_command(deployment_id: str | None, redis_url: str | None, as_json: bo
     except SchedulerError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        click.echo(json.dumps([v.to_dict() for v in views]))
+        click.echo(dumps_json([v.to_dict() for v in views]))
         return
     if not views:
         click.echo("no deployments; submit a `task: serve` spec with `snugfit submit`")

@@ -12,6 +12,9 @@ from typing import Any
 
 import click
 
+from scheduler.cli._options import pool_option
+from scheduler.cli.output import Output, output_options
+
 __all__ = [
     "cancel_command",
     "logs_command",
@@ -23,6 +26,7 @@ __all__ = [
 _redis_opt = click.option(
     "--redis",
     "redis_url",
+    envvar="SNUGFIT_REDIS_URL",
     default=None,
     help="Redis URL (default: $SNUGFIT_REDIS_URL, else embedded).",
 )
@@ -112,13 +116,16 @@ def status_command(
     """Show one job's status, or a count per state and the jobs in --state."""
     from scheduler.exceptions import SchedulerError
 
-    client = _client(redis_url)
     try:
+        client = _client(redis_url)
         if job_id is not None:
             h = client.get(job_id)
             rec = h.record()
             if as_json:
-                click.echo(json.dumps(_typed_record(h, rec), default=str))
+                from scheduler.cli._views import job_view
+                from scheduler.cli.output import dumps_json
+
+                click.echo(dumps_json(job_view(rec)))
                 return
             p = h.placement
             o = h.outcome
@@ -130,8 +137,9 @@ def status_command(
                 )
             if o is not None:
                 click.echo(
-                    f"  outcome: exit {o.exit_code}, peak {o.peak_vram_gib} GiB, "
-                    f"runtime {o.runtime_s} s, oom {o.oom}{', SIMULATED' if o.simulated else ''}"
+                    f"  outcome: exit {_or_dash(o.exit_code)}, peak {_or_dash(o.peak_vram_gib)} "
+                    f"GiB, runtime {_or_dash(o.runtime_s)} s, oom {o.oom}"
+                    f"{', SIMULATED' if o.simulated else ''}"
                 )
             if rec.get("reason"):
                 click.echo(f"  reason: {rec['reason']}")
@@ -151,54 +159,60 @@ def status_command(
         raise _fail(exc) from None
 
 
-def _typed_record(h: Any, rec: dict[str, str]) -> dict[str, Any]:
-    """The job record as typed JSON: JSON fields decoded, numbers as numbers, and placement and
-    outcome validated by their pydantic records (not the raw Redis hash of strings)."""
-    from scheduler.cli.ops import parse_record
-
-    out = parse_record(rec)
-    if h.placement is not None:
-        out["placement"] = h.placement.model_dump()
-    if h.outcome is not None:
-        out["outcome"] = h.outcome.model_dump()
-    return out
+def _or_dash(v: object) -> str:
+    return "-" if v is None else str(v)
 
 
 @click.command("cancel")
 @click.argument("job_id")
 @_redis_opt
-def cancel_command(job_id: str, redis_url: str | None) -> None:
+@output_options(table=False, json_help="Print {id, result} as JSON.")
+def cancel_command(job_id: str, redis_url: str | None, out: Output) -> None:
     """Cancel a job (a running one is stopped by its worker)."""
+    from scheduler.cli._views import CancelView
     from scheduler.exceptions import SchedulerError
 
     try:
         got = _client(redis_url).cancel(job_id)
     except SchedulerError as exc:
         raise _fail(exc) from None
+    if out.json:
+        out.emit_json(CancelView(id=job_id, result=got))
+        return
     click.echo(f"{job_id}: {got}")
 
 
 @click.command("logs")
 @click.argument("job_id")
+@click.option(
+    "-f",
+    "--follow",
+    is_flag=True,
+    help="Keep printing new output until the job ends (waits for a job that has not started; "
+    "exit status 0 if it succeeded, 1 otherwise; Ctrl-C stops following).",
+)
 @_redis_opt
-def logs_command(job_id: str, redis_url: str | None) -> None:
+@output_options(
+    table=False,
+    json_help="JSON: {id, state, attempt, text}; with -f one object per line (kind output, "
+    "state or end).",
+)
+def logs_command(job_id: str, follow: bool, redis_url: str | None, out: Output) -> None:
     """Print a job's captured stdout/stderr (the last 1 MiB)."""
+    from scheduler.cli._follow import follow_logs, print_logs
     from scheduler.exceptions import SchedulerError
 
     try:
-        click.echo(_client(redis_url).get(job_id).logs(), nl=False)
+        client = _client(redis_url)
+        if follow:
+            raise SystemExit(follow_logs(client, job_id, out))
+        print_logs(client, job_id, out)
     except SchedulerError as exc:
         raise _fail(exc) from None
 
 
 @click.command("scheduler")
-@click.option(
-    "--pool",
-    "pool_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=Path("datasets/pools/mixed.toml"),
-    show_default=True,
-)
+@pool_option()
 @click.option("--policy", default="rightsize", show_default=True)
 @_redis_opt
 @click.option(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
+
+from scheduler.cli._options import pool_option
+from scheduler.cli.output import Output, output_options
 
 __all__ = ["simulate_command"]
 
@@ -28,9 +30,9 @@ def simulate_command() -> None:
     "repeatable.",
 )
 @click.option("--seeds", type=int, default=10, show_default=True, help="Seeds 42, 43, ...")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@output_options(table=False, json_help="Print one JSON object.")
 def openb_command(
-    nodes: Path | None, pods: Path | None, policies: tuple[str, ...], seeds: int, as_json: bool
+    nodes: Path | None, pods: Path | None, policies: tuple[str, ...], seeds: int, out: Output
 ) -> None:
     """Replay the Alibaba openb trace to 130% arrived GPU demand (FGD paper protocol)."""
     from scheduler.exceptions import SchedulerError
@@ -46,9 +48,8 @@ def openb_command(
         results = [replay_seeds(cluster, workload, p, seed_list) for p in policies]
     except SchedulerError as exc:
         raise click.ClickException(str(exc)) from None
-    out = results[0] if len(results) == 1 else {"policies": results}
-    if as_json:
-        click.echo(json.dumps(out))
+    if out.json:
+        out.emit_json(results[0] if len(results) == 1 else {"policies": results})
         return
     for r in results:
         click.echo(
@@ -73,13 +74,7 @@ _TABLE_COLUMNS = (
 
 
 @simulate_command.command(name="workload")
-@click.option(
-    "--pool",
-    "pool_path",
-    type=click.Path(path_type=Path),
-    default=Path("datasets/pools/mixed.toml"),
-    show_default=True,
-)
+@pool_option(dest="pool_path")
 @click.option(
     "--policy", "policies", multiple=True, help="Repeatable; default rightsize+requested."
 )
@@ -99,7 +94,7 @@ _TABLE_COLUMNS = (
     show_default=True,
     help="First-run predictions: the analytical tier, or the shipped learned tier (the service's).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@output_options(json_help="Print one JSON object.")
 def workload_command(
     pool_path: Path,
     policies: tuple[str, ...],
@@ -108,7 +103,7 @@ def workload_command(
     jobs_per_day: float | None,
     feedback: bool,
     predictor: str,
-    as_json: bool,
+    out: Output,
 ) -> None:
     """Simulate the realistic workload on a pool, several policies side by side."""
     from scheduler.core.pool import load_pool
@@ -141,10 +136,9 @@ def workload_command(
         "n_jobs": len(wl),
         "results": rows,
     }
-    if as_json:
-        click.echo(json.dumps(payload))
+    if out.json:
+        out.emit_json(payload)
         return
-    from rich.console import Console
     from rich.table import Table
 
     title = f"{len(wl)} jobs, {days:g} days, pool {pool.name}, seed {seed}"
@@ -158,4 +152,4 @@ def workload_command(
             v = r.get(key)
             cells.append("-" if v is None else fmt.format(v))
         table.add_row(str(r["policy"]), *cells)
-    Console().print(table)
+    out.print(table)

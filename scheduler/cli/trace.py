@@ -5,10 +5,11 @@ The logic lives in ``predictor.traced``; this module only parses options and pri
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
+
+from scheduler.cli.output import dumps_json
 
 __all__ = ["trace_command"]
 
@@ -41,7 +42,7 @@ def trace_command(
         if as_json:
             row: dict[str, object] = {"id": o.id or f"job-{i}", "status": o.status, "key": o.key}
             row.update({"reserved_gib": peak, "reason": o.reason or None, "wall_s": o.wall_s})
-            click.echo(json.dumps(row))
+            click.echo(dumps_json(row))
         else:
             what = f"reserved {peak:.2f} GiB" if peak is not None else o.reason.splitlines()[0]
             click.echo(f"{o.id or f'job-{i}'}: {o.status}  {what}")

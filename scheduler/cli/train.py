@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import click
 
 from scheduler.cli._options import measurement_files
+from scheduler.cli.output import Output, output_options
 
 if TYPE_CHECKING:
     from predictor.measurements import Measurement
@@ -106,6 +107,10 @@ def _output_path(output: str | None, overwrite_shipped: bool) -> Path:
     help="Runtime upper-bound target coverage.",
 )
 @click.option("--folds", default=5, show_default=True, help="Grouped CV folds (by source).")
+@output_options(
+    table=False,
+    json_help="One JSON object: version, data hash, artifact path and per-metric CV and state.",
+)
 def train_command(
     paths: tuple[str, ...],
     history: tuple[str, ...],
@@ -116,6 +121,7 @@ def train_command(
     coverage: float,
     runtime_coverage: float,
     folds: int,
+    out: Output,
 ) -> None:
     """Train the learned tier; a metric that grouped CV finds worse falls back to analytical."""
     from predictor.artifact import save_artifact
@@ -142,11 +148,34 @@ def train_command(
         model = LearnedPredictor(
             coverage=coverage, n_splits=folds, runtime_coverage=runtime_coverage, base=base
         ).fit(ms)
-        out = save_artifact(model, _output_path(output, overwrite_shipped))
+        out_path = save_artifact(model, _output_path(output, overwrite_shipped))
     except PredictorError as exc:
         raise click.ClickException(str(exc)) from None
+    if out.json:
+        metrics: dict[str, dict[str, object]] = {}
+        for metric in sorted(set(model.cv_) | set(model.fallback_)):
+            cv = model.cv_.get(metric, {})
+            metrics[metric] = {
+                "analytical_mape": cv.get("analytical_mape"),
+                "learned_mape": cv.get("learned_mape"),
+                "enabled": metric not in model.fallback_,
+                "shrink": model.shrink_.get(metric),
+                "fallback_reason": model.fallback_.get(metric),
+            }
+        out.emit_json(
+            {
+                "method": model.method,
+                "version": model.version_,
+                "data_hash": model.data_hash_,
+                "n_runs": len(ms),
+                "n_from_redis": n_redis if redis_url else None,
+                "artifact": str(out_path),
+                "metrics": metrics,
+            }
+        )
+        return
     where = f" ({n_redis} from Redis history)" if redis_url else ""
-    click.echo(f"trained {model.method} on {len(ms)} measured runs{where} → {out}")
+    click.echo(f"trained {model.method} on {len(ms)} measured runs{where} → {out_path}")
     for metric, cv in model.cv_.items():
         state = (
             "fallback: " + model.fallback_[metric]

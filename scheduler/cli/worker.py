@@ -8,17 +8,17 @@ from pathlib import Path
 
 import click
 
+from scheduler.cli._options import pool_option
+
 __all__ = ["worker_command"]
 
 
 @click.command("worker")
 @click.option("--node", required=True, help="Node name as in the pool file.")
-@click.option(
-    "--pool",
-    "pool_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@pool_option(
     default=None,
-    help="Pool file (default: the pool the scheduler stored in Redis).",
+    help="Pool: a TOML file or a shipped pool name (default: the pool the scheduler stored "
+    "in Redis).",
 )
 @click.option("--simulate", is_flag=True, help="Simulated execution (no GPU): scaled time.")
 @click.option(
@@ -35,7 +35,13 @@ __all__ = ["worker_command"]
     help="Seed of the simulated truth (--simulate), as `snugfit simulate --seed` uses it "
     "(default $SNUGFIT_TRUTH_SEED or 0).",
 )
-@click.option("--redis", "redis_url", default=None, help="Redis URL (default: env / embedded).")
+@click.option(
+    "--redis",
+    "redis_url",
+    envvar="SNUGFIT_REDIS_URL",
+    default=None,
+    help="Redis URL (default: env / embedded).",
+)
 @click.option(
     "--lease",
     type=float,

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from predictor._paths import datasets_dir
 from scheduler.exceptions import SimulationError
 
 __all__ = [
@@ -43,7 +44,7 @@ __all__ = [
     "oom_fraction",
 ]
 
-RESIDUALS_PATH = Path(__file__).resolve().parents[2] / "datasets/workloads/residuals.json"
+RESIDUALS_PATH = datasets_dir() / "workloads" / "residuals.json"
 _QUANTILE_LEVELS = tuple(round(x, 3) for x in np.linspace(0.0, 1.0, 41))
 REGENERATE = ".venv/bin/python -m scheduler.sim.truth"
 # Share of the measured log-ratios dropped before fitting, half from each tail (see fit_residuals).

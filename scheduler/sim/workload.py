@@ -26,6 +26,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from predictor._paths import datasets_dir
 from predictor.gpus import GPU_NAMES
 from predictor.models import resolve_model
 from predictor.spec import JobSpec, parse_spec
@@ -41,7 +42,7 @@ __all__ = [
     "load_mix",
 ]
 
-MIX_PATH = Path(__file__).resolve().parents[2] / "datasets/workloads/mix.yaml"
+MIX_PATH = datasets_dir() / "workloads" / "mix.yaml"
 SECONDS_PER_DAY = 86_400.0
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from scheduler.cli._options import pool_option
+
 __all__ = ["demo_command"]
 
 
@@ -25,12 +27,10 @@ __all__ = ["demo_command"]
     help="Where the report, summary and logs go (default: a new temp dir).",
 )
 @click.option("--no-live", is_flag=True, help="Plain progress lines instead of a live view.")
-@click.option(
-    "--pool",
-    "pool_path",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+@pool_option(
     default=None,
-    help="Pool file (default: datasets/pools/mixed.toml, 32 GPUs).",
+    dest="pool_path",
+    help="Pool: a TOML file or a shipped pool name (default: mixed, 32 GPUs).",
 )
 @click.option("--policy", default="rightsize", show_default=True, help="Live scheduler policy.")
 @click.option(

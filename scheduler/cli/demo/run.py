@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from predictor._paths import datasets_dir
 from predictor.gpus import GPU_NAMES
 from scheduler.cli.demo.live import Attempt, live_metrics
 from scheduler.cli.demo.processes import ProcessGroup, snugfit_argv
@@ -37,7 +38,7 @@ from scheduler.exceptions import SchedulerError
 
 __all__ = ["DEMO_POOL", "DemoConfig", "DemoResult", "run_demo"]
 
-DEMO_POOL = Path(__file__).resolve().parents[3] / "datasets/pools/mixed.toml"
+DEMO_POOL = datasets_dir() / "pools" / "mixed.toml"
 _BASELINE = "requested"
 _REPORT_POLICIES = ("rightsize", "requested", "firstfit", "bestfit")
 _POLL_S = 0.25
@@ -182,6 +183,8 @@ def run_demo(cfg: DemoConfig, console: Any | None = None) -> DemoResult:
             "SNUGFIT_REDIS_URL": url,
             "SNUGFIT_HOME": str(home),
             "SNUGFIT_TIME_SCALE": repr(scale),
+            # The children take the demo's own arguments, not a snugfit.toml where it runs.
+            "SNUGFIT_CONFIG": "none",
             "PYTHONUNBUFFERED": "1",
         }
         logs = out_dir / "logs"
