@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import click
 
-__all__ = ["dashboard_command"]
+__all__ = ["dashboard_command", "start_with_metrics"]
 
 
 @click.command(name="dashboard")
@@ -76,3 +77,26 @@ def dashboard_command(
         serve(app, sock, log_level="info" if verbose else "warning", access_log=verbose)
     finally:
         store.close()
+
+
+def start_with_metrics(store: Any, host: str, port: int | None) -> tuple[Any, Any]:
+    """For ``snugfit scheduler --dashboard``: the scheduler's :class:`Telemetry` and the
+    dashboard serving it at ``/metrics``, on a background thread on ``host:port`` (8765 when
+    None). Returns ``(telemetry, running dashboard)``; ``.shutdown()`` stops it."""
+    from scheduler.dashboard.app import create_app
+    from scheduler.dashboard.server import DEFAULT_PORT, start_in_thread
+    from scheduler.exceptions import ServiceError
+    from scheduler.service.telemetry import Telemetry
+
+    telemetry = Telemetry(store.raw, keys=store.keys)
+    app = create_app(store, telemetry=telemetry)
+    try:
+        running = start_in_thread(
+            app,
+            host,
+            DEFAULT_PORT if port is None else port,
+            flags=("--metrics-port", "--metrics-host"),
+        )
+    except ServiceError as exc:
+        raise click.ClickException(str(exc)) from None
+    return telemetry, running

@@ -26,6 +26,7 @@ from scheduler.cli.render import (
     pending_reason,
 )
 from scheduler.core.decision import Decision, Option
+from scheduler.dashboard.pending import DERIVED_POLICY, pending_decisions
 from scheduler.dashboard.reads import newest_events
 from scheduler.exceptions import SchedulerError
 
@@ -46,6 +47,8 @@ def job_data(store: Any, job_id: str) -> dict[str, Any] | None:
     state = str(rec.get("state") or "?")
     spec = rec.get("spec") if isinstance(rec.get("spec"), dict) else {}
     decision, decision_error = _decision(rec)
+    if decision is None and state == "pending" and decision_error is None:
+        decision = pending_decisions(store, [job_id]).get(job_id)
     preds = rec.get("predictions") if isinstance(rec.get("predictions"), dict) else None
     outcome = rec.get("outcome") if isinstance(rec.get("outcome"), dict) else None
     chosen = decision.chosen_option if decision is not None else None
@@ -67,6 +70,7 @@ def job_data(store: Any, job_id: str) -> dict[str, Any] | None:
         "reason": str(rec.get("reason") or ""),
         "pending_reason": pending_reason(decision, state) if waiting else None,
         "decision": None if decision is None else _decision_view(decision),
+        "decision_derived": decision is not None and decision.policy == DERIVED_POLICY,
         "decision_error": decision_error,
         "breakdown": _breakdown(preds, chosen),
         "predicted_vs_actual": _vs_actual(chosen, outcome),

@@ -15,6 +15,7 @@ from typing import Any
 
 from scheduler.cli.render import option_label, pending_reason
 from scheduler.core.decision import Decision
+from scheduler.dashboard.pending import pending_decisions
 from scheduler.dashboard.reads import job_records, newest_job_ids
 from scheduler.exceptions import SchedulerError
 from scheduler.service.store.keys import ACTIVE_STATES, JobState
@@ -49,22 +50,45 @@ def queue_data(
     for state in ACTIVE_ORDER:
         active.extend(store.job_ids(state))
     states = set(ACTIVE_STATES)
-    rows = [job_row(r, now=now, time_scale=time_scale) for r in job_records(store, active, _FIELDS)]
+    recs = [r for r in job_records(store, active, _FIELDS) if r.get("state") in states]
+    recs.sort(key=lambda r: (r.get("submitted_at") or math.inf, str(r.get("id"))))
+    # Pending jobs keep no decision in Redis: derive why they wait for those listed.
+    undecided = [
+        str(r["id"])
+        for r in recs[: limit + recent]
+        if r.get("state") == "pending" and not isinstance(r.get("decision"), dict)
+    ]
+    derived = pending_decisions(store, undecided, now=now)
+    rows = [
+        job_row(r, now=now, time_scale=time_scale, derived=derived.get(str(r["id"])))
+        for r in recs
+    ]
     rank = {s: k for k, s in enumerate(ACTIVE_ORDER)}
-    rows = [r for r in rows if r["state"] in states]
     rows.sort(key=lambda r: (rank.get(r["state"], 9), r["submitted_at"] or math.inf, r["id"]))
     newest = job_records(store, newest_job_ids(store, recent), _FIELDS)
+    missing = [str(r["id"]) for r in newest if r.get("state") == "pending"]
+    derived.update(pending_decisions(store, [j for j in missing if j not in derived], now=now))
     return {
         "counts": counts,
         "jobs": rows[:limit],
         "more": max(len(rows) - limit, 0),
-        "recent": [job_row(r, now=now, time_scale=time_scale) for r in newest],
+        "recent": [
+            job_row(r, now=now, time_scale=time_scale, derived=derived.get(str(r["id"])))
+            for r in newest
+        ],
         "time_scale": time_scale,
     }
 
 
-def job_row(rec: Mapping[str, Any], *, now: float, time_scale: float = 1.0) -> dict[str, Any]:
-    """One queue row from a parsed job record (:func:`scheduler.cli.ops.parse_record`)."""
+def job_row(
+    rec: Mapping[str, Any],
+    *,
+    now: float,
+    time_scale: float = 1.0,
+    derived: Decision | None = None,
+) -> dict[str, Any]:
+    """One queue row from a parsed job record (:func:`scheduler.cli.ops.parse_record`);
+    ``derived`` is the pending decision :mod:`.pending` worked out for a job with none stored."""
     scale = time_scale if time_scale > 0 else 1.0
     state = str(rec.get("state") or "?")
     spec = rec.get("spec") if isinstance(rec.get("spec"), dict) else {}
@@ -107,16 +131,16 @@ def job_row(rec: Mapping[str, Any], *, now: float, time_scale: float = 1.0) -> d
         "remaining_s": remaining,
         "cost_usd": _num(place.get("cost_usd")) if place else None,
         "peak_vram_gib": _num(outcome.get("peak_vram_gib")) if outcome else None,
-        "reason": _reason(rec, state),
+        "reason": _reason(rec, state, derived),
         "method": rec.get("method"),
         "simulated": bool(rec.get("simulated")),
     }
 
 
-def _reason(rec: Mapping[str, Any], state: str) -> str:
+def _reason(rec: Mapping[str, Any], state: str, derived: Decision | None) -> str:
     """Why a pending job waits (``Reason=...``); otherwise the record's own reason."""
     if state == "pending":
-        decision = None
+        decision = derived
         raw = rec.get("decision")
         if isinstance(raw, dict):
             try:

@@ -33,9 +33,11 @@ _SHUTDOWN_GRACE_S = 2
 _START_TIMEOUT_S = 15.0
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind(
+    host: str, port: int, *, flags: tuple[str, str] = ("--port", "--host")
+) -> socket.socket:
     """A listening TCP socket on ``host:port`` (0 = a free port); ServiceError naming the
-    address and the fix when it is taken or not ours."""
+    address and the fix (the command's ``flags`` for port and host) when it is taken."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -45,7 +47,8 @@ def bind(host: str, port: int) -> socket.socket:
         sock.close()
         raise ServiceError(
             f"cannot serve the dashboard on {host}:{port}: {exc.strerror or exc}; pick a free "
-            "port with --port (0 picks one) or another address with --host"
+            f"port with {flags[0]} (0 picks one)"
+            + (f" or another address with {flags[1]}" if flags[1] else "")
         ) from None
     sock.listen(128)
     sock.set_inheritable(True)
@@ -88,12 +91,21 @@ class RunningDashboard:
         self.server.should_exit = True
         self.thread.join(timeout_s)
 
+    def shutdown(self) -> None:
+        """As ``stop()``: the name prometheus-client's metrics server uses."""
+        self.stop()
+
 
 def start_in_thread(
-    app: Any, host: str = DEFAULT_HOST, port: int = 0, *, log_level: str = "warning"
+    app: Any,
+    host: str = DEFAULT_HOST,
+    port: int = 0,
+    *,
+    log_level: str = "warning",
+    flags: tuple[str, str] = ("--port", "--host"),
 ) -> RunningDashboard:
     """Serve ``app`` on a background thread; returns once it accepts connections."""
-    sock = bind(host, port)
+    sock = bind(host, port, flags=flags)
     url = url_of(sock)
     server = _server(app, log_level=log_level, access_log=False)
     thread = threading.Thread(

@@ -1,13 +1,16 @@
 """Cost and GPU-hours over time, from the placement log.
 
-Each attempt is billed when it ends (``finished`` or ``oom``, or ``cancelled``/``reclaimed``
-after it started), as the demo's live metrics bill it: the chosen option's predicted cost
-scaled by how long it really held the slot, ``cost_usd * held / runtime_s``, and GPU-hours as
-that cost over the type's price per GPU-hour (so a MIG slice or a share counts as the part of
-a GPU it was priced as). ``held`` is the measured ``outcome.runtime_s`` (workload seconds, also
-for simulated runs); an attempt that ended without an outcome (a reclaimed lease) is billed for
-its wall-clock time from ``started`` to its end event. OOM-killed attempts are billed too: the
-slot was held.
+Each attempt is charged when its end event (``finished``, ``oom``, ``cancelled`` or a user's
+``requeued``) carries a measured runtime, with the definitions ``snugfit acct`` uses:
+
+- cost = the placement's predicted cost x measured runtime / predicted runtime: the option's
+  price per second, as the scheduler priced it, for as long as the attempt held it;
+- GPU-hours = GPUs held x measured hours, where a MIG slice counts as its share of the GPU's
+  memory and an MPS share as its reservation's share of the GPU.
+
+The runtime is ``outcome.runtime_s``: workload seconds, also for time-scaled simulated runs.
+OOM-killed attempts are charged (the slot was held); an attempt that ended without a measured
+outcome (a lost lease) is not.
 
 :class:`UsageTail` reads the stream incrementally (from where the last call stopped), so a
 page that refreshes every few seconds costs one short ``XRANGE`` per refresh.
@@ -23,15 +26,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.core.pool import Pool
-from scheduler.exceptions import SchedulerError
+from predictor.gpus import GPU_NAMES, get_gpu
 
-__all__ = ["BilledAttempt", "UsageTail", "usage_series"]
+__all__ = ["BilledAttempt", "UsageTail", "gpu_share", "usage_series"]
 
 _CHUNK = 5000
 # Attempts remembered between their placement and their end (running jobs, with headroom).
 _MAX_OPEN = 200_000
-_ENDS = ("finished", "oom", "cancelled", "reclaimed")
+_ENDS = ("finished", "oom", "cancelled", "requeued")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,28 +47,20 @@ class BilledAttempt:
     simulated: bool
 
 
-@dataclass(slots=True)
-class _Open:
-    option: dict[str, Any]
-    started_at: float | None = None
-
-
 class UsageTail:
     """Billed attempts of the placement log, read incrementally; thread-safe."""
 
     def __init__(self, store: Any) -> None:
         self.store = store
         self._after = "0"
-        self._open: OrderedDict[tuple[str, int], _Open] = OrderedDict()
+        self._open: OrderedDict[tuple[str, int], dict[str, Any]] = OrderedDict()
         self._billed: list[BilledAttempt] = []
-        self._prices: dict[str, float] = {}
         self._lock = threading.Lock()
 
     def poll(self) -> list[BilledAttempt]:
         """Ingest what was appended since the last call; returns every billed attempt so far,
         in end order."""
         with self._lock:
-            self._load_prices()
             while True:
                 page = self.store.events(after=self._after, count=_CHUNK)
                 for eid, event in page:
@@ -76,16 +70,6 @@ class UsageTail:
                     break
             return list(self._billed)
 
-    def _load_prices(self) -> None:
-        config = self.store.pool_config()
-        if config is None:
-            return
-        try:
-            pool = Pool.from_dict(config)
-        except SchedulerError:
-            return
-        self._prices = {t: pool.price_for(t) for t in pool.types_present()}
-
     def _ingest(self, e: Mapping[str, Any]) -> None:
         kind = e.get("event")
         jid, att = e.get("job_id"), e.get("attempt")
@@ -93,39 +77,49 @@ class UsageTail:
             return
         key = (jid, att)
         if kind == "placed" and isinstance(e.get("option"), dict):
-            self._open[key] = _Open(dict(e["option"]))
+            self._open[key] = dict(e["option"])
             if len(self._open) > _MAX_OPEN:
                 self._open.popitem(last=False)
             return
-        got = self._open.get(key)
-        if got is None:
+        if kind == "reclaimed":  # a lost lease: the attempt is over, with nothing measured
+            self._open.pop(key, None)
             return
+        o = self._open.get(key)
         ts = _num(e.get("ts"))
-        if kind == "started":
-            got.started_at = ts
-            return
-        if kind not in _ENDS or ts is None:
+        if o is None or kind not in _ENDS or ts is None:
             return
         out = e.get("outcome") if isinstance(e.get("outcome"), dict) else None
         held = _num(out.get("runtime_s")) if out else None
-        if held is None and got.started_at is not None:
-            held = max(ts - got.started_at, 0.0)
-        del self._open[key]
+        if kind in ("finished", "oom") or held is not None:
+            del self._open[key]
         if held is None:
-            return  # cancelled or reclaimed before it started: nothing was held
-        o = got.option
+            return  # no measured outcome (a lost lease, a cancel before it started)
         rt, cost = _num(o.get("runtime_s")), _num(o.get("cost_usd"))
-        if rt is None or rt <= 0 or cost is None:
+        if cost is None or rt is None:
             return
-        billed = cost * held / rt
-        gpu_type = str(o.get("gpu_type"))
-        price = self._prices.get(gpu_type)
+        billed = cost * held / rt if rt > 0 else 0.0
         sim = bool(e.get("simulated") or (out and out.get("simulated")))
         bisect.insort(
             self._billed,
-            BilledAttempt(jid, att, ts, gpu_type, billed, billed / price if price else 0.0, sim),
+            BilledAttempt(
+                jid, att, ts, str(o.get("gpu_type")), billed, gpu_share(o) * held / 3600, sim
+            ),
             key=lambda b: b.ended_at,
         )
+
+
+def gpu_share(opt: Mapping[str, Any]) -> float:
+    """GPUs an option holds: its GPU count, a MIG slice's share of the GPU's memory, or a
+    shared GPU's reserved share."""
+    kind = opt.get("kind")
+    cap, res = _num(opt.get("capacity_gib")), _num(opt.get("reserved_gib"))
+    if kind == "mig" and cap:
+        name = str(opt.get("gpu_type"))
+        full = get_gpu(name).memory_gib if name in GPU_NAMES else None
+        return min(1.0, cap / full) if full else 1.0
+    if kind == "shared" and cap and res is not None:
+        return min(1.0, res / cap)
+    return float(opt.get("n_gpus") or 1)
 
 
 def usage_series(billed: list[BilledAttempt], *, max_points: int = 240) -> dict[str, Any]:
@@ -137,11 +131,11 @@ def usage_series(billed: list[BilledAttempt], *, max_points: int = 240) -> dict[
         "gpu_hours": [],
         "cost_by_type": {t: [] for t in types},
         "totals": {
-            "cost_usd": round(sum(b.cost_usd for b in billed), 6),
-            "gpu_hours": round(sum(b.gpu_hours for b in billed), 6),
+            "cost_usd": sum(b.cost_usd for b in billed),
+            "gpu_hours": sum(b.gpu_hours for b in billed),
             "attempts": len(billed),
             "cost_by_type": {
-                t: round(sum(b.cost_usd for b in billed if b.gpu_type == t), 6) for t in types
+                t: sum(b.cost_usd for b in billed if b.gpu_type == t) for t in types
             },
         },
         "simulated": any(b.simulated for b in billed),
@@ -163,10 +157,10 @@ def usage_series(billed: list[BilledAttempt], *, max_points: int = 240) -> dict[
             by_type[b.gpu_type] += b.cost_usd
             k += 1
         out["t"].append(edge)
-        out["cost_usd"].append(round(cost, 6))
-        out["gpu_hours"].append(round(hours, 6))
+        out["cost_usd"].append(cost)
+        out["gpu_hours"].append(hours)
         for t in types:
-            out["cost_by_type"][t].append(round(by_type[t], 6))
+            out["cost_by_type"][t].append(by_type[t])
     return out
 
 
