@@ -142,9 +142,7 @@ def create_app(
         job = job_data(store, job_id)
         if job is None:
             return page(request, "missing.html", job_id=job_id, status_code=404)
-        return page(
-            request, "job.html", job=job, fragment=f"/fragment/job/{_quote(job_id)}"
-        )
+        return page(request, "job.html", job=job, fragment=f"/fragment/job/{_quote(job_id)}")
 
     def log_page(request: Request) -> Response:
         events = newest_events(store, cfg.log_rows)
@@ -257,7 +255,7 @@ async def _event_stream(
     sent = 0
     quiet_since = time.monotonic()
     while not await request.is_disconnected():
-        page = await anyio.to_thread.run_sync(lambda: store.events(after=after, count=500))
+        page = await anyio.to_thread.run_sync(store.events, after, 500)
         for eid, event in page:
             after = eid
             data = {"id": eid, "line": event_line(event), **event}

@@ -45,7 +45,7 @@ def job_data(store: Any, job_id: str) -> dict[str, Any] | None:
         return None
     rec = parse_record(raw)
     state = str(rec.get("state") or "?")
-    spec = rec.get("spec") if isinstance(rec.get("spec"), dict) else {}
+    spec: dict[str, Any] = rec["spec"] if isinstance(rec.get("spec"), dict) else {}
     decision, decision_error = _decision(rec)
     if decision is None and state == "pending" and decision_error is None:
         decision = pending_decisions(store, [job_id]).get(job_id)
@@ -156,9 +156,7 @@ def _where(o: Option) -> str:
     return f"{o.node}[{gpus}]{slot}"
 
 
-def _breakdown(
-    preds: Mapping[str, Any] | None, chosen: Option | None
-) -> dict[str, Any] | None:
+def _breakdown(preds: Mapping[str, Any] | None, chosen: Option | None) -> dict[str, Any] | None:
     if not preds:
         return None
     gpu = chosen.gpu_type if chosen is not None else None
@@ -238,4 +236,3 @@ def _cli_text(
     console = Console(width=_CLI_WIDTH, record=True, file=io.StringIO(), color_system=None)
     console.print(explain(rec, decision, predictions=preds, outcome=outcome))
     return console.export_text()
-

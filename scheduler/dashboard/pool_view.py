@@ -104,7 +104,7 @@ def _gpu(
     gpu_state: Mapping[str, int],
 ) -> dict[str, Any]:
     cap_mib = int(gpu_state.get(f"{g}:cap", int(pool.capacity_mib[g])))
-    slots = []
+    slots: list[dict[str, Any]] = []
     for jid, a in held:
         o = a.get("option") or {}
         slots.append(
@@ -152,9 +152,7 @@ def _mig_layout(slots: list[dict[str, Any]], mask: int) -> dict[str, Any]:
         if cells and cells[-1]["job_id"] == owner and owner is not None:
             cells[-1]["width"] += 1
         else:
-            cells.append(
-                {"job_id": owner, "profile": profiles.get(owner or ""), "width": 1}
-            )
+            cells.append({"job_id": owner, "profile": profiles.get(owner or ""), "width": 1})
     free_compute = MIG_COMPUTE_SLICES - bin(mask & ((1 << MIG_COMPUTE_SLICES) - 1)).count("1")
     free_memory = MIG_MEMORY_SLICES - bin(mask >> MIG_COMPUTE_SLICES).count("1")
     return {

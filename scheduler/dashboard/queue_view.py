@@ -60,8 +60,7 @@ def queue_data(
     ]
     derived = pending_decisions(store, undecided, now=now)
     rows = [
-        job_row(r, now=now, time_scale=time_scale, derived=derived.get(str(r["id"])))
-        for r in recs
+        job_row(r, now=now, time_scale=time_scale, derived=derived.get(str(r["id"]))) for r in recs
     ]
     rank = {s: k for k, s in enumerate(ACTIVE_ORDER)}
     rows.sort(key=lambda r: (rank.get(r["state"], 9), r["submitted_at"] or math.inf, r["id"]))
@@ -91,8 +90,10 @@ def job_row(
     ``derived`` is the pending decision :mod:`.pending` worked out for a job with none stored."""
     scale = time_scale if time_scale > 0 else 1.0
     state = str(rec.get("state") or "?")
-    spec = rec.get("spec") if isinstance(rec.get("spec"), dict) else {}
-    place = rec.get("placement") if isinstance(rec.get("placement"), dict) else None
+    spec: dict[str, Any] = rec["spec"] if isinstance(rec.get("spec"), dict) else {}
+    place: dict[str, Any] | None = (
+        rec["placement"] if isinstance(rec.get("placement"), dict) else None
+    )
     outcome = rec.get("outcome") if isinstance(rec.get("outcome"), dict) else None
     submitted = _num(rec.get("submitted_at"))
     started = _num(rec.get("started_at"))

@@ -33,9 +33,7 @@ _SHUTDOWN_GRACE_S = 2
 _START_TIMEOUT_S = 15.0
 
 
-def bind(
-    host: str, port: int, *, flags: tuple[str, str] = ("--port", "--host")
-) -> socket.socket:
+def bind(host: str, port: int, *, flags: tuple[str, str] = ("--port", "--host")) -> socket.socket:
     """A listening TCP socket on ``host:port`` (0 = a free port); ServiceError naming the
     address and the fix (the command's ``flags`` for port and host) when it is taken."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -74,7 +72,9 @@ def _server(app: Any, *, log_level: str, access_log: bool) -> Any:
     return uvicorn.Server(config)
 
 
-def serve(app: Any, sock: socket.socket, *, log_level: str = "info", access_log: bool = False) -> None:
+def serve(
+    app: Any, sock: socket.socket, *, log_level: str = "info", access_log: bool = False
+) -> None:
     """Serve ``app`` on ``sock`` until SIGINT or SIGTERM (uvicorn's own handlers)."""
     _server(app, log_level=log_level, access_log=access_log).run(sockets=[sock])
 

@@ -134,9 +134,7 @@ def usage_series(billed: list[BilledAttempt], *, max_points: int = 240) -> dict[
             "cost_usd": sum(b.cost_usd for b in billed),
             "gpu_hours": sum(b.gpu_hours for b in billed),
             "attempts": len(billed),
-            "cost_by_type": {
-                t: sum(b.cost_usd for b in billed if b.gpu_type == t) for t in types
-            },
+            "cost_by_type": {t: sum(b.cost_usd for b in billed if b.gpu_type == t) for t in types},
         },
         "simulated": any(b.simulated for b in billed),
     }

@@ -3,6 +3,8 @@
   "use strict";
   const palette = ["#2b6cb0", "#c05621", "#2f855a", "#6b46c1", "#b83280", "#718096"];
   let charts = null;
+  // A cumulative charge moves in steps, at each attempt's end.
+  const step = uPlot.paths.stepped({ align: 1 });
 
   function width(el) { return Math.max(320, el.clientWidth || 900); }
 
@@ -14,14 +16,16 @@
     const cost = new uPlot({
       title: "cumulative cost (USD)" + (u.simulated ? ", simulated runs" : ""),
       width: width(costEl), height: 260,
-      series: [{}, { label: "total", stroke: "#1a202c", width: 2 }].concat(
-        types.map(function (t, k) { return { label: t, stroke: palette[k % palette.length] }; })),
+      series: [{}, { label: "total", stroke: "#1a202c", width: 2, paths: step }].concat(
+        types.map(function (t, k) {
+          return { label: t, stroke: palette[k % palette.length], paths: step };
+        })),
       axes: [{}, { values: money, size: 70 }],
     }, [u.t, u.cost_usd].concat(types.map(function (t) { return u.cost_by_type[t]; })), costEl);
     const hours = new uPlot({
       title: "cumulative GPU-hours" + (u.simulated ? ", simulated runs" : ""),
       width: width(hoursEl), height: 220,
-      series: [{}, { label: "GPU-hours", stroke: "#2b6cb0", fill: "rgba(43,108,176,0.12)", width: 2 }],
+      series: [{}, { label: "GPU-hours", stroke: "#2b6cb0", fill: "rgba(43,108,176,0.12)", width: 2, paths: step }],
       axes: [{}, { size: 60 }],
     }, [u.t, u.gpu_hours], hoursEl);
     return { cost: cost, hours: hours, types: types.join("|") };

@@ -9,6 +9,7 @@ import threading
 import tomllib
 from fnmatch import fnmatch
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -20,7 +21,6 @@ from scheduler.cli.render import decision_table
 from scheduler.core.decision import Decision
 from scheduler.core.pool import Pool
 from scheduler.dashboard.app import DashboardConfig, create_app
-from scheduler.dashboard.job_view import decision_rows
 from scheduler.dashboard.usage import usage_series
 from scheduler.service.client import Client
 from scheduler.service.leader import SchedulerService
@@ -42,7 +42,7 @@ POOL = Pool.from_dict(
     }
 )  # fmt: skip
 # Two GPUs of one node, pinned: the first holds n1, the second waits for it.
-PAIR = {"gpu": "H100-80GB", "n_gpus": 2, "tensor_parallel": 2}
+PAIR: dict[str, Any] = {"gpu": "H100-80GB", "n_gpus": 2, "tensor_parallel": 2}
 
 
 @pytest.fixture
@@ -94,9 +94,11 @@ def test_pool_shows_reserved_and_used_vram_the_mig_layout_and_each_slot(
             assert g["reserved_gib"] == pytest.approx(sum(s["reserved_gib"] for s in g["slots"]))
             assert g["used_gib"] is None or g["used_gib"] <= g["reserved_gib"] + 1e-6
     n1 = nodes["n1"]["gpus"]
-    assert [s["job_id"] for s in n1[0]["slots"]] == ["job-pair-a"] == [
-        s["job_id"] for s in n1[1]["slots"]
-    ]
+    assert (
+        [s["job_id"] for s in n1[0]["slots"]]
+        == ["job-pair-a"]
+        == [s["job_id"] for s in n1[1]["slots"]]
+    )
     mig = nodes["m1"]["gpus"][0]["mig"]
     assert mig is not None and sum(c["width"] for c in mig["cells"]) == 8
     held = {c["job_id"] for c in mig["cells"] if c["job_id"]}
@@ -120,9 +122,9 @@ def test_queue_lists_active_jobs_with_pending_reasons(store: RedisStore) -> None
     assert by_id["job-pair-a"]["option"] == "H100-80GB x2" and by_id["job-pair-a"]["node"] == "n1"
     assert "job-huge" not in by_id  # rejected: not in the queue, but among the newest jobs
     recent = {j["id"]: j for j in queue["recent"]}
-    assert recent["job-huge"]["state"] == "rejected" and "fits nowhere" in recent["job-huge"][
-        "reason"
-    ]
+    assert (
+        recent["job-huge"]["state"] == "rejected" and "fits nowhere" in recent["job-huge"]["reason"]
+    )
     assert queue["counts"]["pending"] == 1 and queue["counts"]["rejected"] == 1
     html = web.get("/queue").text
     assert "Reason=Resources" in html and 'data-job="job-pair-b"' in html
@@ -215,7 +217,7 @@ def test_finished_jobs_show_predicted_vs_actual_and_usage_bills_them(
     assert usage["cost_usd"][-1] == pytest.approx(expected, rel=1e-6)
     assert usage["cost_usd"] == sorted(usage["cost_usd"]) and usage["t"] == sorted(usage["t"])
     assert sum(usage["totals"]["cost_by_type"].values()) == pytest.approx(expected, rel=1e-6)
-    h100 = [e for e in events if e["event"] == "finished" and e["job_id"] == "job-pair-a"][0]
+    h100 = next(e for e in events if e["event"] == "finished" and e["job_id"] == "job-pair-a")
     assert usage["totals"]["gpu_hours"] >= 2 * h100["outcome"]["runtime_s"] / 3600 * (1 - 1e-9)
     page = web.get("/usage").text
     assert 'id="cost-chart"' in page and "uPlot.iife.min.js" in page and "simulated runs" in page
