@@ -75,10 +75,17 @@ def job_data(store: Any, job_id: str) -> dict[str, Any] | None:
         "breakdown": _breakdown(preds, chosen),
         "predicted_vs_actual": _vs_actual(chosen, outcome),
         "outcome": outcome,
-        "events": [e for _, e in newest_events(store, EVENT_SCAN) if e.get("job_id") == job_id],
+        "events": _job_events(store, job_id),
         "logs_tail": store.logs(job_id)[-_LOG_TAIL_CHARS:],
         "cli_text": _cli_text(rec, decision, preds, outcome),
     }
+
+
+def _job_events(store: Any, job_id: str) -> list[dict[str, Any]]:
+    """The job's events among the newest ``EVENT_SCAN``, in time order: processes append with
+    their own clocks, so a worker's ``started`` can enter the stream before its ``placed``."""
+    mine = [e for _, e in newest_events(store, EVENT_SCAN) if e.get("job_id") == job_id]
+    return sorted(mine, key=lambda e: e["ts"] if isinstance(e.get("ts"), int | float) else 0.0)
 
 
 def _decision(rec: Mapping[str, Any]) -> tuple[Decision | None, str | None]:
