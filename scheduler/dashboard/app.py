@@ -54,6 +54,7 @@ from scheduler.service.store.keys import JobState
 __all__ = ["DashboardConfig", "create_app"]
 
 _MAX_EVENTS = 2000
+_MAX_QUEUE_ROWS = 5000
 _KEEPALIVE_S = 15.0
 
 
@@ -73,6 +74,8 @@ class DashboardConfig:
     stream_poll_s: float = 0.5
     #: Events the placement-log page starts with.
     log_rows: int = 200
+    #: Active jobs the queue page lists (running and placed first; ``?limit=N`` changes it).
+    queue_rows: int = 200
 
 
 def _json(data: Any, status_code: int = 200) -> Response:
@@ -128,14 +131,16 @@ def create_app(
     def pool_ctx() -> dict[str, Any]:
         return {"pool": pool_data(store, now=time.time(), stale_s=cfg.node_stale_s)}
 
-    def queue_ctx() -> dict[str, Any]:
-        return {"queue": queue_data(store, now=time.time(), time_scale=cfg.time_scale)}
+    def queue_ctx(request: Request) -> dict[str, Any]:
+        limit = _int_param(request, "limit", cfg.queue_rows, 1, _MAX_QUEUE_ROWS)
+        return {"queue": queue_data(store, now=time.time(), time_scale=cfg.time_scale, limit=limit)}
 
     def pool_page(request: Request) -> Response:
         return page(request, "pool.html", fragment="/fragment/pool", **pool_ctx())
 
     def queue_page(request: Request) -> Response:
-        return page(request, "queue.html", fragment="/fragment/queue", **queue_ctx())
+        query = f"?{request.url.query}" if request.url.query else ""
+        return page(request, "queue.html", fragment=f"/fragment/queue{query}", **queue_ctx(request))
 
     def job_page(request: Request) -> Response:
         job_id = request.path_params["job_id"]
@@ -160,7 +165,7 @@ def create_app(
         return fragment(request, "_counts.html", counts=counts)
 
     def queue_fragment(request: Request) -> Response:
-        return fragment(request, "_queue.html", **queue_ctx())
+        return fragment(request, "_queue.html", **queue_ctx(request))
 
     def job_fragment(request: Request) -> Response:
         job = job_data(store, request.path_params["job_id"])
@@ -172,7 +177,7 @@ def create_app(
         return _json(pool_ctx()["pool"])
 
     def api_queue(request: Request) -> Response:
-        return _json(queue_ctx()["queue"])
+        return _json(queue_ctx(request)["queue"])
 
     def api_job(request: Request) -> Response:
         job_id = request.path_params["job_id"]

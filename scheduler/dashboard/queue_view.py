@@ -48,14 +48,19 @@ def queue_data(
     counts = {s.value: store.count(s.value) for s in JobState}
     active: list[str] = []
     for state in ACTIVE_ORDER:
-        active.extend(store.job_ids(state))
+        if state == "pending" and counts["pending"] > limit:
+            # A deep queue: only its oldest ``limit`` (P:pending is ordered by submit time),
+            # so a refresh costs the same with 100,000 queued.
+            active.extend(store.pending_window(limit))
+        else:
+            active.extend(store.job_ids(state))
     states = set(ACTIVE_STATES)
     recs = [r for r in job_records(store, active, _FIELDS) if r.get("state") in states]
     recs.sort(key=lambda r: (r.get("submitted_at") or math.inf, str(r.get("id"))))
     # Pending jobs keep no decision in Redis: derive why they wait for those listed.
     undecided = [
         str(r["id"])
-        for r in recs[: limit + recent]
+        for r in recs
         if r.get("state") == "pending" and not isinstance(r.get("decision"), dict)
     ]
     derived = pending_decisions(store, undecided, now=now)
@@ -70,7 +75,7 @@ def queue_data(
     return {
         "counts": counts,
         "jobs": rows[:limit],
-        "more": max(len(rows) - limit, 0),
+        "more": max(sum(counts[s] for s in ACTIVE_ORDER) - min(len(rows), limit), 0),
         "recent": [
             job_row(r, now=now, time_scale=time_scale, derived=derived.get(str(r["id"])))
             for r in newest

@@ -130,6 +130,20 @@ def test_queue_lists_active_jobs_with_pending_reasons(store: RedisStore) -> None
     assert "Reason=Resources" in html and 'data-job="job-pair-b"' in html
 
 
+def test_a_deep_queue_lists_its_oldest_jobs_and_counts_the_rest(store: RedisStore) -> None:
+    Client(store=store).submit_many([spec(f"p{k:02d}", **PAIR) for k in range(12)])
+    SchedulerService(store, POOL).step()  # one pair holds n1, eleven wait
+    web = TestClient(create_app(store))
+    queue = web.get("/api/queue?limit=4").json()
+    assert [(j["id"], j["state"]) for j in queue["jobs"]] == [("job-p00", "placed")] + [
+        (f"job-p{k:02d}", "pending") for k in (1, 2, 3)
+    ]
+    assert queue["more"] == 8
+    assert all(j["reason"].startswith("Reason=Resources") for j in queue["jobs"][1:])
+    page = web.get("/queue?limit=4").text
+    assert 'data-fragment="/fragment/queue?limit=4"' in page and "8 more active jobs" in page
+
+
 def test_job_page_shows_the_explain_table_in_the_cli_order(store: RedisStore) -> None:
     client = _placed_cluster(store)
     web = TestClient(create_app(store))
