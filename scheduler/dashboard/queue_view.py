@@ -38,6 +38,8 @@ _FIELDS = (
     "method",
     "outcome",
     "simulated",
+    "user",
+    "team",
 )
 
 
@@ -123,8 +125,9 @@ def job_row(
     return {
         "id": str(rec.get("id")),
         "state": state,
-        "user": spec.get("user"),
-        "team": spec.get("team"),
+        # Who ran it: the record's own fields where the client writes them, else the spec's.
+        "user": rec.get("user") or spec.get("user"),
+        "team": rec.get("team") or spec.get("team"),
         "model": model.get("name") if isinstance(model, dict) else model,
         "task": spec.get("task"),
         "option": option_label(place) if place else None,
