@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import orjson
+
 from predictor.analytical import predict_table
 from predictor.gpus import GPU_NAMES
 from predictor.spec import parse_spec
@@ -84,7 +86,7 @@ def main() -> None:
     table = predict_table(specs, GPU_NAMES)
     t2 = time.perf_counter()
     rows = list(table.iter_dicts())
-    out = "".join(json.dumps(r) + "\n" for r in rows)
+    out = b"".join(orjson.dumps(r) + b"\n" for r in rows)  # as `snugfit predict` writes it
     t3 = time.perf_counter()
     result = {
         "benchmark": "predict_analytical",

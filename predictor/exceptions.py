@@ -13,6 +13,7 @@ __all__ = [
     "SpecError",
     "UnknownGpuError",
     "UnknownModelError",
+    "UnmappedArchError",
 ]
 
 
@@ -42,3 +43,8 @@ class NotFittedError(PredictorError, RuntimeError):
 
 class ArtifactError(PredictorError):
     """A trained model artifact is missing, corrupt or from an incompatible version."""
+
+
+class UnmappedArchError(PredictorError, ValueError):
+    """No Hugging Face class reproduces a model architecture (the traced tier and the profiler
+    build models through HF)."""

@@ -40,7 +40,17 @@ __all__ = [
     "fingerprint_dict",
 ]
 
-_NOT_IDENTITY = ("id", "gpu", "priority", "deadline_s", "steps", "num_requests")
+# ``max_tensor_parallel`` only permits an OOM retry at another degree; a run at a given degree
+# is the same job with or without it.
+_NOT_IDENTITY = (
+    "id",
+    "gpu",
+    "priority",
+    "deadline_s",
+    "steps",
+    "num_requests",
+    "max_tensor_parallel",
+)
 #: An OOM'd run's peak was at least its limit; the next reservation is this much above it.
 CENSORED_FLOOR_MARGIN = 0.10
 #: Extra bound on a GPU type this job has not been measured on (the cross-type ratio's error).

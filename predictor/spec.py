@@ -24,6 +24,7 @@ from pydantic import (
 from ._execution import MAX_TIME_LIMIT_S, check_env, check_workdir
 from ._spec_fields import check_allowed_weight_dtypes, check_raw_spec
 from ._spec_files import iter_spec_dicts
+from ._spec_parallel import check_max_tensor_parallel, tensor_parallel_steps
 from ._spec_rules import (
     TASK_DEFAULTS,
     check_layout,
@@ -51,6 +52,7 @@ __all__ = [
     "iter_spec_dicts",
     "load_specs",
     "parse_spec",
+    "tensor_parallel_steps",
 ]
 
 
@@ -88,6 +90,8 @@ class JobSpec(BaseModel):
     lora_target: LoraTarget | None = None
     n_gpus: int = Field(default=1, gt=0, le=MAX_GPUS)
     tensor_parallel: int = Field(default=1, gt=0, le=MAX_PARALLEL)
+    # How far an OOM retry may raise `tensor_parallel` (see predictor/_spec_parallel.py).
+    max_tensor_parallel: int | None = Field(default=None, gt=0, le=MAX_PARALLEL)
     pipeline_parallel: int = Field(default=1, gt=0, le=MAX_PARALLEL)
     zero_stage: int | None = Field(default=None, ge=0, le=3)
     gpu: str | None = None
@@ -148,6 +152,7 @@ class JobSpec(BaseModel):
         fill_dtypes(self)
         check_training_dtypes(self)
         check_layout(self)
+        check_max_tensor_parallel(self)
         return self
 
     @property

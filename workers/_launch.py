@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from predictor._execution import check_env, check_workdir
 from predictor.exceptions import SpecError
 from predictor.history import fingerprint_dict
+from predictor.limits import MAX_PARALLEL
 from scheduler.core.requests import TYPE_INDEX
 from scheduler.core.rules import memory_limit_gib
 from scheduler.service.store.records import PlacementRecord
@@ -143,7 +144,7 @@ def _runner_for(
         # Serving engines are told the memory they were reserved (workers/engines.py).
         pred = predictions.get(p.gpu_type)
         breakdown = pred.get("breakdown_gib") if isinstance(pred, dict) else None
-        told = engine_values(p.reserved_gib, p.capacity_gib, breakdown)
+        told = engine_values(p.reserved_gib, p.capacity_gib, breakdown) | _layout_values(spec, p)
         # A serving replica also carries its plan's values (TP size, max-num-seqs, KV dtype,
         # quantization, ...), which take precedence: the planner sized the engine for its slot.
         told.update(p.engine or {})
@@ -162,6 +163,15 @@ def _runner_for(
         workdir=workdir,
         grace_s=ctx.kill_grace_s,
     )
+
+
+def _layout_values(spec: dict[str, Any], p: PlacementRecord) -> dict[str, str]:
+    """``{tensor_parallel_size}`` and ``{n_gpus}``: the layout this attempt runs with, which an
+    OOM retry may have raised (``max_tensor_parallel``), so the command must read it here."""
+    tp = spec.get("tensor_parallel")
+    ok = type(tp) is int and 1 <= tp <= MAX_PARALLEL
+    n = len(p.gpu_indices) if p.kind == "whole" else 1
+    return {"tensor_parallel_size": str(tp if ok else 1), "n_gpus": str(max(n, 1))}
 
 
 def _is_replica(spec: dict[str, Any] | None) -> bool:

@@ -4,14 +4,13 @@ Redis restart), its events, and the measurement row the predictor's history lear
 from __future__ import annotations
 
 import logging
-import math
 import time
 from typing import TYPE_CHECKING, Any
 
 import redis
 
 from predictor.gpus import GPU_NAMES, get_gpu
-from scheduler.core.escalation import escalate_after_oom, largest_slot_gib
+from scheduler.core.escalation import Escalation, TensorParallelRetry, escalate_oom
 from scheduler.service.events import EventLog, event
 from scheduler.service.store.records import OutcomeRecord, PlacementRecord, dumps
 from workers._launch import _is_replica, _limit_gib
@@ -33,20 +32,13 @@ def _requeue_after_oom(
     res: RunResult,
     outcome: OutcomeRecord,
     option: dict[str, Any] | None,
-    gpu_pin: Any = None,
+    spec: dict[str, Any] | None = None,
 ) -> str:
     """Requeue an OOM'd attempt by the shared rule (above the old reservation and above the
-    limit it died at), on a bigger slot when it had the whole one
-    (:mod:`scheduler.core.escalation`), or fail it at once when nothing bigger exists; returns
-    the store's answer."""
-    pin = gpu_pin if gpu_pin in GPU_NAMES else None
-    esc = escalate_after_oom(
-        label=p.label,
-        kind=p.kind,
-        reserved_gib=p.reserved_gib,
-        capacity_gib=p.capacity_gib,
-        largest_gib=math.inf if ctx.pool is None else largest_slot_gib(ctx.pool, pin),
-    )
+    limit it died at), on a bigger slot when it had the whole one, at a higher tensor parallel
+    degree when no GPU holds it and the spec permits it (:mod:`scheduler.core.escalation`), or
+    fail it at once when nothing bigger exists; returns the store's answer."""
+    esc = _escalation(ctx, job_id, p, spec or {})
     reason = esc.reason
     outcome.state = "oom"
     outcome.reason = reason
@@ -58,7 +50,8 @@ def _requeue_after_oom(
             attempt,
             reason=reason,
             counter="ooms",
-            reserved_gib=esc.reserved_gib,
+            reserved_gib=None if esc.tensor_parallel else esc.reserved_gib,
+            fields=None if esc.tensor_parallel is None else _retry_fields(ctx, job_id, esc),
         )
     else:
         got = _retrying(
@@ -76,6 +69,7 @@ def _requeue_after_oom(
                 option=option,
                 outcome=outcome.model_dump(),
                 simulated=outcome.simulated,
+                **_layout_change(spec or {}, esc.tensor_parallel),
             ),
             event(
                 "requeued" if got == "requeued" else "finished",
@@ -89,6 +83,71 @@ def _requeue_after_oom(
         ]
     )
     return got
+
+
+def _escalation(
+    ctx: WorkerContext, job_id: str, p: PlacementRecord, spec: dict[str, Any]
+) -> Escalation:
+    """:func:`~scheduler.core.escalation.escalate_oom` for this attempt. The record's spec is
+    validated again (Redis is not trusted); one that does not parse gets no re-split."""
+    from predictor.exceptions import PredictorError
+    from predictor.spec import parse_spec
+
+    pin = spec.get("gpu")
+    try:
+        parsed = parse_spec(spec) if spec else None
+    except PredictorError as exc:
+        log.warning("spec of %s unreadable, no tensor parallel retry: %s", job_id, exc)
+        parsed = None
+    kw: dict[str, Any] = {
+        "label": p.label,
+        "kind": p.kind,
+        "reserved_gib": p.reserved_gib,
+        "capacity_gib": p.capacity_gib,
+        "gpu_type": p.gpu_type,
+        "pool": ctx.pool,
+        "spec": parsed,
+        "gpu": pin if pin in GPU_NAMES else None,
+        "job_id": job_id,
+    }
+    try:
+        return escalate_oom(predict=ctx.predict_table, **kw)
+    except Exception as exc:
+        # A predictor that cannot load must not lose the outcome (the lease would lapse and
+        # the job rerun as "lost"): the retry is judged without re-splitting.
+        log.warning("re-predicting %s at a higher tensor parallelism failed: %s", job_id, exc)
+        return escalate_oom(**kw)
+
+
+def _retry_fields(ctx: WorkerContext, job_id: str, esc: Escalation) -> dict[str, str]:
+    """The record fields of a retry at a new degree, as a client would have written them for
+    its spec (:func:`scheduler.service.client.build_records`), with the carried-over floor. The
+    history's answer was for the old layout's fingerprint: it is dropped. The spec as submitted
+    is kept (``submitted_spec``, once), so resubmitting it stays a no-op."""
+    from scheduler.service.client import build_records
+
+    retry = esc.tensor_parallel
+    assert retry is not None
+    rec = build_records([retry.spec], retry.table)[0]
+    out = {k: rec[k] for k in ("spec", "request", "predictions", "method")}
+    out["reserved_gib"] = repr(float(esc.reserved_gib))
+    out["history_request"] = ""
+    submitted, spec = _retrying(ctx.store.get_fields, [job_id], ["submitted_spec", "spec"])[0]
+    if submitted or spec:
+        out["submitted_spec"] = submitted or spec
+    return out
+
+
+def _layout_change(spec: dict[str, Any], retry: TensorParallelRetry | None) -> dict[str, Any]:
+    """The ``oom`` event's ``retry_layout``: a re-split's [from, to] per layout field."""
+    if retry is None:
+        return {}
+    return {
+        "retry_layout": {
+            "tensor_parallel": [spec.get("tensor_parallel", 1), retry.spec.tensor_parallel],
+            "n_gpus": [spec.get("n_gpus", 1), retry.spec.n_gpus],
+        }
+    }
 
 
 #: How long a finished attempt keeps retrying to record its outcome while Redis is down; past

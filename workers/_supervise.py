@@ -119,7 +119,7 @@ def _supervise_run(run: _Started) -> dict[str, Any]:
         return {"status": "failed", "reason": reason}
     if res.oom:
         got = _requeue_after_oom(
-            ctx, events, job_id, attempt, p, limit, res, outcome, option, gpu_pin=spec.get("gpu")
+            ctx, events, job_id, attempt, p, limit, res, outcome, option, spec=spec
         )
         return {"status": "oom", "requeue": got}
     state = "succeeded" if res.exit_code == 0 else "failed"

@@ -87,8 +87,19 @@ class WorkerContext:
     mps: Any = None
     # The pool (when known): an OOM retry that no GPU of it can hold fails at once.
     pool: Pool | None = None
+    # What an OOM retry at a higher tensor parallel degree is re-predicted with (None: the
+    # client's default, the tiered predictor, loaded on first use).
+    predict: Any = None
     _running: dict[str, threading.Thread] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def predict_table(self, specs: Any) -> Any:
+        """``predict(specs)``: a PredictionTable, one row per spec."""
+        if self.predict is None:
+            from scheduler.service.client import default_table_fn
+
+            self.predict = default_table_fn()
+        return self.predict(specs)
 
     def running(self) -> list[str]:
         """``job@attempt`` of every job this worker is supervising now."""

@@ -54,6 +54,7 @@ _IGNORED = (
     "team",
     "cpus",
     "host_memory_gib",
+    "max_tensor_parallel",  # permits an OOM retry at another degree; the trace is per degree
 )
 
 

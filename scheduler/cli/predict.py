@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TextIO
 
 import click
+import orjson
 
 from predictor.exceptions import PredictorError
 from predictor.gpus import GPU_NAMES, gpu_catalogue
@@ -113,12 +114,15 @@ def predict_command(
     if fmt == "table" and output is None:
         render_predictions(specs, [Prediction.model_construct(**r) for r in rows])
         return
-    # JSONL needs only the rows: a Prediction object per row was a fifth of the command's time.
-    lines = "".join(json.dumps(r) + "\n" for r in rows)
+    # JSONL needs only the rows: a Prediction object per row was a fifth of the command's time,
+    # and the standard library's encoder half of what was left (orjson also writes inf as null).
+    lines = b"".join(orjson.dumps(r) + b"\n" for r in rows)
     if output is None:
-        sys.stdout.write(lines)
+        sys.stdout.flush()
+        sys.stdout.buffer.write(lines)
+        sys.stdout.buffer.flush()
     else:
-        output.write_text(lines)
+        output.write_bytes(lines)
         click.echo(f"wrote {len(rows)} predictions for {len(specs)} jobs to {output}", err=True)
         if fmt == "table":
             render_predictions(specs, [Prediction.model_construct(**r) for r in rows])

@@ -320,29 +320,47 @@ def _last_attempts(rows: Sequence[JobRow]) -> list[JobRow]:
 
 def cost_svg(cost_by_policy: Mapping[str, float]) -> str:
     """Horizontal bars of total cost per policy (the cheapest highlighted)."""
-    items = [(k, v) for k, v in cost_by_policy.items() if v is not None and math.isfinite(v)]
+    items = [
+        (name, v, f"{name}: ${v:,.2f}", f"${v:,.0f}")
+        for name, v in cost_by_policy.items()
+        if v is not None and math.isfinite(v)
+    ]
     if not items:
         return _empty_svg("no costs")
-    top = max(v for _, v in items) or 1.0
-    cheapest = min(v for _, v in items)
-    bar_h, left = 26, 230
-    height = len(items) * (bar_h + 8) + 20
-    plot_w = _CHART_WIDTH_PX - left - 120
+    return hbar_svg(items, css_class="cost", aria="Cost by policy", bar_h=26, gap=8)
+
+
+def hbar_svg(
+    items: Sequence[tuple[str, float, str, str]],
+    *,
+    css_class: str,
+    aria: str,
+    bar_h: int,
+    gap: int,
+    value_room_px: int = 120,
+    width_px: int = _CHART_WIDTH_PX,
+) -> str:
+    """Horizontal bars, one per ``(label, value, tooltip, value text)``, the smallest value
+    highlighted; labels right-aligned in a 230 px margin."""
+    top = max(v for _, v, _, _ in items) or 1.0
+    cheapest = min(v for _, v, _, _ in items)
+    left = 230
+    height = len(items) * (bar_h + gap) + 2 * gap + 4
+    plot_w = width_px - left - value_room_px
     parts = [
-        f'<svg class="chart cost" xmlns="http://www.w3.org/2000/svg" width="{_CHART_WIDTH_PX}" '
-        f'height="{height}" role="img" aria-label="Cost by policy">'
+        f'<svg class="chart {css_class}" xmlns="http://www.w3.org/2000/svg" width="{width_px}" '
+        f'height="{height}" role="img" aria-label="{_e(aria)}">'
     ]
-    for k, (name, v) in enumerate(items):
-        y = 10 + k * (bar_h + 8)
+    for k, (label, v, tooltip, text) in enumerate(items):
+        y = gap + 2 + k * (bar_h + gap)
         w = max(plot_w * v / top, 1.0)
         fill = "#31a354" if v == cheapest else "#bdbdbd"
+        ty = y + bar_h * 0.68
         parts.append(
-            f'<text x="{left - 8}" y="{y + bar_h * 0.65:.1f}" font-size="12" '
-            f'text-anchor="end">{_e(name)}</text>'
-            f'<rect class="bar" x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" '
-            f'fill="{fill}"><title>{_e(name)}: ${v:,.2f}</title></rect>'
-            f'<text x="{left + w + 6:.1f}" y="{y + bar_h * 0.65:.1f}" font-size="12">'
-            f"${v:,.0f}</text>"
+            f'<text x="{left - 8}" y="{ty:.1f}" font-size="12" text-anchor="end">{_e(label)}'
+            f'</text><rect class="bar" x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" '
+            f'fill="{fill}"><title>{_e(tooltip)}</title></rect>'
+            f'<text x="{left + w + 6:.1f}" y="{ty:.1f}" font-size="12">{_e(text)}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)

@@ -129,36 +129,19 @@ def frontier_svg(curves: Mapping[str, Mapping[str, Any]], slo_tpot_s: float | No
 
 def usd_svg(curves: Mapping[str, Mapping[str, Any]]) -> str:
     """Horizontal bars of $ per 1M output tokens per GPU type at the planned rate."""
+    from scheduler.cli.report import hbar_svg
+
     items = [
-        (gpu, float(c["usd_per_million_tokens"]))
+        (str(curves[gpu]["shape"]), v, f"{gpu}: ${v:.4f} per 1M tokens", f"${v:.3f} / 1M")
         for gpu, c in sorted(curves.items())
-        if math.isfinite(float(c["usd_per_million_tokens"]))
+        if math.isfinite(v := float(c["usd_per_million_tokens"]))
     ]
     if not items:
         return ""
-    top = max(v for _, v in items) or 1.0
-    cheapest = min(v for _, v in items)
-    bar_h, left = 22, 230
-    height = len(items) * (bar_h + 6) + 16
-    plot_w = _W - left - 140
-    parts = [
-        f'<svg class="chart usd" xmlns="http://www.w3.org/2000/svg" width="{_W}" '
-        f'height="{height}" role="img" aria-label="$ per 1M output tokens per GPU type">'
-    ]
-    for k, (gpu, v) in enumerate(items):
-        y = 8 + k * (bar_h + 6)
-        w = max(plot_w * v / top, 1.0)
-        fill = "#31a354" if v == cheapest else "#bdbdbd"
-        parts.append(
-            f'<text x="{left - 8}" y="{y + bar_h * 0.7:.1f}" font-size="12" '
-            f'text-anchor="end">{_e(curves[gpu]["shape"])}</text>'
-            f'<rect class="bar" x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" '
-            f'fill="{fill}"><title>{_e(gpu)}: ${v:.4f} per 1M tokens</title></rect>'
-            f'<text x="{left + w + 6:.1f}" y="{y + bar_h * 0.7:.1f}" font-size="12">'
-            f"${v:.3f} / 1M</text>"
-        )
-    parts.append("</svg>")
-    return "".join(parts)
+    aria = "$ per 1M output tokens per GPU type"
+    return hbar_svg(
+        items, css_class="usd", aria=aria, bar_h=22, gap=6, value_room_px=140, width_px=_W
+    )
 
 
 def serving_html(plans: Sequence[Any]) -> str:

@@ -120,12 +120,15 @@ def workload_command(
     try:
         pool = load_pool(pool_path)
         wl = generate_workload(days, seed, jobs_per_day=jobs_per_day)
-        preds = None
+        preds, predict = None, None
         if predictor == "tiered":
             from predictor.tiered import TieredPredictor
 
-            preds = TieredPredictor.default().predict_table(list(wl.specs))
-        results = simulate(pool, names, wl, seed=seed, feedback=feedback, predictions=preds)
+            predict = TieredPredictor.default().predict_table
+            preds = predict(list(wl.specs))
+        results = simulate(
+            pool, names, wl, seed=seed, feedback=feedback, predictions=preds, predict=predict
+        )
     except SchedulerError as exc:
         raise click.ClickException(str(exc)) from None
     rows = [r.to_dict() for r in results]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from scheduler.core.clock import Clock, SystemClock
@@ -168,8 +168,12 @@ class SchedulerCore:
         self.counters.finished += 1
         return job
 
-    def oom(self, job_id: str, new_reservation_gib: float) -> PlacementRequest:
-        """A running job was OOM-killed: release it and requeue it with a larger reservation.
+    def oom(
+        self, job_id: str, new_reservation_gib: float, request: PlacementRequest | None = None
+    ) -> PlacementRequest:
+        """A running job was OOM-killed: release it and requeue it with a larger reservation,
+        or as ``request`` (the job at a higher tensor parallel degree, whose per-GPU figures
+        are its own: ``scheduler.core.escalation``).
 
         The job keeps its place in the queue (its original submit time), so an OOM costs it a
         restart, not its turn.
@@ -177,7 +181,11 @@ class SchedulerCore:
         job = self.running.get(job_id)
         if job is None or job.request is None:
             raise PlacementError(f"job {job_id!r} is not running; cannot requeue it after OOM")
-        if not new_reservation_gib > job.option.reserved_gib:
+        if request is not None and request.job_id != job_id:
+            raise PlacementError(
+                f"job {job_id!r}: the retry's request is for {request.job_id!r}; pass its own"
+            )
+        if request is None and not new_reservation_gib > job.option.reserved_gib:
             raise PlacementError(
                 f"job {job_id!r}: the new reservation after an OOM must exceed the old one "
                 f"({job.option.reserved_gib:.2f} GiB); got {new_reservation_gib:.2f} GiB"
@@ -185,7 +193,10 @@ class SchedulerCore:
         self.running.pop(job_id)
         self.state.release(job_id)
         self.counters.oom_kills += 1
-        req = job.request.with_reservation(new_reservation_gib)
+        if request is None:
+            req = job.request.with_reservation(new_reservation_gib)
+        else:
+            req = replace(request, submit_time_s=job.request.submit_time_s)
         key = (-float(req.priority), req.submit_time_s, next(self._seq))
         self._pending[job_id] = (key, req)
         return req

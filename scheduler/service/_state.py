@@ -45,6 +45,7 @@ class _ServiceState:
     _placed: dict[str, tuple[int, float]]
     _placement_checked_at: float
     _recovered_at: float
+    _recover_cursor: int
     _capver: int
     _known: dict[str, _Known]
     _renewed_at: float

@@ -21,8 +21,12 @@ __all__: list[str] = []
 
 log = logging.getLogger("snugfit.scheduler")
 
-#: Up to this many jobs in ``placed``, every step checks that each has its RQ job.
-_RECOVER_EVERY_STEP_MAX = 1000
+#: Up to this many jobs in ``placed``, every step checks that each has its RQ job; above it,
+#: each check takes the next slice of this many (a cursor over the set), so a backlog of placed
+#: jobs that no worker has started costs every step the same.
+_RECOVER_SLICE = 256
+#: Slices per second at most, once the backlog is that large.
+_RECOVER_SLICES_PER_S = 10.0
 
 
 def _new_token() -> str:
@@ -97,11 +101,13 @@ class _Leadership(_Housekeeping):
         self._sync(force=True)
         self._recover_placed()
 
-    def _recover_placed(self, rebuild: bool = True) -> int:
+    def _recover_placed(self, rebuild: bool = True, ids: list[str] | None = None) -> int:
         """Enqueue placed jobs whose RQ job is missing: the old leader died between commit and
         enqueue, an enqueue failed on a connection error, or a Redis restart lost the RQ write.
-        ``rebuild`` also refills the placement-lease index (at takeover). Returns how many."""
-        ids = self.store.job_ids("placed")
+        ``ids`` limits the check to those jobs (default: every placed job). ``rebuild`` also
+        refills the placement-lease index (at takeover). Returns how many."""
+        if ids is None:
+            ids = self.store.job_ids("placed")
         if not ids:
             return 0
         rows = self.store.get_fields(ids, ["placement", "attempt"])
@@ -133,11 +139,18 @@ class _Leadership(_Housekeeping):
 
     def _check_enqueued(self, now: float) -> None:
         """Every step while few jobs wait in ``placed`` (a worker starts them in milliseconds);
-        once a second when many do, so a big backlog does not slow every step."""
-        if self.store.count("placed") > _RECOVER_EVERY_STEP_MAX and now - self._recovered_at < 1:
+        a slice at a time, a few times a second, when many do, so a backlog does not slow
+        every step."""
+        if self.store.count("placed") <= _RECOVER_SLICE:
+            self._recover_placed(rebuild=False)
+            return
+        if now - self._recovered_at < 1.0 / _RECOVER_SLICES_PER_S:
             return
         self._recovered_at = now
-        self._recover_placed(rebuild=False)
+        self._recover_cursor, ids = self.store.scan_state(
+            "placed", self._recover_cursor, _RECOVER_SLICE
+        )
+        self._recover_placed(rebuild=False, ids=ids)
 
     def resign(self) -> None:
         """Give up the lease (best effort: with Redis unreachable the lease simply lapses)."""

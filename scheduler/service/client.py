@@ -233,9 +233,12 @@ class Client:
         """Resubmitting an id is idempotent only for the same spec: a different one under an
         existing id would be silently dropped, so it is an error naming the id."""
         ids = [s.id for s in chunk if s.id is not None]
-        stored = self.store.get_fields(ids, ["spec"])
+        # An OOM retry may have re-split the job (``spec`` at a higher tensor_parallel); what
+        # was submitted is then ``submitted_spec``.
+        stored = self.store.get_fields(ids, ["submitted_spec", "spec"])
         clash = []
-        for spec, (raw,) in zip(chunk, stored, strict=True):
+        for spec, (submitted, current) in zip(chunk, stored, strict=True):
+            raw = submitted or current
             if raw is None:
                 continue
             try:

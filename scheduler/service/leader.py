@@ -157,6 +157,7 @@ class SchedulerService(_Leadership, _Settle):
         # every step from them. None turns liveness off (cordon/drain still apply).
         self.node_watch = NodeWatch(store, pool, stale_s=node_stale_s, check_s=node_check_s)
         self._recovered_at = -math.inf
+        self._recover_cursor = 0
         self.core = SchedulerCore(pool.state(), self.policy)
         self.is_leader = False
         self._capver = -1

@@ -12,7 +12,11 @@ call, so a live demo and its simulation run on the same truth. A job whose true 
 it can allocate (:func:`scheduler.core.rules.memory_limit_gib`) is OOM-killed at the point
 :func:`~scheduler.sim.truth.oom_fraction` says and requeued by the live rules
 (:mod:`scheduler.core.rules`: the reservation grows past the limit it died at; after
-``MAX_OOM_RETRIES`` requeues the job fails).
+``MAX_OOM_RETRIES`` requeues the job fails) and the live escalation
+(:func:`scheduler.core.escalation.escalate_oom`: a bigger slot, then more tensor parallelism
+where the spec permits it, re-predicted with ``predict``, else failure at once). A job
+requeued at a higher degree is a new fingerprint: its truth is drawn for that spec, as a
+``--simulate`` worker draws it from the spec in the job record.
 
 With ``feedback`` the simulator does what the live leader does with its history: every outcome
 is recorded per fingerprint (:class:`~scheduler.core.history.RequestHistory`): a finished run
@@ -39,18 +43,15 @@ import numpy as np
 from predictor.gpus import GPU_NAMES
 from predictor.history import fingerprint
 from predictor.prediction import PredictionTable
+from predictor.spec import JobSpec
 from scheduler.core.clock import VirtualClock
 from scheduler.core.decision import Decision, Option
+from scheduler.core.escalation import TableFn, escalate_oom
 from scheduler.core.loop import SchedulerCore
 from scheduler.core.options import option_table
 from scheduler.core.pool import KIND_NAMES, Pool
 from scheduler.core.requests import TYPE_INDEX, PlacementRequest, requested_type
-from scheduler.core.rules import (
-    MAX_OOM_RETRIES,
-    OOM_GROWTH,
-    memory_limit_gib,
-    requeue_reservation_gib,
-)
+from scheduler.core.rules import MAX_OOM_RETRIES, OOM_GROWTH, memory_limit_gib
 from scheduler.exceptions import SimulationError
 from scheduler.policies.base import Policy
 from scheduler.sim.feedback import FeedbackHistory
@@ -95,6 +96,7 @@ class _Job:
     event_seq: int = -1  # the live finish/OOM event; stale ones are skipped
     from_history: bool = False
     base: PlacementRequest | None = None  # the predictor's request, before any history
+    spec: JobSpec | None = None  # as submitted, or as an OOM retry re-split it
 
     def true_peak_gib(self, gpu_type: str) -> float:
         # Truth scales the predictor's own figure, never a history-adjusted one.
@@ -156,6 +158,7 @@ class Simulator:
         history: FeedbackHistory | None = None,
         observer: Observer | None = None,
         tick_interval_s: float = 0.0,
+        predict: TableFn | None = None,
     ) -> None:
         if tick_interval_s < 0:
             raise SimulationError(
@@ -177,6 +180,9 @@ class Simulator:
         self.observer = observer
         self.seed = int(seed)
         model = residuals if residuals is not None else load_residuals()
+        self._residuals = model
+        # What an OOM retry at a higher tensor parallel degree is re-predicted with.
+        self.predict: TableFn = predict if predict is not None else _analytical
         n = len(workload)
         # The spec's fingerprint, as the live path computes it: truth and history are keyed by
         # it (the workload's template names are not visible to a worker).
@@ -196,7 +202,13 @@ class Simulator:
             if jid in self.jobs:
                 raise SimulationError(f"duplicate job id {jid!r} in the workload")
             self.jobs[jid] = _Job(
-                req, fps[i], float(workload.arrival_s[i]), float(vf[i]), float(rf[i]), base=req
+                req,
+                fps[i],
+                float(workload.arrival_s[i]),
+                float(vf[i]),
+                float(rf[i]),
+                base=req,
+                spec=spec,
             )
             self._order.append(jid)
         self._heap: list[tuple[float, int, int, str]] = []
@@ -322,12 +334,32 @@ class Simulator:
             job.fingerprint, opt.gpu_type, limit / base if base > 0 else None, censored=True
         )
         job.oom_kills += 1
-        if job.oom_kills > MAX_OOM_RETRIES:
+        esc = escalate_oom(
+            label=opt.label,
+            kind=opt.kind,
+            reserved_gib=opt.reserved_gib,
+            capacity_gib=opt.capacity_gib,
+            gpu_type=opt.gpu_type,
+            pool=self.pool,
+            spec=job.spec,
+            predict=self.predict,
+            job_id=jid,
+            submit_time_s=job.request.submit_time_s,
+            requested_gpu=job.request.requested_gpu,
+        )
+        if job.oom_kills > MAX_OOM_RETRIES or not esc.possible:
             self.core.finish(jid)
             job.failed, job.option = True, None
             return
-        job.request = self.core.oom(jid, requeue_reservation_gib(opt.reserved_gib, limit))
+        retry = esc.tensor_parallel
+        job.request = self.core.oom(jid, esc.reserved_gib, None if retry is None else retry.request)
         job.option = None
+        if retry is not None:
+            # A new layout is a new job to the truth and the history, as on a live worker.
+            job.spec, job.base = retry.spec, retry.request
+            job.fingerprint = fingerprint(retry.spec)
+            vf, rf = draw_truth(self._residuals, self.seed, [job.fingerprint], [jid])
+            job.vram_factor, job.runtime_factor = float(vf[0]), float(rf[0])
 
     @property
     def placement_log(self) -> list[tuple[str, float, float]]:
@@ -408,6 +440,7 @@ def simulate(
     smallest_fit: bool = True,
     feedback: bool = False,
     tick_interval_s: float = 0.0,
+    predict: TableFn | None = None,
 ) -> list[SimulationResult]:
     """Run several policies on the same workload and the same truth draws.
 
@@ -429,6 +462,13 @@ def simulate(
             smallest_fit=smallest_fit,
             feedback=feedback,
             tick_interval_s=tick_interval_s,
+            predict=predict,
         )
         out.append(sim.run())
     return out
+
+
+def _analytical(specs: Sequence[JobSpec]) -> PredictionTable:
+    from predictor.analytical import predict_table
+
+    return predict_table(list(specs))

@@ -297,9 +297,13 @@ def _workload_and_baseline(cfg: DemoConfig, pool: Pool) -> tuple[Any, list[Any]]
     wl = generate_workload(30.0, cfg.seed, max_jobs=cfg.jobs)
     if len(wl) < cfg.jobs:
         raise SchedulerError(f"the workload mix produced {len(wl)} jobs; asked for {cfg.jobs}")
-    table = default_predictor().predict_table(list(wl.specs))
+    pred = default_predictor()
+    table = pred.predict_table(list(wl.specs))
     names = list(dict.fromkeys([cfg.policy, *_REPORT_POLICIES]))
-    return wl, simulate(pool, names, wl, seed=cfg.seed, predictions=table, feedback=True)
+    # An OOM retry at a higher tensor parallelism is re-predicted as a live worker does.
+    return wl, simulate(
+        pool, names, wl, seed=cfg.seed, predictions=table, feedback=True, predict=pred.predict_table
+    )
 
 
 def _wait_ready(store: Any, pool: Pool, procs: ProcessGroup, con: Any) -> None:

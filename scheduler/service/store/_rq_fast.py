@@ -1,37 +1,82 @@
-"""Many RQ jobs at once, with one ``rq.Job`` per queue instead of one per job.
+"""Many RQ jobs at once: rq records one template job, a Lua script writes the rest.
 
 RQ builds a ``Job`` object, a dict of its fields and several pipeline calls per job: most of
-the leader's enqueue time. Here rq itself enqueues one template job per queue onto a pipeline
-that is never sent; its recorded commands are then replayed for each real job with the id,
-payload, description and meta swapped in. So every job is written exactly as this rq version
-writes it (valid for the worker, ``rq info`` and rq-dashboard; JSON serializer), and if the
-recording holds anything the swap does not understand, the caller falls back to rq's own path.
+the leader's enqueue time. Here rq itself enqueues one template job onto a pipeline that is never
+sent; its recorded commands become a template whose ids, queue, payload, description and meta
+are placeholders, and ``scripts/enqueue.lua`` replays it for every real job inside Redis, so
+redis-py packs a few values per job instead of every field of every command. Every job is
+written exactly as this rq version writes it (valid for the worker, ``rq info`` and
+rq-dashboard; JSON serializer); if the recording holds anything the swap does not understand,
+:func:`job_template` returns None and the caller uses rq's own path.
 """
 
 from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from rq import Queue
 from rq.serializers import JSONSerializer
 
-__all__ = ["replay_commands"]
+__all__ = ["JobTemplate", "job_template", "payload"]
 
+_TPL_QUEUE = "snugfit-template-queue"
 _TPL_RQ_ID = "snugfit-template-rq-id"
 _TPL_JOB = "snugfit-template-job"
 _TPL_ATTEMPT = 987654321
 _TPL_DESC = "snugfit-template-description"
 _TPL_META: dict[str, Any] = {"snugfit_template": True}
-_MARKERS = ("snugfit-template", str(_TPL_ATTEMPT))
+_MARKERS = (b"snugfit-template", str(_TPL_ATTEMPT).encode())
+
+# The placeholders enqueue.lua swaps (a NUL first: no value rq writes starts with one).
+QUEUE_NAME, QUEUE_KEY = b"\0q", b"\0Q"
+JOB_KEY, RQ_ID, DATA, DESCRIPTION, META = b"\0k", b"\0i", b"\0d", b"\0s", b"\0m"
+_JOB_SLOTS = (JOB_KEY, RQ_ID, DATA, DESCRIPTION, META)
+
+# (rq id, snugfit job id, attempt, description, meta)
+Job = tuple[str, str, int, str, dict[str, Any]]
 
 
-def _payload(function: str, job_id: str, attempt: int) -> bytes:
-    # rq's Job.data: the serialized (func_name, instance, args, kwargs), zlib-compressed on save.
+def payload(function: str, job_id: str, attempt: int) -> bytes:
+    """rq's ``Job.data``: the serialized (func_name, instance, args, kwargs), zlib-compressed."""
     return zlib.compress(JSONSerializer.dumps((function, None, [job_id, attempt], {})))
 
 
-def _record(queue: Any, function: str, kwargs: dict[str, Any]) -> list[tuple[Any, ...]] | None:
+@dataclass(frozen=True, slots=True)
+class JobTemplate:
+    """The commands rq sends for one queue (``queue_cmds``) and for each job (``job_cmds``)."""
+
+    queue_cmds: tuple[tuple[bytes, ...], ...]
+    job_cmds: tuple[tuple[bytes, ...], ...]
+    job_key_prefix: bytes  # ``rq:job:``
+    queue_key_prefix: str  # ``rq:queue:``
+    function: str
+
+    def argv(self, groups: Sequence[tuple[str, Sequence[Job]]]) -> list[bytes | str]:
+        """enqueue.lua's ARGV for ``(queue name, jobs)`` groups."""
+        out: list[bytes | str] = [
+            str(len(self.queue_cmds)),
+            str(len(self.job_cmds)),
+            self.job_key_prefix,
+        ]
+        for cmd in (*self.queue_cmds, *self.job_cmds):
+            out.append(str(len(cmd)))
+            out.extend(cmd)
+        for name, jobs in groups:
+            out += [name, self.queue_key_prefix + name, str(len(jobs))]
+            for rq_id, job_id, attempt, desc, meta in jobs:
+                out += [
+                    rq_id,
+                    payload(self.function, job_id, attempt),
+                    desc,
+                    JSONSerializer.dumps(meta),
+                ]
+        return out
+
+
+def _record(queue: Queue, function: str, kwargs: dict[str, Any]) -> list[tuple[Any, ...]]:
     pipe = queue.connection.pipeline()
     try:
         data = queue.prepare_data(
@@ -48,54 +93,47 @@ def _record(queue: Any, function: str, kwargs: dict[str, Any]) -> list[tuple[Any
         pipe.reset()
 
 
-def replay_commands(
-    queue: Any,
-    function: str,
-    kwargs: dict[str, Any],
-    jobs: Sequence[tuple[str, str, int, str, dict[str, Any]]],
-) -> list[tuple[Any, ...]] | None:
-    """Redis commands that enqueue ``jobs`` (rq id, job id, attempt, description, meta) on
-    ``queue`` as rq would, or None when the recording is not understood (use rq then)."""
+def job_template(connection: Any, function: str, kwargs: dict[str, Any]) -> JobTemplate | None:
+    """Record rq's enqueue of one template job, or None when the recording is not understood.
+
+    Recorded per call: rq's ``created_at``/``enqueued_at`` are the template's, as for a batch.
+    """
+    queue = Queue(_TPL_QUEUE, connection=connection, serializer=JSONSerializer)
     stack = _record(queue, function, kwargs)
-    if not stack:
-        return None
-    tpl_data = _payload(function, _TPL_JOB, _TPL_ATTEMPT)
-    tpl_meta = JSONSerializer.dumps(_TPL_META)
-    tpl_key = f"rq:job:{_TPL_RQ_ID}"
-    ids = (tpl_key, _TPL_RQ_ID)
-    once: list[tuple[Any, ...]] = []
-    per_job: list[tuple[Any, ...]] = []
-    seen: set[str] = set()
+    encode = connection.get_encoder().encode
+    tpl_key = f"{_job_key_prefix(queue)}{_TPL_RQ_ID}".encode()
+    swap = {
+        tpl_key: JOB_KEY,
+        _TPL_RQ_ID.encode(): RQ_ID,
+        _TPL_DESC.encode(): DESCRIPTION,
+        payload(function, _TPL_JOB, _TPL_ATTEMPT): DATA,
+        JSONSerializer.dumps(_TPL_META): META,
+        _TPL_QUEUE.encode(): QUEUE_NAME,
+        queue.key.encode(): QUEUE_KEY,
+    }
+    queue_cmds: list[tuple[bytes, ...]] = []
+    job_cmds: list[tuple[bytes, ...]] = []
     for cmd in stack:
-        strs = [a for a in cmd if isinstance(a, str)]
-        blobs = [a for a in cmd if isinstance(a, bytes)]
-        if not any(a in ids for a in strs):
-            if any(m in a for a in strs for m in _MARKERS):
-                return None
-            once.append(cmd)
-            continue
-        for a in strs:
-            if any(m in a for m in _MARKERS) and a not in (*ids, _TPL_DESC):
-                return None  # the template shows up somewhere the swap does not know
-        for b in blobs:
-            if b == tpl_data:
-                seen.add("data")
-            elif b == tpl_meta:
-                seen.add("meta")
-            elif b"snugfit-template" in b:
-                return None
-        per_job.append(cmd)
-    if seen != {"data", "meta"}:
+        toks = tuple(swap.get(t, t) for t in map(encode, cmd))
+        if any(m in t for t in toks for m in _MARKERS):
+            return None  # the template shows up somewhere the swap does not know
+        if any(t in _JOB_SLOTS for t in toks):
+            job_cmds.append(toks)
+        elif QUEUE_NAME in toks or QUEUE_KEY in toks:
+            queue_cmds.append(toks)
+        else:
+            return None  # a command for no queue and no job: replaying it per job is unsafe
+    used = {t for cmd in job_cmds for t in cmd}
+    if not {JOB_KEY, DATA, META} <= used:
         return None  # rq stores the payload or the meta differently from what we build
-    out = list(once)
-    for rq_id, job_id, attempt, desc, meta in jobs:
-        swap: dict[Any, Any] = {
-            tpl_key: f"rq:job:{rq_id}",
-            _TPL_RQ_ID: rq_id,
-            _TPL_DESC: desc,
-            tpl_data: _payload(function, job_id, attempt),
-            tpl_meta: JSONSerializer.dumps(meta),
-        }
-        for cmd in per_job:
-            out.append(tuple(swap.get(a, a) if isinstance(a, str | bytes) else a for a in cmd))
-    return out
+    return JobTemplate(
+        tuple(queue_cmds),
+        tuple(job_cmds),
+        _job_key_prefix(queue).encode(),
+        queue.key[: -len(_TPL_QUEUE)],
+        function,
+    )
+
+
+def _job_key_prefix(queue: Queue) -> str:
+    return str(queue.job_class.redis_job_namespace_prefix)

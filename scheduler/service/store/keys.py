@@ -99,7 +99,12 @@ Job record (``P:job:{id}`` fields; JSON values marked ``json``)
                      started (never counted against ``max_retries``)
 ``ooms``             int, OOM kills so far (``max_oom_retries`` caps the requeues)
 ``max_oom_retries``  int
-``reserved_gib``     float, reservation floor after an OOM (absent before the first OOM)
+``reserved_gib``     float, reservation floor per GPU after an OOM (absent before the first
+                     OOM). An OOM retry at a higher tensor parallel degree rewrites ``spec``
+                     (its ``tensor_parallel`` and ``n_gpus``), ``request``, ``predictions``,
+                     ``method`` and this floor (at the new layout: it may be lower), drops
+                     ``history_request`` and keeps the spec as submitted in
+                     ``submitted_spec`` (written once), all in its requeue
 ``decision``         json: ``Decision.to_dict(compact=True)`` of the latest placement or
                      rejection (every option as columns in ``option_columns``; ``options``
                      spells out only the chosen and runner-up, null elsewhere)
@@ -131,6 +136,8 @@ Event (``P:events`` field ``e`` and the JSON-lines placement log, one object per
 "option": Option dict|null, "cost_usd": float|null, "runner_up": Option dict|null,
 "reason": str, "policy": str|null, "outcome": OutcomeRecord dict|null, "simulated": bool}``.
 ``invalid`` is a hostile or malformed payload found in Redis (no valid job behind it).
+An ``oom`` event whose retry was re-split also has ``"retry_layout": {"tensor_parallel":
+[from, to], "n_gpus": [from, to]}``.
 """
 
 from __future__ import annotations

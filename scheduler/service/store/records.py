@@ -9,6 +9,7 @@ import json
 import math
 from typing import Any
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from predictor.gpus import GPU_NAMES
@@ -31,7 +32,16 @@ def _finite_or_none(v: Any) -> Any:
 
 
 def dumps(obj: Any) -> str:
-    """Compact JSON with inf/NaN turned into null (JSON has neither)."""
+    """Compact JSON with inf/NaN turned into null (JSON has neither).
+
+    orjson writes every record of the hot path (it turns inf/NaN into null itself, and numpy
+    scalars into numbers); :func:`_clean` and the standard library take what it refuses, such
+    as non-string keys.
+    """
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+    except TypeError:
+        pass
     try:
         return json.dumps(obj, separators=(",", ":"), allow_nan=False)
     except (ValueError, TypeError):

@@ -27,7 +27,7 @@ from scheduler.service.store.protocol import Commit
 from scheduler.service.store.records import dumps
 from scheduler.service.store.sentinel import decoded_twin
 
-__all__ = ["RedisStore", "open_store", "pool_fingerprint"]
+__all__ = ["REQUEUE_FIELDS", "RedisStore", "open_store", "pool_fingerprint"]
 
 
 def _lua(name: str) -> str:
@@ -45,8 +45,24 @@ _DEFAULT_MAX = {"ooms": "3", "lost": "2", "moved": "1000"}
 
 _MAX_FIELD = {"ooms": "max_oom_retries", "lost": "max_retries", "moved": "max_moves"}
 
+#: What a requeue may rewrite in the job record: the retry's layout (an OOM retry at a higher
+#: tensor parallel degree), never its state, attempt or counters.
+REQUEUE_FIELDS = frozenset(
+    {
+        "spec",
+        "submitted_spec",
+        "request",
+        "predictions",
+        "method",
+        "reserved_gib",
+        "history_request",
+    }
+)
+
 # The job's own lease, not RQ's timeout, bounds it (timeout -1): RQ must not kill it.
 _RQ_JOB_KWARGS: dict[str, Any] = {"timeout": -1, "result_ttl": 3600, "failure_ttl": 86400}
+# Jobs per enqueue.lua call.
+_ENQUEUE_CHUNK = 1000
 
 
 def _now() -> str:
@@ -84,6 +100,7 @@ class RedisStore:
         self._cancel = s(prelude + _lua("cancel"))
         self._reject = s(prelude + _lua("reject"))
         self._init_pool = s(prelude + _lua("init_pool"))
+        self._enqueue_lua = s(_lua("enqueue"))
         self._renew = s(_lua("renew"))
         self._release_leader = s(_lua("release_leader"))
         self._queues: dict[str, Any] = {}
@@ -140,6 +157,10 @@ class RedisStore:
 
     def count(self, state: str) -> int:
         return int(self.r.scard(self.keys.state(state)))
+
+    def scan_state(self, state: str, cursor: int, count: int) -> tuple[int, list[str]]:
+        nxt, ids = self.r.sscan(self.keys.state(state), cursor, count=count)
+        return int(nxt), sorted(set(ids))
 
     def pending_window(self, n: int) -> list[str]:
         return list(self.r.zrange(self.keys.pending, 0, max(0, n - 1)))
@@ -227,7 +248,18 @@ class RedisStore:
         reserved_gib: float | None = None,
         expired_before_ms: int | None = None,
         from_states: str = "running",
+        fields: Mapping[str, str] | None = None,
     ) -> str:
+        """Back to pending (fenced by ``attempt``), or failed past the ``counter``'s cap.
+
+        ``fields`` (names in :data:`REQUEUE_FIELDS`; "" deletes one) are written with the
+        requeue, atomically, and only when it requeues.
+        """
+        bad = sorted(set(fields or ()) - REQUEUE_FIELDS)
+        if bad:
+            raise ValueError(
+                f"requeue cannot write {bad}; only {sorted(REQUEUE_FIELDS)} (a retry's layout)"
+            )
         args: list[Any] = [
             self.prefix,
             job_id,
@@ -241,6 +273,8 @@ class RedisStore:
             "" if expired_before_ms is None else str(int(expired_before_ms)),
             from_states,
         ]
+        for k, v in (fields or {}).items():
+            args += [k, v]
         return str(self._requeue(args=args))
 
     def cancel(self, job_id: str, reason: str) -> str:
@@ -273,48 +307,61 @@ class RedisStore:
 
     # -- queues -------------------------------------------------------------------------------
 
-    def _queue(self, node: str) -> Any:
-        q = self._queues.get(node)
+    def _queue_named(self, name: str) -> Any:
+        q = self._queues.get(name)
         if q is None:
             from rq import Queue
             from rq.serializers import JSONSerializer
 
-            from scheduler.service.store.keys import queue_name
-
-            q = Queue(queue_name(node), connection=self.raw, serializer=JSONSerializer)
-            self._queues[node] = q
+            q = Queue(name, connection=self.raw, serializer=JSONSerializer)
+            self._queues[name] = q
         return q
 
     def enqueue(self, items: Sequence[tuple[str, str, int, dict[str, Any]]]) -> None:
-        """RQ jobs ``(node, job id, attempt, meta)``: JSON-only args, one MULTI/EXEC.
+        """RQ jobs ``(node, job id, attempt, meta)``: JSON-only args.
 
-        Each node's jobs are written as rq writes them, replayed from one template job per
-        node (:mod:`._rq_fast`); rq's own per-job path is the fallback.
+        Every job is written as rq writes it: rq records one template job, and
+        ``scripts/enqueue.lua`` replays it per job (:mod:`._rq_fast`), a chunk of jobs per
+        call. rq's own per-job path, in one MULTI/EXEC, is the fallback.
         """
-        from scheduler.service.store._rq_fast import replay_commands
-        from scheduler.service.store.keys import JOB_FUNCTION, rq_job_id
+        from scheduler.service.store._rq_fast import job_template
+        from scheduler.service.store.keys import JOB_FUNCTION, queue_name, rq_job_id
 
-        by_node: dict[str, list[tuple[str, str, int, str, dict[str, Any]]]] = {}
+        by_queue: dict[str, list[tuple[str, str, int, str, dict[str, Any]]]] = {}
         for node, job_id, attempt, meta in items:
-            by_node.setdefault(node, []).append(
-                (
-                    rq_job_id(job_id, attempt),
-                    job_id,
-                    attempt,
-                    f"snugfit job {job_id} attempt {attempt}",
-                    meta,
-                )
+            desc = f"snugfit job {job_id} attempt {attempt}"
+            by_queue.setdefault(queue_name(node), []).append(
+                (rq_job_id(job_id, attempt), job_id, attempt, desc, meta)
             )
-        # One MULTI/EXEC for every node's queue: a step places on hundreds of nodes, and a round
-        # trip per node was a fifth of the commit path.
+        tpl = job_template(self.raw, JOB_FUNCTION, _RQ_JOB_KWARGS)
+        if tpl is None:
+            self._enqueue_with_rq(by_queue)
+            return
+        # A step places on hundreds of nodes: one round trip for all of them, and chunks small
+        # enough that no single script holds Redis for long.
+        pipe = self.raw.pipeline(transaction=False)
+        groups: list[tuple[str, Sequence[tuple[str, str, int, str, dict[str, Any]]]]] = []
+        size = 0
+        for name, jobs in by_queue.items():
+            for k in range(0, len(jobs), _ENQUEUE_CHUNK):
+                part = jobs[k : k + _ENQUEUE_CHUNK]
+                groups.append((name, part))
+                size += len(part)
+                if size >= _ENQUEUE_CHUNK:
+                    self._enqueue_lua(args=tpl.argv(groups), client=pipe)
+                    groups, size = [], 0
+        if groups:
+            self._enqueue_lua(args=tpl.argv(groups), client=pipe)
+        pipe.execute()
+
+    def _enqueue_with_rq(
+        self, by_queue: dict[str, list[tuple[str, str, int, str, dict[str, Any]]]]
+    ) -> None:
+        from scheduler.service.store.keys import JOB_FUNCTION
+
         pipe = self.raw.pipeline()
-        for node, jobs in by_node.items():
-            q = self._queue(node)
-            cmds = replay_commands(q, JOB_FUNCTION, _RQ_JOB_KWARGS, jobs)
-            if cmds is not None:
-                for cmd in cmds:
-                    pipe.execute_command(*cmd)
-                continue
+        for name, jobs in by_queue.items():
+            q = self._queue_named(name)
             datas = [
                 q.prepare_data(
                     JOB_FUNCTION,

@@ -230,3 +230,27 @@ def test_five_redis_restarts_under_submissions(
         print(f"{len(acked)} acknowledged jobs, orphan-free after restarts in {recovery_s} s")
     finally:
         server.stop()
+
+
+def test_a_large_placed_backlog_is_checked_a_slice_at_a_time_and_fully(redis_url: str) -> None:
+    from scheduler.core.pool import synthetic_pool
+    from scheduler.service import _takeover
+
+    store = RedisStore(redis.Redis.from_url(redis_url))
+    svc = SchedulerService(store, synthetic_pool(1024, seed=0), placement_lease_s=1e9)
+    n = 3 * _takeover._RECOVER_SLICE
+    handles = Client(store=store).submit_many([spec(i) for i in range(n)])
+    while store.count("placed") < n:
+        assert svc.step().placed > 0
+    for h in handles:
+        assert h.placement is not None
+        store.raw.delete(f"rq:job:{rq_job_id(h.id, h.placement.attempt)}")
+    assert len(_orphans(store)) == n
+    now, sweeps = 1e9, 0
+    while _orphans(store) and sweeps < 4 * n // _takeover._RECOVER_SLICE:
+        now += 1.0 / _takeover._RECOVER_SLICES_PER_S
+        svc._check_enqueued(now)
+        left = len(_orphans(store))
+        assert left >= n - (sweeps + 1) * 2 * _takeover._RECOVER_SLICE  # a slice per call
+        sweeps += 1
+    assert _orphans(store) == []

@@ -1,5 +1,7 @@
 -- ARGV: P, id, attempt, reason, reserved_gib|'', counter, max_field, default_max, now,
--- expired_before_ms|'', from_states (comma separated)
+-- expired_before_ms|'', from_states (comma separated), then field, value pairs written only
+-- when the job is requeued (an OOM retry at a higher tensor parallel degree carries its new
+-- spec, request and predictions); an empty value deletes the field
 local job = ARGV[2]
 local jk = P .. ':job:' .. job
 local st = redis.call('HGET', jk, 'state')
@@ -34,6 +36,13 @@ if ARGV[5] ~= '' then
   local old = tonumber(redis.call('HGET', jk, 'reserved_gib') or '0')
   local new = tonumber(ARGV[5])
   if new > old then redis.call('HSET', jk, 'reserved_gib', ARGV[5]) end
+end
+for i = 12, #ARGV - 1, 2 do
+  if ARGV[i + 1] == '' then
+    redis.call('HDEL', jk, ARGV[i])
+  else
+    redis.call('HSET', jk, ARGV[i], ARGV[i + 1])
+  end
 end
 set_state(job, st, 'pending')
 redis.call('HSET', jk, 'reason', ARGV[4])
