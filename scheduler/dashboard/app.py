@@ -79,7 +79,7 @@ class DashboardConfig:
 
 
 def _json(data: Any, status_code: int = 200) -> Response:
-    body = json.dumps(data, default=str, allow_nan=False, separators=(",", ":"))
+    body = json.dumps(data, default=str, separators=(",", ":"))
     return Response(body, status_code=status_code, media_type="application/json")
 
 
@@ -112,123 +112,24 @@ def create_app(
     """The dashboard over ``store`` (a RedisStore). ``telemetry`` (a
     :class:`~scheduler.service.telemetry.Telemetry`) adds its ``/metrics``."""
     cfg = config or DashboardConfig()
-    templates = _templates()
-    usage = UsageTail(store)
-
-    def page(request: Request, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
-        context.setdefault("counts", {s.value: store.count(s.value) for s in JobState})
-        context.setdefault("pool_name", store.r.hget(store.keys.pool, "name"))
-        context.setdefault("refresh_ms", int(cfg.refresh_s * 1000))
-        context.setdefault("fragment", None)
-        context.setdefault("time_scale", cfg.time_scale)
-        return templates.TemplateResponse(
-            request, name, {"cfg": cfg, **context}, status_code=status_code
-        )
-
-    def fragment(request: Request, name: str, **context: Any) -> HTMLResponse:
-        return templates.TemplateResponse(request, name, {"cfg": cfg, **context})
-
-    def pool_ctx() -> dict[str, Any]:
-        return {"pool": pool_data(store, now=time.time(), stale_s=cfg.node_stale_s)}
-
-    def queue_ctx(request: Request) -> dict[str, Any]:
-        limit = _int_param(request, "limit", cfg.queue_rows, 1, _MAX_QUEUE_ROWS)
-        return {"queue": queue_data(store, now=time.time(), time_scale=cfg.time_scale, limit=limit)}
-
-    def pool_page(request: Request) -> Response:
-        return page(request, "pool.html", fragment="/fragment/pool", **pool_ctx())
-
-    def queue_page(request: Request) -> Response:
-        query = f"?{request.url.query}" if request.url.query else ""
-        return page(request, "queue.html", fragment=f"/fragment/queue{query}", **queue_ctx(request))
-
-    def job_page(request: Request) -> Response:
-        job_id = request.path_params["job_id"]
-        job = job_data(store, job_id)
-        if job is None:
-            return page(request, "missing.html", job_id=job_id, status_code=404)
-        return page(request, "job.html", job=job, fragment=f"/fragment/job/{_quote(job_id)}")
-
-    def log_page(request: Request) -> Response:
-        events = newest_events(store, cfg.log_rows)
-        after = events[-1][0] if events else "0"
-        return page(request, "log.html", events=list(reversed(events)), after=after)
-
-    def usage_page(request: Request) -> Response:
-        return page(request, "usage.html", usage=usage_series(usage.poll()))
-
-    def pool_fragment(request: Request) -> Response:
-        return fragment(request, "_pool.html", **pool_ctx())
-
-    def counts_fragment(request: Request) -> Response:
-        counts = {s.value: store.count(s.value) for s in JobState}
-        return fragment(request, "_counts.html", counts=counts)
-
-    def queue_fragment(request: Request) -> Response:
-        return fragment(request, "_queue.html", **queue_ctx(request))
-
-    def job_fragment(request: Request) -> Response:
-        job = job_data(store, request.path_params["job_id"])
-        if job is None:
-            return HTMLResponse("<p class='error'>no such job</p>", status_code=404)
-        return fragment(request, "_job.html", job=job)
-
-    def api_pool(request: Request) -> Response:
-        return _json(pool_ctx()["pool"])
-
-    def api_queue(request: Request) -> Response:
-        return _json(queue_ctx(request)["queue"])
-
-    def api_job(request: Request) -> Response:
-        job_id = request.path_params["job_id"]
-        job = job_data(store, job_id)
-        if job is None:
-            return _json({"error": f"no job with id {job_id!r}"}, 404)
-        return _json(job)
-
-    def api_usage(request: Request) -> Response:
-        return _json(usage_series(usage.poll()))
-
-    def api_events(request: Request) -> Response:
-        limit = _int_param(request, "limit", 200, 0, _MAX_EVENTS)
-        return _json([{"id": eid, **e} for eid, e in newest_events(store, limit)])
-
-    async def api_stream(request: Request) -> Response:
-        after = request.headers.get("last-event-id") or request.query_params.get("after")
-        if not after or after == "$":
-            after = await anyio.to_thread.run_sync(last_event_id, store)
-        max_events = _int_param(request, "max_events", 0, 0, 1_000_000)
-        gen = _event_stream(request, store, str(after), cfg.stream_poll_s, max_events)
-        return StreamingResponse(
-            gen,
-            media_type="text/event-stream",
-            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-        )
-
-    def healthz(request: Request) -> Response:
-        try:
-            store.r.ping()
-        except Exception as exc:  # a health check reports, never raises
-            return JSONResponse({"ok": False, "error": str(exc)}, status_code=503)
-        return JSONResponse({"ok": True})
-
+    h = _Handlers(store, cfg)
     routes = [
-        Route("/", pool_page),
-        Route("/queue", queue_page),
-        Route("/job/{job_id:path}", job_page),
-        Route("/log", log_page),
-        Route("/usage", usage_page),
-        Route("/fragment/pool", pool_fragment),
-        Route("/fragment/queue", queue_fragment),
-        Route("/fragment/counts", counts_fragment),
-        Route("/fragment/job/{job_id:path}", job_fragment),
-        Route("/api/pool", api_pool),
-        Route("/api/queue", api_queue),
-        Route("/api/job/{job_id:path}", api_job),
-        Route("/api/usage", api_usage),
-        Route("/api/events", api_events),
-        Route("/api/events/stream", api_stream),
-        Route("/healthz", healthz),
+        Route("/", h.pool_page),
+        Route("/queue", h.queue_page),
+        Route("/job/{job_id:path}", h.job_page),
+        Route("/log", h.log_page),
+        Route("/usage", h.usage_page),
+        Route("/fragment/pool", h.pool_fragment),
+        Route("/fragment/queue", h.queue_fragment),
+        Route("/fragment/counts", h.counts_fragment),
+        Route("/fragment/job/{job_id:path}", h.job_fragment),
+        Route("/api/pool", h.api_pool),
+        Route("/api/queue", h.api_queue),
+        Route("/api/job/{job_id:path}", h.api_job),
+        Route("/api/usage", h.api_usage),
+        Route("/api/events", h.api_events),
+        Route("/api/events/stream", h.api_stream),
+        Route("/healthz", h.healthz),
         Mount("/static", StaticFiles(packages=[("scheduler.dashboard", "static")]), name="static"),
     ]
     if telemetry is not None:
@@ -238,6 +139,127 @@ def create_app(
     app.state.store = store
     app.state.config = cfg
     return app
+
+
+class _Handlers:
+    """The endpoints over one store. Plain methods run in Starlette's thread pool; only the
+    event stream is async (it sleeps between reads instead of holding a thread)."""
+
+    def __init__(self, store: Any, cfg: DashboardConfig) -> None:
+        self.store = store
+        self.cfg = cfg
+        self.templates = _templates()
+        self.usage = UsageTail(store)
+
+    # -- rendering ---------------------------------------------------------------------------
+
+    def _counts(self) -> dict[str, int]:
+        return {s.value: self.store.count(s.value) for s in JobState}
+
+    def _page(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        context.setdefault("counts", self._counts())
+        context.setdefault("pool_name", self.store.r.hget(self.store.keys.pool, "name"))
+        context.setdefault("refresh_ms", int(self.cfg.refresh_s * 1000))
+        context.setdefault("fragment", None)
+        context.setdefault("time_scale", self.cfg.time_scale)
+        return self.templates.TemplateResponse(
+            request, name, {"cfg": self.cfg, **context}, status_code=status
+        )
+
+    def _fragment(self, request: Request, name: str, **context: Any) -> Response:
+        return self.templates.TemplateResponse(request, name, {"cfg": self.cfg, **context})
+
+    def _pool(self) -> dict[str, Any]:
+        return pool_data(self.store, now=time.time(), stale_s=self.cfg.node_stale_s)
+
+    def _queue(self, request: Request) -> dict[str, Any]:
+        limit = _int_param(request, "limit", self.cfg.queue_rows, 1, _MAX_QUEUE_ROWS)
+        return queue_data(self.store, now=time.time(), time_scale=self.cfg.time_scale, limit=limit)
+
+    # -- pages -------------------------------------------------------------------------------
+
+    def pool_page(self, request: Request) -> Response:
+        return self._page(request, "pool.html", fragment="/fragment/pool", pool=self._pool())
+
+    def queue_page(self, request: Request) -> Response:
+        # The live refresh keeps the page's own query (?limit=N).
+        query = f"?{request.url.query}" if request.url.query else ""
+        return self._page(
+            request, "queue.html", fragment=f"/fragment/queue{query}", queue=self._queue(request)
+        )
+
+    def job_page(self, request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        job = job_data(self.store, job_id)
+        if job is None:
+            return self._page(request, "missing.html", status=404, job_id=job_id)
+        return self._page(request, "job.html", job=job, fragment=f"/fragment/job/{_quote(job_id)}")
+
+    def log_page(self, request: Request) -> Response:
+        events = newest_events(self.store, self.cfg.log_rows)
+        after = events[-1][0] if events else "0"
+        return self._page(request, "log.html", events=list(reversed(events)), after=after)
+
+    def usage_page(self, request: Request) -> Response:
+        return self._page(request, "usage.html", usage=usage_series(self.usage.poll()))
+
+    # -- fragments (the live part of each page) ------------------------------------------------
+
+    def pool_fragment(self, request: Request) -> Response:
+        return self._fragment(request, "_pool.html", pool=self._pool())
+
+    def counts_fragment(self, request: Request) -> Response:
+        return self._fragment(request, "_counts.html", counts=self._counts())
+
+    def queue_fragment(self, request: Request) -> Response:
+        return self._fragment(request, "_queue.html", queue=self._queue(request))
+
+    def job_fragment(self, request: Request) -> Response:
+        job = job_data(self.store, request.path_params["job_id"])
+        if job is None:
+            return HTMLResponse("<p class='error'>no such job</p>", status_code=404)
+        return self._fragment(request, "_job.html", job=job)
+
+    # -- JSON ----------------------------------------------------------------------------------
+
+    def api_pool(self, request: Request) -> Response:
+        return _json(self._pool())
+
+    def api_queue(self, request: Request) -> Response:
+        return _json(self._queue(request))
+
+    def api_job(self, request: Request) -> Response:
+        job_id = request.path_params["job_id"]
+        job = job_data(self.store, job_id)
+        if job is None:
+            return _json({"error": f"no job with id {job_id!r}"}, 404)
+        return _json(job)
+
+    def api_usage(self, request: Request) -> Response:
+        return _json(usage_series(self.usage.poll()))
+
+    def api_events(self, request: Request) -> Response:
+        limit = _int_param(request, "limit", 200, 0, _MAX_EVENTS)
+        return _json([{"id": eid, **e} for eid, e in newest_events(self.store, limit)])
+
+    async def api_stream(self, request: Request) -> Response:
+        after = request.headers.get("last-event-id") or request.query_params.get("after")
+        if not after or after == "$":
+            after = await anyio.to_thread.run_sync(last_event_id, self.store)
+        max_events = _int_param(request, "max_events", 0, 0, 1_000_000)
+        gen = _event_stream(request, self.store, str(after), self.cfg.stream_poll_s, max_events)
+        return StreamingResponse(
+            gen,
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    def healthz(self, request: Request) -> Response:
+        try:
+            self.store.r.ping()
+        except Exception as exc:  # a health check reports, never raises
+            return JSONResponse({"ok": False, "error": str(exc)}, status_code=503)
+        return JSONResponse({"ok": True})
 
 
 def _metrics_endpoint(telemetry: Any) -> Any:

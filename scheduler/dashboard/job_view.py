@@ -33,7 +33,7 @@ from scheduler.exceptions import SchedulerError
 __all__ = ["decision_rows", "job_data"]
 
 #: Events scanned (newest first) for the job's own placement-log lines.
-EVENT_SCAN = 5000
+EVENT_SCAN = 2000
 _LOG_TAIL_CHARS = 4000
 _CLI_WIDTH = 220
 
