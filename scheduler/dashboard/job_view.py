@@ -77,7 +77,7 @@ def job_data(store: Any, job_id: str) -> dict[str, Any] | None:
         "outcome": outcome,
         "events": _job_events(store, job_id),
         "logs_tail": store.logs(job_id)[-_LOG_TAIL_CHARS:],
-        "cli_text": _cli_text(rec, decision, preds, outcome),
+        "cli_text": _cli_text({**rec, "spec": spec}, decision, preds, outcome),
     }
 
 
@@ -241,5 +241,10 @@ def _cli_text(
     from rich.console import Console
 
     console = Console(width=_CLI_WIDTH, record=True, file=io.StringIO(), color_system=None)
-    console.print(explain(rec, decision, predictions=preds, outcome=outcome))
+    try:
+        console.print(explain(rec, decision, predictions=preds, outcome=outcome))
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:
+        # A field someone else wrote in a shape snugfit never writes: the tables above, built
+        # from the validated parts, still show; only this text view gives up.
+        return f"(the record does not render as `snugfit explain` text: {exc})"
     return console.export_text()

@@ -188,6 +188,27 @@ def test_odd_job_ids_route_and_are_escaped(store: RedisStore) -> None:
     assert "<i>x</i>" not in web.get("/queue").text
 
 
+def test_corrupt_records_never_break_a_page(store: RedisStore) -> None:
+    """Anyone who can write to Redis can write anything: each page still renders, showing
+    what it can read."""
+    _placed_cluster(store)
+    r = store.r
+    r.hset(store.keys.job("job-1"), mapping={"decision": "{not json", "spec": "[1, 2]"})
+    r.hset(store.keys.job("job-pair-b"), mapping={"request": '{"vram_gib": "lots"}'})
+    r.hset(store.keys.job("job-2"), mapping={"placement": "null", "outcome": '"x"'})
+    r.hset(store.keys.allocs, "ghost", "{broken")
+    r.hset(store.keys.allocs, "ghost-2", json.dumps({"option": {"kind": "nope"}, "gpus": [0]}))
+    store.emit([{"event": "finished", "job_id": "job-0", "attempt": "one", "outcome": 7}])
+    r.xadd(store.keys.events, {"e": "\xff not json"})
+    web = TestClient(create_app(store))
+    for path in ("/", "/queue", "/log", "/usage", "/job/job-1", "/job/job-pair-b", "/job/job-2"):
+        assert web.get(path).status_code == 200, path
+    for path in ("/api/pool", "/api/queue", "/api/usage", "/api/job/job-1", "/api/events"):
+        assert web.get(path).status_code == 200, path
+    job = web.get("/api/job/job-1").json()
+    assert job["decision"] is None and job["model"] is None  # unreadable, not guessed
+
+
 def _run_on_workers(store: RedisStore, tmp_path: Path) -> None:
     """Simulated workers on every node drain their queues (one burst each), as
     `snugfit worker --simulate` does, until nothing is left to place."""
