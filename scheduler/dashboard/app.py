@@ -45,7 +45,7 @@ from starlette.templating import Jinja2Templates
 from scheduler.cli.render import event_line, fmt_duration, fmt_gib, fmt_usd
 from scheduler.dashboard.job_view import job_data
 from scheduler.dashboard.pool_view import pool_data
-from scheduler.dashboard.queue_view import queue_data
+from scheduler.dashboard.queue_view import QueueFilter, queue_data
 from scheduler.dashboard.reads import last_event_id, newest_events
 from scheduler.dashboard.usage import UsageTail, usage_series
 from scheduler.exceptions import SchedulerError
@@ -174,7 +174,15 @@ class _Handlers:
 
     def _queue(self, request: Request) -> dict[str, Any]:
         limit = _int_param(request, "limit", self.cfg.queue_rows, 1, _MAX_QUEUE_ROWS)
-        return queue_data(self.store, now=time.time(), time_scale=self.cfg.time_scale, limit=limit)
+        q = request.query_params
+
+        def values(name: str) -> frozenset[str]:
+            return frozenset(v for raw in q.getlist(name) for v in raw.split(",") if v)
+
+        where = QueueFilter(values("state"), values("user"), values("team"))
+        return queue_data(
+            self.store, now=time.time(), time_scale=self.cfg.time_scale, limit=limit, where=where
+        )
 
     # -- pages -------------------------------------------------------------------------------
 

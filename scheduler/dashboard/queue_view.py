@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from scheduler.cli.render import option_label, pending_reason
@@ -20,7 +21,7 @@ from scheduler.dashboard.reads import job_records, newest_job_ids
 from scheduler.exceptions import SchedulerError
 from scheduler.service.store.keys import ACTIVE_STATES, JobState
 
-__all__ = ["ACTIVE_ORDER", "job_row", "queue_data"]
+__all__ = ["ACTIVE_ORDER", "FINISHED_SCAN", "QueueFilter", "job_row", "queue_data"]
 
 #: The active states in the order the queue lists them (running first, as squeue does).
 ACTIVE_ORDER: tuple[str, ...] = ("running", "placed", "pending")
@@ -43,45 +44,93 @@ _FIELDS = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class QueueFilter:
+    """Which jobs the queue lists: any of ``states`` / ``users`` / ``teams`` (empty = all).
+
+    A finished state (``succeeded``, ``failed`` ...) is looked for among the newest
+    :data:`FINISHED_SCAN` jobs; the active states are read whole (pending: its oldest
+    ``limit``).
+    """
+
+    states: frozenset[str] = frozenset()
+    users: frozenset[str] = frozenset()
+    teams: frozenset[str] = frozenset()
+
+    def match(self, row: Mapping[str, Any]) -> bool:
+        return (
+            (not self.states or row["state"] in self.states)
+            and (not self.users or row["user"] in self.users)
+            and (not self.teams or row["team"] in self.teams)
+        )
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {k: sorted(getattr(self, k)) for k in ("states", "users", "teams")}
+
+
+#: Newest jobs searched for a finished state the queue is filtered by.
+FINISHED_SCAN = 2000
+
+
 def queue_data(
-    store: Any, *, now: float, time_scale: float = 1.0, limit: int = 500, recent: int = 50
+    store: Any,
+    *,
+    now: float,
+    time_scale: float = 1.0,
+    limit: int = 500,
+    recent: int = 50,
+    where: QueueFilter | None = None,
 ) -> dict[str, Any]:
     """Everything the queue page shows, as plain JSON values (also ``/api/queue``)."""
+    where = where or QueueFilter()
     counts = {s.value: store.count(s.value) for s in JobState}
-    active: list[str] = []
-    for state in ACTIVE_ORDER:
+    listed = [s for s in ACTIVE_ORDER if not where.states or s in where.states]
+    finished = set(where.states) - set(ACTIVE_STATES)
+    ids: list[str] = []
+    for state in listed:
         if state == "pending" and counts["pending"] > limit:
             # A deep queue: only its oldest ``limit`` (P:pending is ordered by submit time),
             # so a refresh costs the same with 100,000 queued.
-            active.extend(store.pending_window(limit))
+            ids.extend(store.pending_window(limit))
         else:
-            active.extend(store.job_ids(state))
-    states = set(ACTIVE_STATES)
-    recs = [r for r in job_records(store, active, _FIELDS) if r.get("state") in states]
+            ids.extend(store.job_ids(state))
+    if finished:
+        ids.extend(newest_job_ids(store, FINISHED_SCAN))
+    wanted = set(listed) | finished
+    recs = [r for r in job_records(store, list(dict.fromkeys(ids)), _FIELDS)]
+    recs = [r for r in recs if r.get("state") in wanted]
     recs.sort(key=lambda r: (r.get("submitted_at") or math.inf, str(r.get("id"))))
-    # Pending jobs keep no decision in Redis: derive why they wait for those listed.
-    undecided = [
-        str(r["id"])
-        for r in recs
-        if r.get("state") == "pending" and not isinstance(r.get("decision"), dict)
-    ]
-    derived = pending_decisions(store, undecided, now=now)
-    rows = [
-        job_row(r, now=now, time_scale=time_scale, derived=derived.get(str(r["id"]))) for r in recs
-    ]
-    rank = {s: k for k, s in enumerate(ACTIVE_ORDER)}
-    rows.sort(key=lambda r: (rank.get(r["state"], 9), r["submitted_at"] or math.inf, r["id"]))
     newest = job_records(store, newest_job_ids(store, recent), _FIELDS)
-    missing = [str(r["id"]) for r in newest if r.get("state") == "pending"]
-    derived.update(pending_decisions(store, [j for j in missing if j not in derived], now=now))
+    # Pending jobs keep no decision in Redis: derive why they wait for those listed.
+    undecided = list(
+        dict.fromkeys(
+            str(r["id"])
+            for r in [*recs, *newest]
+            if r.get("state") == "pending" and not isinstance(r.get("decision"), dict)
+        )
+    )
+    derived = pending_decisions(store, undecided, now=now)
+
+    def rows_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        out = [
+            job_row(r, now=now, time_scale=time_scale, derived=derived.get(str(r["id"])))
+            for r in records
+        ]
+        return [r for r in out if where.match(r)]
+
+    rank = {s: k for k, s in enumerate(ACTIVE_ORDER)}
+    rows = rows_of(recs)
+    rows.sort(key=lambda r: (rank.get(r["state"], 9), r["submitted_at"] or math.inf, r["id"]))
+    if where.users or where.teams or finished:
+        more = max(len(rows) - limit, 0)  # among what was read
+    else:
+        more = max(sum(counts[s] for s in listed) - min(len(rows), limit), 0)
     return {
         "counts": counts,
         "jobs": rows[:limit],
-        "more": max(sum(counts[s] for s in ACTIVE_ORDER) - min(len(rows), limit), 0),
-        "recent": [
-            job_row(r, now=now, time_scale=time_scale, derived=derived.get(str(r["id"])))
-            for r in newest
-        ],
+        "more": more,
+        "recent": rows_of(newest),
+        "filter": where.to_dict(),
         "time_scale": time_scale,
     }
 

@@ -144,6 +144,30 @@ def test_a_deep_queue_lists_its_oldest_jobs_and_counts_the_rest(store: RedisStor
     assert 'data-fragment="/fragment/queue?limit=4"' in page and "8 more active jobs" in page
 
 
+def test_queue_filters_by_state_user_and_team(store: RedisStore) -> None:
+    _placed_cluster(store)
+    # Who ran a job, as the client's record fields carry it.
+    store.set_fields("job-pair-b", {"user": "alice", "team": "nlp"})
+    store.set_fields("job-0", {"user": "bob", "team": "nlp"})
+    web = TestClient(create_app(store))
+
+    def listed(query: str) -> tuple[list[str], list[str]]:
+        q = web.get("/api/queue?" + query).json()
+        return [j["id"] for j in q["jobs"]], [j["id"] for j in q["recent"]]
+
+    jobs, recent = listed("state=pending")
+    assert jobs == ["job-pair-b"] and recent == ["job-pair-b"]
+    assert listed("state=rejected")[0] == ["job-huge"]  # a finished state: the newest jobs
+    assert set(listed("state=placed,pending")[0]) == set(listed("")[0])
+    assert listed("user=alice") == (["job-pair-b"], ["job-pair-b"])
+    assert set(listed("team=nlp")[0]) == {"job-pair-b", "job-0"}
+    assert listed("user=alice&team=nlp")[0] == ["job-pair-b"]
+    assert listed("user=carol") == ([], [])
+    page = web.get("/queue?user=alice").text
+    assert 'value="alice"' in page and 'data-fragment="/fragment/queue?user=alice"' in page
+    assert "alice" in page and "(nlp)" in page
+
+
 def test_job_page_shows_the_explain_table_in_the_cli_order(store: RedisStore) -> None:
     client = _placed_cluster(store)
     web = TestClient(create_app(store))
