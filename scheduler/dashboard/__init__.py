@@ -5,7 +5,8 @@ scheduler and workers use.
 :func:`create_app` builds the Starlette application over a store; :mod:`.server` serves it
 with uvicorn (``snugfit dashboard``, ``snugfit scheduler --dashboard``, ``snugfit demo``).
 The page data are plain functions of the store (``*_view``, :mod:`.usage`), also served as
-JSON under ``/api/``.
+JSON under ``/api/``. Like ``cli/`` it is an edge (people read it), so it reuses the CLI's
+rendering helpers (:mod:`scheduler.cli.render`) and nothing below imports it.
 """
 
 from __future__ import annotations
