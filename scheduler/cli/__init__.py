@@ -39,6 +39,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "scheduler": ("scheduler.cli.service", "Run the scheduler service (leader election)."),
     "worker": ("scheduler.cli.worker", "Run a worker for one node."),
     "demo": ("scheduler.cli.demo.command", "Run the end-to-end demo on an embedded Redis."),
+    "dashboard": ("scheduler.cli.dashboard", "Serve the live read-only web dashboard."),
     "doctor": ("scheduler.cli.doctor", "Check the Redis deployment: topology, AOF, ACL, queues."),
 }
 

@@ -335,7 +335,21 @@ def explain(
 
 
 def event_line(event: Mapping[str, Any]) -> str:
-    """One placement-log event as one human-readable line (see ``scheduler.service.store.keys``)."""
+    """One placement-log event as one human-readable line (see ``scheduler.service.store.keys``).
+
+    A malformed entry (anyone who can write to Redis can append one) prints as what it is
+    instead of raising, so one bad entry never stops ``snugfit log`` or the dashboard.
+    """
+    try:
+        return _event_line(event)
+    except (TypeError, ValueError, AttributeError, KeyError):
+        raw = repr(dict(event))
+        return (
+            f"{event.get('event', '?')!s:<9}  {event.get('job_id') or '-'}  malformed: {raw:.200}"
+        )
+
+
+def _event_line(event: Mapping[str, Any]) -> str:
     kind = str(event.get("event", "?"))
     jid = event.get("job_id") or "-"
     attempt = event.get("attempt")

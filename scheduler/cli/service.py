@@ -256,6 +256,12 @@ def logs_command(job_id: str, follow: bool, redis_url: str | None, out: Output) 
     show_default=True,
     help="Address the metrics endpoint binds; 0.0.0.0 exposes it to the network.",
 )
+@click.option(
+    "--dashboard",
+    is_flag=True,
+    help="Also serve the read-only web dashboard on the metrics port, beside /metrics "
+    "(port 8765 when --metrics-port is not given).",
+)
 @click.option("-v", "--verbose", is_flag=True)
 def scheduler_command(
     pool_file: Path,
@@ -268,6 +274,7 @@ def scheduler_command(
     node_stale: float,
     metrics_port: int | None,
     metrics_host: str,
+    dashboard: bool,
     verbose: bool,
 ) -> None:
     """Run the scheduler service (leader election: start several, one leads)."""
@@ -285,7 +292,11 @@ def scheduler_command(
         store = open_store(redis_url)
         telemetry: Any = None
         server: Any = None
-        if metrics_port is not None:
+        if dashboard:
+            from scheduler.cli.dashboard import start_with_metrics
+
+            telemetry, server = start_with_metrics(store, metrics_host, metrics_port)
+        elif metrics_port is not None:
             from scheduler.service.telemetry import start_metrics_server
 
             try:
@@ -315,7 +326,9 @@ def scheduler_command(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     click.echo(f"scheduler {svc.token}: pool {svc.pool.name!r}, policy {policy}", err=True)
-    if server is not None:
+    if dashboard:
+        click.echo(f"dashboard: {server.url}  metrics: {server.url}metrics", err=True)
+    elif server is not None:
         click.echo(f"metrics: http://{metrics_host}:{metrics_port}/metrics", err=True)
     try:
         svc.run(stop)

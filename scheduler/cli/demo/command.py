@@ -45,6 +45,14 @@ __all__ = ["demo_command"]
     is_flag=True,
     help="Leave the private Redis running afterwards (explore with log / explain / pool).",
 )
+@click.option(
+    "--dashboard-port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="Port of the live web dashboard the demo serves on 127.0.0.1 (0: a free one).",
+)
+@click.option("--no-dashboard", is_flag=True, help="Do not serve the live web dashboard.")
 def demo_command(
     jobs: int,
     seed: int,
@@ -56,6 +64,8 @@ def demo_command(
     workers_per_node: int | None,
     timeout_s: float,
     keep_redis: bool,
+    dashboard_port: int,
+    no_dashboard: bool,
 ) -> None:
     """Run the whole service on a private Redis with simulated GPU workers, submit a realistic
     workload in accelerated time, compare with the `requested` baseline, write an HTML report."""
@@ -77,6 +87,8 @@ def demo_command(
         workers_per_node=workers_per_node,
         timeout_s=timeout_s,
         keep_redis=keep_redis,
+        dashboard=not no_dashboard,
+        dashboard_port=dashboard_port,
     )
     try:
         run_demo(cfg)

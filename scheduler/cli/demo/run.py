@@ -60,6 +60,8 @@ class DemoConfig:
     target_s: float = _TARGET_RUN_S
     timeout_s: float = 600.0
     keep_redis: bool = False  # leave the private Redis up to explore with log/explain/pool
+    dashboard: bool = True  # serve the live web dashboard while the demo runs
+    dashboard_port: int = 0  # 0: a free port (the URL is printed)
 
 
 @dataclass
@@ -155,6 +157,7 @@ def run_demo(cfg: DemoConfig, console: Any | None = None) -> DemoResult:
     home = Path(tempfile.mkdtemp(prefix="snugfit-demo-redis-"))
     procs = ProcessGroup()
     redis_started = False
+    dash: Any = None
     try:
         from scheduler.service.store.embedded import embedded_url
 
@@ -193,9 +196,14 @@ def run_demo(cfg: DemoConfig, console: Any | None = None) -> DemoResult:
             f"started embedded Redis ({url}), 1 scheduler and {n_workers} simulated workers "
             f"for {len(pool.nodes)} nodes; logs in {logs}"
         )
+        if cfg.dashboard:
+            dash = _start_dashboard(url, scale, cfg.dashboard_port)
+            con.print(f"live dashboard: [bold]{dash.url}[/] (while the demo runs)")
         t0, records, events, states = _drive(cfg, con, pool, wl, url, scale, procs)
         live, attempts = live_metrics(records, events, pool, t0=t0, time_scale=scale)
     finally:
+        if dash is not None:
+            dash.stop()
         procs.stop()
         if redis_started and not cfg.keep_redis:
             _stop_redis(home)
@@ -203,7 +211,7 @@ def run_demo(cfg: DemoConfig, console: Any | None = None) -> DemoResult:
         atexit.unregister(_stop_redis)
         con.print(
             f"Redis kept running for you: export SNUGFIT_REDIS_URL={url}\n"
-            "  then: snugfit log | snugfit explain <job id> | snugfit pool\n"
+            "  then: snugfit log | snugfit explain <job id> | snugfit pool | snugfit dashboard\n"
             f'  stop it: python -c "from scheduler.service.store import stop_embedded; '
             f"from pathlib import Path; stop_embedded(Path('{home}'))\""
         )
@@ -263,6 +271,16 @@ def _start_services(
             )
             n_workers += 1
     return n_workers
+
+
+def _start_dashboard(url: str, scale: float, port: int) -> Any:
+    """The web dashboard on the demo's Redis, on a background thread of this process."""
+    from scheduler.dashboard.app import DashboardConfig, create_app
+    from scheduler.dashboard.server import start_in_thread
+    from scheduler.service.store.redis_store import open_store
+
+    app = create_app(open_store(url), config=DashboardConfig(time_scale=scale))
+    return start_in_thread(app, "127.0.0.1", port, flags=("--dashboard-port", ""))
 
 
 def _stop_redis(home: Path) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -45,6 +47,11 @@ def test_small_demo_runs_end_to_end_and_cleans_up(tmp_path: Path) -> None:
     text = console.export_text()
     assert "requested baseline (simulated)" in text and "snugfit live (rightsize)" in text
     assert f"report: {res.report_path}" in text
+    # It served the live dashboard while it ran, and stopped it at the end.
+    served = re.search(r"live dashboard: http://127\.0\.0\.1:(\d+)/", text)
+    assert served is not None
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", int(served.group(1)))) != 0
     html = res.report_path.read_text()
     assert html.count('class="job"') > 0 and '<svg class="chart cost"' in html
     assert html.count('<svg class="chart frontier"') == 2  # an 8B and a 70B deployment

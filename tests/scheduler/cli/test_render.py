@@ -182,3 +182,11 @@ def test_comparison_table_side_by_side() -> None:
     b = {"cost_usd": 2500.0, "smallest_fit_rate": 0.10, "queue_delay_p95_s": None}
     out = _text(render.comparison_table([("snugfit", a), ("requested", b)]))
     assert "$1,234" in out and "$2,500" in out and "81%" in out and "1m35s" in out
+
+
+def test_event_line_prints_a_malformed_event_instead_of_raising() -> None:
+    from scheduler.cli.render import event_line
+
+    line = event_line({"event": "finished", "job_id": "j1", "attempt": "one", "outcome": 7})
+    assert line.startswith("finished") and "j1" in line and "malformed" in line
+    assert "malformed" not in event_line({"ts": 1.0, "event": "placed", "job_id": "j2"})
