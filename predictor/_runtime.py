@@ -127,12 +127,16 @@ def _gemm_eff(
     """GEMM share of peak: ``base`` per architecture × size and dtype factors, ``(n, G)``."""
     hid = j.hidden / j.tp
     size = hid / (hid + eff["gemm.knee_hidden"])
-    tok = tokens / (tokens + eff["gemm.knee_tokens"])
+    # A GEMM over T tokens does 2T FLOPs per weight element it reads, so it is bandwidth-bound
+    # below the GPU's ridge point (peak FLOP/s over HBM bytes/s, in tokens): the knee is that
+    # ridge, not a fixed token count (A100 ~150 tokens, H100 ~300 at bf16).
+    ridge = _peak(j, g) * _col(j.weight_bytes) / (2.0 * g.bw)
+    tok = _col(tokens) / (_col(tokens) + eff["gemm.knee_ridge"] * ridge)
     fp8 = (j.compute_dtype == _IDX_D[DType.FP8])[:, None] & (g.has_fp8 > 0)
     fp4 = (j.compute_dtype == _IDX_D[DType.FP4])[:, None] & (g.has_fp4 > 0)
     low = np.where(fp8, eff["gemm.fp8_scale"], 1.0) * np.where(fp4, eff["gemm.fp4_scale"], 1.0)
     moe = np.where(j.is_moe > 0, eff["gemm.moe_scale"], 1.0)
-    return base * low * _col(size * tok * moe)
+    return base * low * tok * _col(size * moe)
 
 
 def _attn_eff(j: JobArrays, g: _Gpus, eff: Efficiencies, seq: np.ndarray) -> np.ndarray:
@@ -165,6 +169,17 @@ def _engine_step_s(j: JobArrays, eff: Efficiencies, batch: np.ndarray) -> np.nda
 def _uncaptured(j: JobArrays) -> np.ndarray:
     """1 where collectives launch without CUDA graphs / custom all-reduce (not an engine)."""
     return (~np.isin(j.framework, _ENGINES)).astype(np.float64)
+
+
+def _uncaptured_sync_s(j: JobArrays, eff: Efficiencies) -> np.ndarray:
+    """Host-side cost of one collective in a stack without CUDA graphs, per call.
+
+    Each TP rank is its own host process issuing kernels eagerly, so every all-reduce is a
+    barrier that waits for the slowest of ``p`` ranks: the cost grows with the group (as
+    ``log2(p)``, the depth of the synchronisation), not a flat latency. Zero for TP 1 and for
+    graph-captured engines.
+    """
+    return _uncaptured(j) * eff["comm.uncaptured_latency_s"] * np.log2(np.maximum(j.tp, 1.0))
 
 
 def _peak(j: JobArrays, g: _Gpus) -> np.ndarray:
@@ -237,7 +252,7 @@ def prefill_s(
     busy = np.maximum(gemm_s + attn_s + elem_s, weight_s)
     tp_s = _col(2.0 * j.n_layers) * (
         allreduce_s(_col(tokens * j.hidden * j.compute_bytes), _col(tp), g.link, eff)
-        + _col(np.where(tp > 1, _uncaptured(j) * eff["comm.uncaptured_latency_s"], 0.0))
+        + _col(_uncaptured_sync_s(j, eff))
     )
     fixed = _col(eff["launch.prefill_s"] * j.n_layers + _engine_step_s(j, eff, batch))
     return busy + tp_s + fixed, busy
@@ -283,7 +298,7 @@ def decode_step_s(
     )
     tp_s = _col(2.0 * j.n_layers) * (
         allreduce_s(_col(batch * j.hidden * j.compute_bytes), _col(tp), g.link, eff)
-        + _col(np.where(tp > 1, _uncaptured(j) * eff["comm.uncaptured_latency_s"], 0.0))
+        + _col(_uncaptured_sync_s(j, eff))
     )
     fixed = _col(launch * j.n_layers + _engine_step_s(j, eff, batch))
     return busy + tp_s + fixed, busy

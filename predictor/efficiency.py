@@ -98,7 +98,14 @@ PARAMETERS: tuple[Parameter, ...] = (
     _p("gemm.hopper", 0.62, 0.2, 0.95, _MFU),
     _p("gemm.blackwell", 0.55, 0.15, 0.95, _MFU + "; B200 kernels less mature", tie="gemm.hopper"),
     _p("gemm.knee_hidden", 400.0, 20.0, 4000.0, "GEMM tile-quantisation/launch knee (prior)"),
-    _p("gemm.knee_tokens", 256.0, 16.0, 8192.0, "tokens per GEMM below which tiles idle"),
+    _p(
+        "gemm.knee_ridge",
+        1.0,
+        0.1,
+        10.0,
+        "tokens per GEMM at half efficiency, in units of the GPU's ridge point (roofline: "
+        "compute time equals weight-read time there; prior 1)",
+    ),
     _p("gemm.fp8_scale", 0.67, 0.3, 1.0, "dgxc 70B: FP8 MFU 36.2% of FP8 peak vs BF16 54.1%"),
     _p("gemm.fp4_scale", 0.5, 0.2, 1.0, "NVFP4 recipes: scaling and casts (prior)"),
     _p("gemm.moe_scale", 0.6, 0.2, 1.0, "routing, all-to-all, small per-expert GEMMs (prior)"),
