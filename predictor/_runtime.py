@@ -5,7 +5,9 @@ efficiency from :mod:`predictor.efficiency`:
 
 * **GEMMs**: ``2·N`` FLOPs per token forward, ``6·N`` forward+backward, ``4·N`` for LoRA (no
   weight gradients); activation recompute adds the forward it repeats (``+2·N``). Efficiency
-  per architecture and dtype, falling for small matrices (``hidden / TP`` and tokens per GEMM).
+  per architecture and dtype, falling for small matrices (``hidden / TP``) and for few tokens
+  per GEMM, with the token knee at the GPU's ridge point (peak FLOP/s over HBM bytes/s: below
+  it a GEMM is bound by reading its weights).
 * **Attention**: causal ``2·L·s·d`` FLOPs per token forward, 2.5× that backward, at the
   attention kernel's own efficiency (FlashAttention-2, or FA3 / cuDNN on Hopper and Blackwell
   under Megatron and the serving engines), falling for short sequences.
@@ -14,7 +16,9 @@ efficiency from :mod:`predictor.efficiency`:
   CPU work (scheduling, sampling, detokenisation), which does not speed up on a faster GPU.
 * **Collectives**: ring all-reduce, ``2(p−1)`` hop latencies plus ``2(p−1)/p`` of the bytes
   over the achieved link bandwidth (NVLink 3/4/5 by GPU, PCIe without NVLink, InfiniBand
-  between nodes).
+  between nodes). Stacks without CUDA graphs (HF, research stacks) also pay a host barrier per
+  collective that grows with ``log2(TP)``: each rank issues its kernels from its own process
+  and the all-reduce waits for the slowest.
 
 Prefill (TTFT) is compute-bound but never faster than reading the weights once; a decode step
 (TPOT) is the larger of reading weights + KV cache at the achieved bandwidth (MBU) and the

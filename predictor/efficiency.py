@@ -142,7 +142,9 @@ PARAMETERS: tuple[Parameter, ...] = (
         2e-5,
         1e-6,
         3e-4,
-        "launch + host sync per collective without CUDA graphs / custom all-reduce (prior)",
+        "host sync per collective per doubling of the TP group without CUDA graphs / custom "
+        "all-reduce: each rank's host issues eagerly and the all-reduce waits for the slowest "
+        "(prior)",
     ),
     _p("comm.link_efficiency", 0.75, 0.2, 1.0, "nccl-tests busbw / NVLink peak (prior)"),
     _p("comm.tp_exposed_train", 0.5, 0.05, 1.0, "Megatron overlaps TP comm with GEMMs"),
