@@ -125,6 +125,7 @@ def main() -> None:
     cv = cross_validate(ms, n_splits=5, base=base)
     reports.append(cv.report)
     reports.append(cross_validate_history(ms))
+    subsets = _subsets(ms, pv)
     wall_s = time.perf_counter() - t0
     out = Path(__file__).parent / "results" / "eval.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -134,7 +135,7 @@ def main() -> None:
         "learned_vs_analytical_grouped_cv": cv.comparison,
         "learned_fallback": cv.fallback,
         "analytical_note": "time metrics out of source: efficiencies fitted leave-one-source-out",
-        "analytical_subsets": _subsets(ms, pv),
+        "analytical_subsets": subsets,
         "uptime_load": _load(),
         "coverage_targets": {"peak_vram_gib": 0.95, "time": 0.90},
         "coverage_by_trust": {
@@ -152,7 +153,7 @@ def main() -> None:
     }
     out.write_text(json.dumps(doc, indent=1, default=float) + "\n")
     _write_rows(ms, reports[0], out.parent / "eval_rows.jsonl")
-    for label, d in doc["analytical_subsets"].items():
+    for label, d in subsets.items():
         figs = " ".join(
             f"{m}={d[m]['mape']:.1%}(n={d[m]['n']})"
             for m in ("step_time_s", "ttft_s", "tpot_s")

@@ -249,6 +249,7 @@ def prefill_s(
     gemm_flops = 2.0 * j.flop_params * tokens / tp
     attn_flops = 2.0 * j.n_layers * batch * input_len**2 * j.attn_dim / tp
     ge = _gemm_eff(j, g, eff, g.arch(eff, "prefill"), tokens)
+    ge = ge * _col(np.where(np.isin(j.framework, _ENGINES), 1.0, eff["prefill.unfused_scale"]))
     gemm_s = _col(gemm_flops) / (peak * ge)
     attn_s = _col(attn_flops) / (peak * _attn_eff(j, g, eff, input_len))
     elem_s = _col(j.n_layers * _elem_bytes_per_token(j, eff) * tokens) / (g.bw * eff["mem.stream"])
