@@ -7,7 +7,8 @@ efficiency from :mod:`predictor.efficiency`:
   weight gradients); activation recompute adds the forward it repeats (``+2·N``). Efficiency
   per architecture and dtype, falling for small matrices (``hidden / TP``) and for few tokens
   per GEMM, with the token knee at the GPU's ridge point (peak FLOP/s over HBM bytes/s: below
-  it a GEMM is bound by reading its weights).
+  it a GEMM is bound by reading its weights). A routed expert's GEMMs see only ``tokens·k/E``
+  of the tokens (balanced routing), so fine-grained MoE layers sit lower on that knee.
 * **Attention**: causal ``2·L·s·d`` FLOPs per token forward, 2.5× that backward, at the
   attention kernel's own efficiency (FlashAttention-2, or FA3 / cuDNN on Hopper and Blackwell
   under Megatron and the serving engines), falling for short sequences.
@@ -143,6 +144,35 @@ def _gemm_eff(
     return base * low * tok * _col(size * moe)
 
 
+def _routed_share(j: JobArrays) -> np.ndarray:
+    """Share of a token's matmul FLOPs spent in routed experts (0 for dense models)."""
+    idle = np.maximum(j.n_experts - j.n_active_experts, 1.0)
+    routed_active = (j.total_params - j.active_params) * j.n_active_experts / idle
+    return np.where(j.is_moe > 0, np.clip(routed_active / j.flop_params, 0.0, 1.0), 0.0)
+
+
+def _gemm_s(
+    j: JobArrays,
+    g: _Gpus,
+    eff: Efficiencies,
+    base: np.ndarray,
+    flops: np.ndarray,
+    tokens: np.ndarray,
+    scale: np.ndarray,
+) -> np.ndarray:
+    """Seconds of ``flops`` matmul work over ``tokens`` tokens per GEMM, ``(n, G)``.
+
+    Dense GEMMs see every token; a routed expert sees only ``tokens·k/E`` of them (balanced
+    routing), so its GEMMs sit lower on the ridge-point knee. ``scale`` is the stack's factor.
+    """
+    share = _routed_share(j)
+    per_expert = tokens * j.n_active_experts / np.maximum(j.n_experts, 1.0)
+    peak = _peak(j, g) * _col(scale)
+    dense = _col(flops * (1.0 - share)) / (peak * _gemm_eff(j, g, eff, base, tokens))
+    routed = _col(flops * share) / (peak * _gemm_eff(j, g, eff, base, per_expert))
+    return dense + routed
+
+
 def _attn_eff(j: JobArrays, g: _Gpus, eff: Efficiencies, seq: np.ndarray) -> np.ndarray:
     fa2 = g.arch(eff, "attn.fa2")
     fa3 = np.array([eff[f"attn.fa3.{a}"] if a != "ampere" else 0.0 for a in _archs(g)])
@@ -204,10 +234,9 @@ def _training_step_s(j: JobArrays, g: _Gpus, eff: Efficiencies) -> tuple[np.ndar
     gemm_flops = (np.where(is_peft, 4.0, 6.0) + 2.0 * ck) * j.flop_params * per_gpu
     attn_flops = (3.5 + ck) * 2.0 * j.n_layers * j.seq_len * j.attn_dim * per_gpu
     peak = _peak(j, g)
-    ge = _gemm_eff(j, g, eff, g.arch(eff, "gemm"), tokens_mb)
-    ge = ge * _col(np.where(np.isin(j.framework, _EAGER), eff["gemm.eager_scale"], 1.0))
-    ge = ge * _col(np.where(j.task == _IDX_T[Task.QLORA], eff["gemm.qlora_scale"], 1.0))
-    gemm_s = _col(gemm_flops) / (peak * ge)
+    scale = np.where(np.isin(j.framework, _EAGER), eff["gemm.eager_scale"], 1.0)
+    scale = scale * np.where(j.task == _IDX_T[Task.QLORA], eff["gemm.qlora_scale"], 1.0)
+    gemm_s = _gemm_s(j, g, eff, g.arch(eff, "gemm"), gemm_flops, tokens_mb, scale)
     attn_s = _col(attn_flops) / (peak * _attn_eff(j, g, eff, j.seq_len))
     elem_bytes = (3.0 + ck) * j.n_layers * _elem_bytes_per_token(j, eff) * per_gpu
     elem_s = _col(elem_bytes) / (g.bw * eff["mem.stream"])
@@ -248,9 +277,8 @@ def prefill_s(
     peak = _peak(j, g)
     gemm_flops = 2.0 * j.flop_params * tokens / tp
     attn_flops = 2.0 * j.n_layers * batch * input_len**2 * j.attn_dim / tp
-    ge = _gemm_eff(j, g, eff, g.arch(eff, "prefill"), tokens)
-    ge = ge * _col(np.where(np.isin(j.framework, _ENGINES), 1.0, eff["prefill.unfused_scale"]))
-    gemm_s = _col(gemm_flops) / (peak * ge)
+    unfused = np.where(np.isin(j.framework, _ENGINES), 1.0, eff["prefill.unfused_scale"])
+    gemm_s = _gemm_s(j, g, eff, g.arch(eff, "prefill"), gemm_flops, tokens, unfused)
     attn_s = _col(attn_flops) / (peak * _attn_eff(j, g, eff, input_len))
     elem_s = _col(j.n_layers * _elem_bytes_per_token(j, eff) * tokens) / (g.bw * eff["mem.stream"])
     weight_s = _col(weights_bytes_per_gpu * j.pp) / (g.bw * _mbu(j, g, eff))
@@ -288,7 +316,11 @@ def decode_step_s(
         1.0 - (1.0 - j.n_active_experts / np.maximum(j.n_experts, 1.0)) ** batch,
         1.0,
     )
-    expert_bytes = j.expert_params * j.weight_bytes / tp
+    # Every routed expert of every MoE layer, per GPU: the params a token does not touch are
+    # (E − k) experts per MoE layer, so all E of them are (total − active)·E/(E − k).
+    idle = np.maximum(j.n_experts - j.n_active_experts, 1.0)
+    routed = np.where(j.is_moe > 0, (j.total_params - j.active_params) * j.n_experts / idle, 0.0)
+    expert_bytes = routed * j.weight_bytes / tp
     weight_bytes = weights_bytes_per_gpu * j.pp - expert_bytes * (1.0 - expert_frac)
     kv_bytes = j.n_layers * j.kv_dim / tp * j.kv_bytes * batch * context_len
     mem_s = _col(weight_bytes + kv_bytes) / (g.bw * _mbu(j, g, eff))

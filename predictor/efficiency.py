@@ -112,7 +112,14 @@ PARAMETERS: tuple[Parameter, ...] = (
     ),
     _p("gemm.fp8_scale", 0.67, 0.3, 1.0, "dgxc 70B: FP8 MFU 36.2% of FP8 peak vs BF16 54.1%"),
     _p("gemm.fp4_scale", 0.5, 0.2, 1.0, "NVFP4 recipes: scaling and casts (prior)"),
-    _p("gemm.moe_scale", 0.6, 0.2, 1.0, "routing, all-to-all, small per-expert GEMMs (prior)"),
+    _p(
+        "gemm.moe_scale",
+        0.85,
+        0.2,
+        1.0,
+        "routing, token permutation and all-to-all beyond the expert GEMMs, whose few tokens per "
+        "expert are timed by the ridge-point knee (prior, order of magnitude)",
+    ),
     _p("gemm.eager_scale", 0.8, 0.4, 1.0, "HF/PEFT without compile or fused kernels (prior)"),
     _p("gemm.qlora_scale", 0.65, 0.3, 1.0, "4-bit dequantisation in every matmul (prior)"),
     # Attention kernels: FA2 everywhere; FA3 / cuDNN fused attention on Hopper and Blackwell.

@@ -310,3 +310,16 @@ def test_gemm_token_knee_is_the_gpus_ridge_point() -> None:
         assert long > 5.0 * read
     assert all(1.0 < s < 3.5 for s in shares), shares
     assert max(shares) / min(shares) < 1.3, shares
+
+
+def test_moe_decode_reads_only_the_experts_the_batch_routes_to() -> None:
+    """gpt-oss-120b routes each token to 4 of 128 experts in every MoE layer: a batch-1 step
+    reads the shared weights plus about 3% of the experts, far less than the whole model; a
+    batch of 64 touches most experts (1 − (1 − 4/128)^64 ≈ 87%)."""
+    gpu = get_gpu("H100-80GB")
+    eff = efficiency.prior_efficiencies()
+    full_read = _weights_bytes("gpt-oss-120b") / (gpu.hbm_bandwidth_gbps * 1e9 * 0.7)
+    b1, b64 = decode_step_time_s("gpt-oss-120b", "H100-80GB", np.array([1, 64]), 512, eff=eff)
+    assert b1 < 0.25 * full_read
+    assert b64 > 3.0 * b1
+    assert b64 < 1.2 * full_read + 0.01
