@@ -11,8 +11,8 @@ Writes ``benchmarks/results/eval.json`` and, for the analytical tier, every row'
 job's shape (source, GPU, model, task, framework, batch, lengths, TP/PP) to
 ``benchmarks/results/eval_rows.jsonl``, so the groups that dominate the error can be read off.
 ``analytical_subsets`` repeats the analytical summary without Splitwise (the one source whose
-rows cannot all be modelled from what it documents; see README) and on the rows that pass the
-data checks, both labelled. Run: ``.venv/bin/python benchmarks/bench_eval.py``.
+rows cannot all be modelled from what it documents; see README) and on the calibration rows
+(those that pass the data checks and are not low-confidence), each labelled. Run: ``.venv/bin/python benchmarks/bench_eval.py``.
 """
 
 from __future__ import annotations
@@ -61,8 +61,10 @@ def _subsets(ms: list[Measurement], pv: PredictedValues) -> dict[str, Any]:
     subsets = {
         "all rows": lambda m: True,
         "without splitwise_perf_model": lambda m: source_group(m) != SPLITWISE,
-        "rows passing the data checks": lambda m: calibration_exclusion(m) is None,
-        "rows passing the data checks, without splitwise_perf_model": lambda m: (
+        "calibration rows (pass the data checks, not low-confidence)": lambda m: (
+            calibration_exclusion(m) is None
+        ),
+        "calibration rows, without splitwise_perf_model": lambda m: (
             calibration_exclusion(m) is None and source_group(m) != SPLITWISE
         ),
         "only splitwise_perf_model": lambda m: source_group(m) == SPLITWISE,
