@@ -12,7 +12,8 @@ job's shape (source, GPU, model, task, framework, batch, lengths, TP/PP) to
 ``benchmarks/results/eval_rows.jsonl``, so the groups that dominate the error can be read off.
 ``analytical_subsets`` repeats the analytical summary without Splitwise (the one source whose
 rows cannot all be modelled from what it documents; see README) and on the calibration rows
-(those that pass the data checks and are not low-confidence), each labelled. Run: ``.venv/bin/python benchmarks/bench_eval.py``.
+(those that pass the data checks and are not low-confidence), each labelled.
+Run: ``.venv/bin/python benchmarks/bench_eval.py``.
 """
 
 from __future__ import annotations
