@@ -5,7 +5,10 @@ efficiency from :mod:`predictor.efficiency`:
 
 * **GEMMs**: ``2·N`` FLOPs per token forward, ``6·N`` forward+backward, ``4·N`` for LoRA (no
   weight gradients); activation recompute adds the forward it repeats (``+2·N``). Efficiency
-  per architecture and dtype, falling for small matrices (``hidden / TP`` and tokens per GEMM).
+  per architecture and dtype, falling for small matrices (``hidden / TP``) and for few tokens
+  per GEMM, with the token knee at the GPU's ridge point (peak FLOP/s over HBM bytes/s: below
+  it a GEMM is bound by reading its weights). A routed expert's GEMMs see only ``tokens·k/E``
+  of the tokens (balanced routing), so fine-grained MoE layers sit lower on that knee.
 * **Attention**: causal ``2·L·s·d`` FLOPs per token forward, 2.5× that backward, at the
   attention kernel's own efficiency (FlashAttention-2, or FA3 / cuDNN on Hopper and Blackwell
   under Megatron and the serving engines), falling for short sequences.
@@ -14,7 +17,9 @@ efficiency from :mod:`predictor.efficiency`:
   CPU work (scheduling, sampling, detokenisation), which does not speed up on a faster GPU.
 * **Collectives**: ring all-reduce, ``2(p−1)`` hop latencies plus ``2(p−1)/p`` of the bytes
   over the achieved link bandwidth (NVLink 3/4/5 by GPU, PCIe without NVLink, InfiniBand
-  between nodes).
+  between nodes). Stacks without CUDA graphs (HF, research stacks) also pay a host barrier per
+  collective that grows with ``log2(TP)``: each rank issues its kernels from its own process
+  and the all-reduce waits for the slowest.
 
 Prefill (TTFT) is compute-bound but never faster than reading the weights once; a decode step
 (TPOT) is the larger of reading weights + KV cache at the achieved bandwidth (MBU) and the
@@ -127,12 +132,45 @@ def _gemm_eff(
     """GEMM share of peak: ``base`` per architecture × size and dtype factors, ``(n, G)``."""
     hid = j.hidden / j.tp
     size = hid / (hid + eff["gemm.knee_hidden"])
-    tok = tokens / (tokens + eff["gemm.knee_tokens"])
+    # A GEMM over T tokens does 2T FLOPs per weight element it reads, so it is bandwidth-bound
+    # below the GPU's ridge point (peak FLOP/s over HBM bytes/s, in tokens): the knee is that
+    # ridge, not a fixed token count (A100 ~150 tokens, H100 ~300 at bf16).
+    ridge = _peak(j, g) * _col(j.weight_bytes) / (2.0 * g.bw)
+    tok = _col(tokens) / (_col(tokens) + eff["gemm.knee_ridge"] * ridge)
     fp8 = (j.compute_dtype == _IDX_D[DType.FP8])[:, None] & (g.has_fp8 > 0)
     fp4 = (j.compute_dtype == _IDX_D[DType.FP4])[:, None] & (g.has_fp4 > 0)
     low = np.where(fp8, eff["gemm.fp8_scale"], 1.0) * np.where(fp4, eff["gemm.fp4_scale"], 1.0)
     moe = np.where(j.is_moe > 0, eff["gemm.moe_scale"], 1.0)
-    return base * low * _col(size * tok * moe)
+    return base * low * tok * _col(size * moe)
+
+
+def _routed_share(j: JobArrays) -> np.ndarray:
+    """Share of a token's matmul FLOPs spent in routed experts (0 for dense models)."""
+    idle = np.maximum(j.n_experts - j.n_active_experts, 1.0)
+    routed_active = (j.total_params - j.active_params) * j.n_active_experts / idle
+    return np.where(j.is_moe > 0, np.clip(routed_active / j.flop_params, 0.0, 1.0), 0.0)
+
+
+def _gemm_s(
+    j: JobArrays,
+    g: _Gpus,
+    eff: Efficiencies,
+    base: np.ndarray,
+    flops: np.ndarray,
+    tokens: np.ndarray,
+    scale: np.ndarray,
+) -> np.ndarray:
+    """Seconds of ``flops`` matmul work over ``tokens`` tokens per GEMM, ``(n, G)``.
+
+    Dense GEMMs see every token; a routed expert sees only ``tokens·k/E`` of them (balanced
+    routing), so its GEMMs sit lower on the ridge-point knee. ``scale`` is the stack's factor.
+    """
+    share = _routed_share(j)
+    per_expert = tokens * j.n_active_experts / np.maximum(j.n_experts, 1.0)
+    peak = _peak(j, g) * _col(scale)
+    dense = _col(flops * (1.0 - share)) / (peak * _gemm_eff(j, g, eff, base, tokens))
+    routed = _col(flops * share) / (peak * _gemm_eff(j, g, eff, base, per_expert))
+    return dense + routed
 
 
 def _attn_eff(j: JobArrays, g: _Gpus, eff: Efficiencies, seq: np.ndarray) -> np.ndarray:
@@ -167,6 +205,17 @@ def _uncaptured(j: JobArrays) -> np.ndarray:
     return (~np.isin(j.framework, _ENGINES)).astype(np.float64)
 
 
+def _uncaptured_sync_s(j: JobArrays, eff: Efficiencies) -> np.ndarray:
+    """Host-side cost of one collective in a stack without CUDA graphs, per call.
+
+    Each TP rank is its own host process issuing kernels eagerly, so every all-reduce is a
+    barrier that waits for the slowest of ``p`` ranks: the cost grows with the group (as
+    ``log2(p)``, the depth of the synchronisation), not a flat latency. Zero for TP 1 and for
+    graph-captured engines.
+    """
+    return _uncaptured(j) * eff["comm.uncaptured_latency_s"] * np.log2(np.maximum(j.tp, 1.0))
+
+
 def _peak(j: JobArrays, g: _Gpus) -> np.ndarray:
     idx = j.compute_dtype.astype(np.int64)
     if g.per_job:
@@ -185,10 +234,9 @@ def _training_step_s(j: JobArrays, g: _Gpus, eff: Efficiencies) -> tuple[np.ndar
     gemm_flops = (np.where(is_peft, 4.0, 6.0) + 2.0 * ck) * j.flop_params * per_gpu
     attn_flops = (3.5 + ck) * 2.0 * j.n_layers * j.seq_len * j.attn_dim * per_gpu
     peak = _peak(j, g)
-    ge = _gemm_eff(j, g, eff, g.arch(eff, "gemm"), tokens_mb)
-    ge = ge * _col(np.where(np.isin(j.framework, _EAGER), eff["gemm.eager_scale"], 1.0))
-    ge = ge * _col(np.where(j.task == _IDX_T[Task.QLORA], eff["gemm.qlora_scale"], 1.0))
-    gemm_s = _col(gemm_flops) / (peak * ge)
+    scale = np.where(np.isin(j.framework, _EAGER), eff["gemm.eager_scale"], 1.0)
+    scale = scale * np.where(j.task == _IDX_T[Task.QLORA], eff["gemm.qlora_scale"], 1.0)
+    gemm_s = _gemm_s(j, g, eff, g.arch(eff, "gemm"), gemm_flops, tokens_mb, scale)
     attn_s = _col(attn_flops) / (peak * _attn_eff(j, g, eff, j.seq_len))
     elem_bytes = (3.0 + ck) * j.n_layers * _elem_bytes_per_token(j, eff) * per_gpu
     elem_s = _col(elem_bytes) / (g.bw * eff["mem.stream"])
@@ -229,15 +277,15 @@ def prefill_s(
     peak = _peak(j, g)
     gemm_flops = 2.0 * j.flop_params * tokens / tp
     attn_flops = 2.0 * j.n_layers * batch * input_len**2 * j.attn_dim / tp
-    ge = _gemm_eff(j, g, eff, g.arch(eff, "prefill"), tokens)
-    gemm_s = _col(gemm_flops) / (peak * ge)
+    unfused = np.where(np.isin(j.framework, _ENGINES), 1.0, eff["prefill.unfused_scale"])
+    gemm_s = _gemm_s(j, g, eff, g.arch(eff, "prefill"), gemm_flops, tokens, unfused)
     attn_s = _col(attn_flops) / (peak * _attn_eff(j, g, eff, input_len))
     elem_s = _col(j.n_layers * _elem_bytes_per_token(j, eff) * tokens) / (g.bw * eff["mem.stream"])
     weight_s = _col(weights_bytes_per_gpu * j.pp) / (g.bw * _mbu(j, g, eff))
     busy = np.maximum(gemm_s + attn_s + elem_s, weight_s)
     tp_s = _col(2.0 * j.n_layers) * (
         allreduce_s(_col(tokens * j.hidden * j.compute_bytes), _col(tp), g.link, eff)
-        + _col(np.where(tp > 1, _uncaptured(j) * eff["comm.uncaptured_latency_s"], 0.0))
+        + _col(_uncaptured_sync_s(j, eff))
     )
     fixed = _col(eff["launch.prefill_s"] * j.n_layers + _engine_step_s(j, eff, batch))
     return busy + tp_s + fixed, busy
@@ -268,7 +316,11 @@ def decode_step_s(
         1.0 - (1.0 - j.n_active_experts / np.maximum(j.n_experts, 1.0)) ** batch,
         1.0,
     )
-    expert_bytes = j.expert_params * j.weight_bytes / tp
+    # Every routed expert of every MoE layer, per GPU: the params a token does not touch are
+    # (E − k) experts per MoE layer, so all E of them are (total − active)·E/(E − k).
+    idle = np.maximum(j.n_experts - j.n_active_experts, 1.0)
+    routed = np.where(j.is_moe > 0, (j.total_params - j.active_params) * j.n_experts / idle, 0.0)
+    expert_bytes = routed * j.weight_bytes / tp
     weight_bytes = weights_bytes_per_gpu * j.pp - expert_bytes * (1.0 - expert_frac)
     kv_bytes = j.n_layers * j.kv_dim / tp * j.kv_bytes * batch * context_len
     mem_s = _col(weight_bytes + kv_bytes) / (g.bw * _mbu(j, g, eff))
@@ -283,7 +335,7 @@ def decode_step_s(
     )
     tp_s = _col(2.0 * j.n_layers) * (
         allreduce_s(_col(batch * j.hidden * j.compute_bytes), _col(tp), g.link, eff)
-        + _col(np.where(tp > 1, _uncaptured(j) * eff["comm.uncaptured_latency_s"], 0.0))
+        + _col(_uncaptured_sync_s(j, eff))
     )
     fixed = _col(launch * j.n_layers + _engine_step_s(j, eff, batch))
     return busy + tp_s + fixed, busy

@@ -268,3 +268,58 @@ def test_out_of_source_predictor_uses_the_table_that_left_the_source_out() -> No
     assert t.step_time_s[0, 0] > 1.5 * t.step_time_s[1, 0]  # row a: the held-out table
     default = predict([other], ["H100-80GB"])[0].step_time_s
     assert t.step_time_s[1, 0] == pytest.approx(default)  # anything else: the default
+
+
+@pytest.mark.parametrize("framework", ["hf", "other"])
+def test_eager_collectives_are_barriers_that_grow_with_the_group(framework: str) -> None:
+    """Without CUDA graphs every TP rank issues its kernels from its own host process, so each
+    all-reduce waits for the slowest rank: its host cost grows with log2(TP). Captured engines
+    do not pay it."""
+    base = efficiency.prior_efficiencies()
+    slow = base.with_values({"comm.uncaptured_latency_s": 1e-4})
+
+    def extra(fw: str, tp: int) -> float:
+        kw = {"tensor_parallel": tp, "framework": fw}
+        a = decode_step_time_s("llama-2-70b", "H100-80GB", 1, 512, eff=slow, **kw)
+        b = decode_step_time_s("llama-2-70b", "H100-80GB", 1, 512, eff=base, **kw)
+        return float(a - b)
+
+    layers = 80
+    per_call = 1e-4 - base["comm.uncaptured_latency_s"]
+    for tp, depth in ((2, 1.0), (4, 2.0), (8, 3.0)):
+        assert extra(framework, tp) == pytest.approx(2 * layers * per_call * depth, rel=1e-6)
+    assert extra("vllm", 8) == 0.0
+
+
+def test_gemm_token_knee_is_the_gpus_ridge_point() -> None:
+    """A prompt shorter than the ridge point (peak FLOP/s over HBM bytes/s, ~150 tokens on
+    A100, ~300 on H100) is bandwidth-bound: its prefill costs about one read of the weights on
+    every GPU (times a GPU-independent factor for the GEMMs' large-size efficiency and the
+    fixed overheads), not a multiple that depends on a fixed token knee (which made A100 1.7x
+    worse than H100 here)."""
+    eff = efficiency.prior_efficiencies()
+    shares = []
+    for gpu in ("A100-80GB", "H100-80GB"):
+        g = get_gpu(gpu)
+        ridge = g.peak_tflops["bf16"] * 1e12 / (g.hbm_bandwidth_gbps * 1e9)
+        read = _weights_bytes(MODEL, gpu) / (g.hbm_bandwidth_gbps * 1e9)
+        t = float(prefill_time_s(MODEL, gpu, 1, int(ridge / 4), framework="vllm", eff=eff))
+        shares.append(t / read)
+        # Well above the ridge the GEMMs are compute-bound: 8x the tokens, > 5x the time.
+        long = float(prefill_time_s(MODEL, gpu, 1, int(8 * ridge), framework="vllm", eff=eff))
+        assert long > 5.0 * read
+    assert all(1.0 < s < 3.5 for s in shares), shares
+    assert max(shares) / min(shares) < 1.3, shares
+
+
+def test_moe_decode_reads_only_the_experts_the_batch_routes_to() -> None:
+    """gpt-oss-120b routes each token to 4 of 128 experts in every MoE layer: a batch-1 step
+    reads the shared weights plus about 3% of the experts, far less than the whole model; a
+    batch of 64 touches most experts (1 − (1 − 4/128)^64 ≈ 87%)."""
+    gpu = get_gpu("H100-80GB")
+    eff = efficiency.prior_efficiencies()
+    full_read = _weights_bytes("gpt-oss-120b") / (gpu.hbm_bandwidth_gbps * 1e9 * 0.7)
+    b1, b64 = decode_step_time_s("gpt-oss-120b", "H100-80GB", np.array([1, 64]), 512, eff=eff)
+    assert b1 < 0.25 * full_read
+    assert b64 > 3.0 * b1
+    assert b64 < 1.2 * full_read + 0.01
