@@ -166,3 +166,24 @@ def test_8bit_adamw_states_are_two_bytes_per_parameter() -> None:
         if op and tl.category[h] == "optimizer" and tl.phase[h] == "optimizer_state"
     )
     assert 2 * N_PARAMS <= states <= 2 * N_PARAMS * 1.02
+
+
+def test_memoised_meta_ops_record_the_same_trace() -> None:
+    """Memoising pure ops on their arguments' metadata changes no event, size or FLOP."""
+    from predictor.traced._dispatch import StorageTracker
+    from predictor.traced._patches import install
+    from predictor.traced._step import _train, _train_model
+
+    install()
+    spec = parse_spec(
+        {"model": TINY, "task": "lora", "batch_size": 2, "seq_len": 16, "lora_rank": 4}
+    )
+    traces = []
+    for memoise in (False, True):
+        tr = StorageTracker(memoise=memoise)
+        model = _train_model(spec)
+        with tr:
+            tl = _train(spec, model, tr)
+        traces.append((tl.events, tl.category, {k: v.flops for k, v in tl.costs.items()}))
+    assert traces[0] == traces[1]
+    assert len(traces[0][0]) > 100
