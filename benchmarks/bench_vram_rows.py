@@ -100,7 +100,10 @@ def main() -> None:
         "n_rows": len(rows),
         "n_covered": len(covered),
         "overall": {
-            "all_rows": {"traced_mape": _mape(rows, "traced"), "analytical_mape": _mape(rows, "analytical")},
+            "all_rows": {
+                "traced_mape": _mape(rows, "traced"),
+                "analytical_mape": _mape(rows, "analytical"),
+            },
             "covered_rows": {
                 "traced_mape": _mape(covered, "traced") if covered else None,
                 "analytical_mape": _mape(covered, "analytical") if covered else None,
@@ -114,7 +117,7 @@ def main() -> None:
     (RESULTS / "vram_rows.json").write_text(json.dumps(doc, indent=1) + "\n")
     for r in doc["rows"]:
         print(
-            f"{r['id']:16s} {r['source'][:28]:28s} {r['task']:13s} {str(r['framework']):9s} "
+            f"{r['id']:16s} {r['source'][:28]:28s} {r['task']:13s} {r['framework']!s:9s} "
             f"{r['kind']:9s} meas={r['measured']:7.2f} tr={r['traced']:7.2f} "
             f"an={r['analytical']:7.2f} ape={r['traced_ape']:6.1%} {'' if r['covered'] else 'NC'}"
         )

@@ -138,7 +138,9 @@ _COMPILE = re.compile(
     r"\+ torch\.compile|torch\.compile on|compile=true|uses packed \d+, compile|uses torch compile"
 )
 _CHUNKED = re.compile(r"cewithchunkedoutputloss|chunked ce")
-_OFFLOAD = re.compile(r"\+ activation offloading|activation_offloading=true|and activation offloading")
+_OFFLOAD = re.compile(
+    r"\+ activation offloading|activation_offloading=true|and activation offloading"
+)
 _BF16_TRUE = re.compile(r"bf16-true")
 
 

@@ -130,9 +130,7 @@ def _pure(func: Any) -> bool:
     schema = getattr(func, "_schema", None)
     if schema is None or schema.is_mutable or not schema.returns:
         return False
-    return all(
-        r.alias_info is None and str(r.type) == "Tensor" for r in schema.returns
-    )
+    return all(r.alias_info is None and str(r.type) == "Tensor" for r in schema.returns)
 
 
 def _arg_key(x: Any) -> Any:
@@ -235,7 +233,9 @@ class StorageTracker(TorchDispatchMode):
         if key in self._memo:
             descs = self._memo[key]
             if descs is not None:
-                made = [torch.empty_strided(sz, st, dtype=dt, device="meta") for sz, st, dt in descs]
+                made = [
+                    torch.empty_strided(sz, st, dtype=dt, device="meta") for sz, st, dt in descs
+                ]
                 return made[0] if len(made) == 1 else tuple(made)
             return func(*args, **kwargs)
         out = func(*args, **kwargs)

@@ -374,18 +374,18 @@ def _timeline(
         "kv_cache": "kv_cache",
         "init": "weights",
     }
-    for h, phase in tr.alloc_phase.items():
-        cat[h] = tr.label.get(h) or by_phase.get(phase, "activations")
+    for h, ph in tr.alloc_phase.items():
+        cat[h] = tr.label.get(h) or by_phase.get(ph, "activations")
     events = list(tr.events)
-    phase = dict(tr.alloc_phase)
+    phases = dict(tr.alloc_phase)
     if second_step is not None:
-        events = _with_second_step(events, *second_step, cat, phase)
+        events = _with_second_step(events, *second_step, cat, phases)
     return Timeline(
         events=events,
         category=cat,
         costs=dict(tr.costs),
         n_params=n_params,
-        phase=phase,
+        phase=phases,
     )
 
 
