@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ..spec import DType, JobSpec, LoraTarget, Optimizer, Task
+from ..spec import DType, Framework, JobSpec, LoraTarget, Optimizer, Task
 from ._build import build_meta_model
 from ._dispatch import OpCost, StorageTracker
 from ._patches import ATTN_IMPLEMENTATION, AutocastEmulation, QuantLinearStub, install
@@ -118,7 +118,10 @@ def _optimizer(spec: JobSpec, params: list[Any]) -> Any:
     """The optimizer, with no state yet: as in torch, states appear at the first step."""
     opt = spec.optimizer or Optimizer.NONE
     if opt is Optimizer.ADAMW:
-        return torch.optim.AdamW(params, lr=1e-5, foreach=True)
+        # HF Trainer's AdamW (``adamw_hf`` per parameter, later ``adamw_torch_fused``) never
+        # makes the foreach path's full-size temporaries; plain torch loops (PEFT's scripts,
+        # torchtune, LitGPT) get torch's CUDA default, foreach.
+        return torch.optim.AdamW(params, lr=1e-5, foreach=spec.framework is not Framework.HF)
     if opt is Optimizer.SGD:
         return torch.optim.SGD(params, lr=1e-5, momentum=0.9, foreach=True)
     if opt is Optimizer.NONE:

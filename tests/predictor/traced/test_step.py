@@ -187,3 +187,15 @@ def test_memoised_meta_ops_record_the_same_trace() -> None:
         traces.append((tl.events, tl.category, {k: v.flops for k, v in tl.costs.items()}))
     assert traces[0] == traces[1]
     assert len(traces[0][0]) > 100
+
+
+def test_hf_trainer_adamw_makes_no_foreach_temporaries() -> None:
+    """HF Trainer steps AdamW per parameter (or fused): no full-size temporary set at the
+    optimizer step, which torch's foreach default (plain training loops) does make."""
+    base = {"model": TINY, "task": "full_finetune", "batch_size": 1, "seq_len": 8}
+    peaks = {}
+    for fw in ("hf", "other"):
+        spec = parse_spec({**base, "framework": fw})
+        tl = run_trace(spec)
+        peaks[fw] = summarise(tl.events, tl.category, spec).allocated_gib * (1 << 30)
+    assert peaks["other"] - peaks["hf"] >= 0.5 * N_PARAMS * 2
