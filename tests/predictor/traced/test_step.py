@@ -192,10 +192,13 @@ def test_memoised_meta_ops_record_the_same_trace() -> None:
 def test_hf_trainer_adamw_makes_no_foreach_temporaries() -> None:
     """HF Trainer steps AdamW per parameter (or fused): no full-size temporary set at the
     optimizer step, which torch's foreach default (plain training loops) does make."""
-    base = {"model": TINY, "task": "full_finetune", "batch_size": 1, "seq_len": 8}
+    arch = {**TINY, "n_layers": 4, "vocab_size": 64}  # no parameter dominates the total
+    n = 4 * (H * NH * HD + 2 * H * KVH * HD + NH * HD * H + 3 * H * FFN + 2 * H) + H + 2 * 64 * H
+    base = {"model": arch, "task": "full_finetune", "batch_size": 1, "seq_len": 8}
     peaks = {}
     for fw in ("hf", "other"):
         spec = parse_spec({**base, "framework": fw})
         tl = run_trace(spec)
         peaks[fw] = summarise(tl.events, tl.category, spec).allocated_gib * (1 << 30)
-    assert peaks["other"] - peaks["hf"] >= 0.5 * N_PARAMS * 2
+    # foreach holds one bf16 temporary per parameter at once; HF at most a few of the largest
+    assert peaks["other"] - peaks["hf"] >= n * 2 - 4 * H * FFN * 2
