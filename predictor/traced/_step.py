@@ -87,9 +87,14 @@ def _lora_targets(model: Any, target: LoraTarget) -> list[str]:
     if target is LoraTarget.ALL_LINEAR:
         return sorted(names)
     qv = {"q_proj", "v_proj", "query", "value"}
-    if target is LoraTarget.QV:
-        return sorted(names & qv)
-    return sorted(names & (qv | {"k_proj", "o_proj", "key"}))
+    chosen = names & qv if target is LoraTarget.QV else names & (qv | {"k_proj", "o_proj", "key"})
+    if not chosen:
+        # Fused q/k/v projections (GPT-NeoX, GPT-2): the adapter sits on the fused linear, as
+        # LitGPT's LoRAQKVLinear does; the adapted input is the same tensor.
+        chosen = names & {"query_key_value", "c_attn"}
+        if target is LoraTarget.ATTENTION:
+            chosen |= names & {"dense"}  # GPT-NeoX's attention output (GPT-2's c_proj is ambiguous)
+    return sorted(chosen)
 
 
 def _apply_lora(model: Any, spec: JobSpec) -> Any:

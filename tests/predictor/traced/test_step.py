@@ -202,3 +202,33 @@ def test_hf_trainer_adamw_makes_no_foreach_temporaries() -> None:
         peaks[fw] = summarise(tl.events, tl.category, spec).allocated_gib * (1 << 30)
     # foreach holds one bf16 temporary per parameter at once; HF at most a few of the largest
     assert peaks["other"] - peaks["hf"] >= n * 2 - 4 * H * FFN * 2
+
+
+def test_qv_lora_on_a_fused_qkv_model_adapts_the_fused_projection() -> None:
+    """GPT-NeoX has one query_key_value linear: q/v LoRA adapts it, as LitGPT's fused
+    LoRAQKVLinear does, so only adapter weights get gradients."""
+    arch = {
+        "name": "neox-tiny",
+        "n_layers": 2,
+        "hidden_size": H,
+        "n_heads": NH,
+        "n_kv_heads": NH,
+        "head_dim": HD,
+        "intermediate_size": FFN,
+        "vocab_size": V,
+        "gated_mlp": False,
+        "norm": "layernorm",
+        "position": "rope",
+    }
+    spec = {
+        "model": arch,
+        "task": "lora",
+        "batch_size": 1,
+        "seq_len": 16,
+        "lora_rank": 4,
+        "lora_target": "qv",
+    }
+    tl = run_trace(parse_spec(spec))
+    grads = sum(n for op, h, n in tl.events if op and tl.category[h] == "gradients")
+    # A: r x hidden, B: 3·hidden x r per layer, fp32, once per traced step
+    assert grads == 2 * 2 * 4 * (H + 3 * NH * HD) * 4
