@@ -107,6 +107,13 @@ def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
         notes.append(str(r["notes"]))
     if _unsharded_load_quirk(r, spec):
         notes.append(UNSHARDED_LOAD_QUIRK)
+    if task != "inference":
+        _stated_memory_flags(r, spec, notes)
+    hardware: dict[str, Any] = {}
+    ctx = _stated_context_gib(meas_text)
+    if ctx is not None and _kind(meas_text) == "nvml_used":
+        hardware["cuda_context_gib"] = ctx
+        notes.append(f"the source states a {ctx:.2f} GiB CUDA context on its GPU")
     return measurement_row(
         id=f"pub-vram-{r['id']}",
         origin="published",
@@ -119,8 +126,61 @@ def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
         measurement=_kind(meas_text),
         confidence=str(r.get("confidence") or "medium"),
         software={"framework": r.get("framework"), "version": r.get("framework_version")},
+        hardware=hardware,
         notes="; ".join(notes),
     )
+
+
+# What a source states about the run's memory-relevant flags (torchtune's tables and configs
+# name them); each becomes the JobSpec field, so a compiled or offloaded run is never scored as
+# an eager one. "no compile" / "standard cross-entropy" are stated too and kept as False.
+_COMPILE = re.compile(
+    r"\+ torch\.compile|torch\.compile on|compile=true|uses packed \d+, compile|uses torch compile"
+)
+_CHUNKED = re.compile(r"cewithchunkedoutputloss|chunked ce")
+_OFFLOAD = re.compile(
+    r"\+ activation offloading|activation_offloading=true|and activation offloading"
+)
+_BF16_TRUE = re.compile(r"bf16-true")
+
+
+def _stated_memory_flags(r: Mapping[str, Any], spec: dict[str, Any], notes: list[str]) -> None:
+    """``compile``, ``chunked_loss``, ``activation_offload`` and ``adapter_dtype`` where the
+    row's framework text, quote or notes state them."""
+    text = " ".join(str(r.get(k) or "") for k in ("framework", "quote", "notes")).lower()
+    stated: list[str] = []
+    if spec["framework"] == "torchtune":
+        if _COMPILE.search(text):
+            spec["compile"] = True
+            stated.append("compile")
+        if _CHUNKED.search(text):
+            spec["chunked_loss"] = True
+            stated.append("chunked_loss")
+        elif "standard cross-entropy" in text:
+            spec["chunked_loss"] = False
+            stated.append("chunked_loss=false")
+        if _OFFLOAD.search(text):
+            spec["activation_offload"] = True
+            stated.append("activation_offload")
+    litgpt = "lit-gpt" in text or "litgpt" in text
+    if (
+        litgpt
+        and spec["task"] in ("lora", "qlora")
+        and spec.get("weight_dtype") != "fp32"
+        and _BF16_TRUE.search(text)
+    ):
+        # LitGPT's own LoRA under --precision bf16-true: adapters (and their AdamW states) bf16,
+        # no PEFT input upcast.
+        spec["adapter_dtype"] = "bf16"
+        stated.append("adapter_dtype=bf16")
+    if stated:
+        notes.append("stated by the source: " + ", ".join(stated))
+
+
+def _stated_context_gib(meas_text: str) -> float | None:
+    """The CUDA context an nvidia-smi reading includes, where the source measured it."""
+    m = re.search(r"~?\s*(\d+(?:\.\d+)?)\s*MiB CUDA context", meas_text)
+    return round(float(m.group(1)) / 1024.0, 3) if m else None
 
 
 def _check_expressible(

@@ -17,7 +17,7 @@ from .models import ModelArch
 __all__ = ["hf_config_kwargs", "hf_family"]
 
 _DENSE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3")
-_MAPPED = (*_DENSE, "gpt2", "bert", "mixtral", "qwen2_moe", "qwen3_moe")
+_MAPPED = (*_DENSE, "gpt2", "gpt_neox", "bert", "mixtral", "qwen2_moe", "qwen3_moe")
 # Random weights are fine with these; they match the public configs' values.
 _RMS_EPS = 1e-5
 _LN_EPS = 1e-5
@@ -38,6 +38,16 @@ def hf_family(arch: ModelArch) -> str:
         return "bert"
     if not arch.gated_mlp and arch.norm == "layernorm" and arch.position == "learned":
         return "gpt2"
+    if (
+        not arch.gated_mlp
+        and arch.norm == "layernorm"
+        and arch.position == "rope"
+        and arch.n_kv_heads == arch.n_heads
+        and not arch.is_moe
+    ):
+        # StableLM-alpha, Phi-1/2, Pythia: LayerNorm, GELU MLP, rotary, full multi-head
+        # attention, the attention and MLP side by side (GPT-NeoX's parallel residual).
+        return "gpt_neox"
     if arch.gated_mlp and arch.norm == "rmsnorm":
         if not arch.is_moe:
             return "llama"  # any other gated RMSNorm decoder is a Llama of the same shape
@@ -71,6 +81,22 @@ def hf_config_kwargs(arch: ModelArch) -> tuple[str, dict[str, Any]]:
             "n_positions": arch.max_position_embeddings,
             "tie_word_embeddings": arch.tie_embeddings,
             "layer_norm_epsilon": _LN_EPS,
+            **ids,
+        }
+    if family == "gpt_neox":
+        if arch.n_kv_heads != arch.n_heads:
+            raise UnmappedArchError(f"model {arch.name!r}: GPT-NeoX has no grouped-query attention")
+        return "gpt_neox", {
+            "vocab_size": arch.vocab_size,
+            "hidden_size": arch.hidden_size,
+            "num_hidden_layers": arch.n_layers,
+            "num_attention_heads": arch.n_heads,
+            "intermediate_size": arch.intermediate_size,
+            "max_position_embeddings": max(arch.max_position_embeddings, 8),
+            "tie_word_embeddings": arch.tie_embeddings,
+            "attention_bias": arch.attention_bias,
+            "use_parallel_residual": True,
+            "layer_norm_eps": _LN_EPS,
             **ids,
         }
     if family == "bert":

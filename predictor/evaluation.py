@@ -4,8 +4,11 @@ A measured peak only means something next to the prediction of the *same quantit
 
 * ``allocated`` (torch ``max_memory_allocated``) counts tensors only → compared with
   ``peak − overhead`` (overhead = CUDA context + NCCL + allocator slack, memory no tensor holds);
-* ``reserved`` adds the caching allocator's slack → compared with ``peak − CUDA context``;
-* ``nvml_used`` (nvidia-smi) is everything on the device → compared with the full ``peak``;
+* ``reserved`` adds the caching allocator's slack → compared with ``peak − CUDA context −
+  NCCL buffers`` (NCCL's buffers are cudaMalloc'd outside the caching allocator);
+* ``nvml_used`` (nvidia-smi) is everything on the device → compared with the full ``peak``,
+  with the source's own measured CUDA context in place of the catalogue GPU's where the row
+  states it (``hardware.cuda_context_gib``: V100/CUDA 11 contexts are 1.3 GiB);
 * ``unknown`` (a log that does not say which torch stat) is treated as ``reserved``, the middle
   of the three, and reported as its own group so it can be excluded.
 
@@ -225,12 +228,7 @@ def predicted_values(
             if metric == "peak_vram_gib":
                 peak = float(table.peak_vram_gib[i, j])
                 up = float(table.peak_vram_upper_gib[i, j])
-                if m.measurement == "allocated":
-                    adj = float(table.breakdown_gib["overhead"][i, j])
-                elif m.measurement in ("reserved", "unknown"):
-                    adj = mm.context_gib(col)
-                else:
-                    adj = 0.0
+                adj = _kind_adjustment(m, mm, col, float(table.breakdown_gib["overhead"][i, j]))
                 point[metric][i] = peak - adj
                 upper[metric][i] = up - adj
                 continue
@@ -244,6 +242,23 @@ def predicted_values(
             f = float(rt_factor[i, j])
             upper[metric][i] = v * (f if np.isfinite(f) else 1.0)
     return PredictedValues(point, upper, tuple(cols), tuple(unexpressed))
+
+
+def _kind_adjustment(m: Measurement, mm: MemoryModel, gpu: str, overhead: float) -> float:
+    """What to take off the predicted peak so it counts what ``m.measurement`` counts."""
+    if m.measurement == "allocated":
+        return overhead
+    nccl = mm.nccl_buffers_gib if m.spec.n_gpus > 1 else 0.0
+    if m.measurement in ("reserved", "unknown"):
+        # torch's reserved figure holds neither the CUDA context nor NCCL's own buffers
+        # (NCCL allocates them with cudaMalloc, outside the caching allocator).
+        return mm.context_gib(gpu) + nccl
+    stated = m.hardware.get("cuda_context_gib")
+    if stated is not None:
+        # nvidia-smi on the source's own GPU: its context as the source measured it, in place
+        # of the catalogue GPU's.
+        return mm.context_gib(gpu) - float(stated)
+    return 0.0
 
 
 def summarise(measured: np.ndarray, predicted: np.ndarray, upper: np.ndarray) -> Summary:
@@ -393,8 +408,8 @@ def evaluate(
         unexpressed=[*extra_unexpressed, *pv.unexpressed],
         notes=[
             f"VRAM rows measured on non-catalogue GPUs use the {PROXY_GPU} column",
-            "allocated vs peak − overhead; reserved/unknown vs peak − CUDA context; "
-            "nvml_used vs full peak",
+            "allocated vs peak − overhead; reserved/unknown vs peak − CUDA context − NCCL; "
+            "nvml_used vs full peak (the source's stated CUDA context where given)",
             "by_trust: 'calibration' rows may calibrate bounds; 'excluded' are low-confidence "
             "or documented-quirk rows (scored everywhere, never used to calibrate)",
         ],

@@ -11,6 +11,14 @@ cache), so the breakdown at the peak is exact rather than guessed at allocation 
 
 The same mode counts FLOPs and bytes moved per operator class (GEMM, attention, other) from
 the ops' shapes, as a by-product.
+
+**Speed.** Many aten ops' meta kernels are Python decompositions (``torch._refs``), about half
+a millisecond each, and a transformer repeats the same op on the same shapes once per layer.
+Ops that neither mutate nor alias their inputs and return only new tensors are therefore
+memoised on their arguments' metadata (shape, stride, dtype, offset) and plain values: a
+repeat gets fresh ``empty_strided`` outputs of the recorded metadata, which is all a meta
+kernel produces. A result whose storage size differs from what ``empty_strided`` would make is
+never memoised, so the storages the tracker sees are the ones the real kernel would have made.
 """
 
 from __future__ import annotations
@@ -61,6 +69,30 @@ def _tensors(items: Any) -> list[torch.Tensor]:
     return out
 
 
+def _describe(out: Any) -> tuple[_Desc, ...] | None:
+    """The metadata to remake ``out`` from, or None when ``empty_strided`` would not make the
+    same storage (an offset, a larger buffer) or ``out`` is not all meta tensors."""
+    outs = out if isinstance(out, tuple | list) else (out,)
+    descs: list[_Desc] = []
+    for t in outs:
+        if not isinstance(t, torch.Tensor) or t.device.type != "meta" or t.storage_offset():
+            return None
+        size, stride = tuple(t.shape), t.stride()
+        need = t.element_size() * (
+            1 + sum((n - 1) * st for n, st in zip(size, stride, strict=True)) if all(size) else 0
+        )
+        if t.untyped_storage().nbytes() != need:
+            return None
+        descs.append((size, stride, t.dtype))
+    return tuple(descs)
+
+
+def _shares_storage(out: Any, args: tuple[Any, ...]) -> bool:
+    ins = {t.untyped_storage()._cdata for t in _tensors(args) if t.device.type == "meta"}
+    outs = _tensors(out if isinstance(out, tuple | list) else (out,))
+    return any(t.untyped_storage()._cdata in ins for t in outs)
+
+
 def _nbytes(t: torch.Tensor) -> int:
     return int(t.numel() * t.element_size())
 
@@ -89,17 +121,44 @@ def _attn_flops(func: Any, args: tuple[Any, ...]) -> float:
     return mult * 4.0 * b * h * sq * sk * d
 
 
+_Desc = tuple[tuple[int, ...], tuple[int, ...], torch.dtype]
+_PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format)
+
+
+def _pure(func: Any) -> bool:
+    """True for ops that return only new tensors: no mutation, no alias, no non-tensor."""
+    schema = getattr(func, "_schema", None)
+    if schema is None or schema.is_mutable or not schema.returns:
+        return False
+    return all(r.alias_info is None and str(r.type) == "Tensor" for r in schema.returns)
+
+
+def _arg_key(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        if x.device.type != "meta":
+            raise TypeError
+        return (tuple(x.shape), x.stride(), x.dtype, x.storage_offset())
+    if isinstance(x, _PLAIN):
+        return x
+    if isinstance(x, tuple | list):
+        return tuple(_arg_key(y) for y in x)
+    raise TypeError
+
+
 class StorageTracker(TorchDispatchMode):
     """Records ``(op, handle, nbytes)`` events for meta storages; see the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, memoise: bool = True) -> None:
         super().__init__()
+        self.memoise = memoise
         self.events: list[tuple[int, int, int]] = []
         self.alloc_phase: dict[int, str] = {}
         self.alloc_bytes: dict[int, int] = {}
         self.label: dict[int, str] = {}
         self.phase = "init"
         self.costs: dict[str, OpCost] = {"gemm": OpCost(), "attention": OpCost(), "other": OpCost()}
+        self._memo: dict[Any, tuple[_Desc, ...] | None] = {}
+        self._pure: dict[Any, bool] = {}
         self._live: dict[int, int] = {}  # storage cdata -> handle
         self._refs: dict[int, Any] = {}
         self._next = 0
@@ -154,11 +213,38 @@ class StorageTracker(TorchDispatchMode):
         self, func: Any, types: Any, args: tuple = (), kwargs: Any = None
     ) -> Any:
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        out = self._call(func, args, kwargs)
         outs = _tensors(out if isinstance(out, tuple | list) else (out,))
         for t in outs:
             self.track(t)
         self._count(func, args, outs)
+        return out
+
+    def _call(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        pure = self._pure.get(func) if self.memoise else False
+        if pure is None:
+            pure = self._pure[func] = _pure(func)
+        if not pure:
+            return func(*args, **kwargs)
+        try:
+            key = (func, _arg_key(args), _arg_key(tuple(sorted(kwargs.items()))))
+        except TypeError:
+            return func(*args, **kwargs)
+        if key in self._memo:
+            descs = self._memo[key]
+            if descs is not None:
+                made = [
+                    torch.empty_strided(sz, st, dtype=dt, device="meta") for sz, st, dt in descs
+                ]
+                return made[0] if len(made) == 1 else tuple(made)
+            return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        descs = _describe(out)
+        if descs is not None and _shares_storage(out, args):
+            # an alias the schema does not declare (``_unsafe_view``): never memoise the op
+            self._pure[func] = False
+            descs = None
+        self._memo[key] = descs
         return out
 
     def _count(self, func: Any, args: tuple[Any, ...], outs: list[Any]) -> None:

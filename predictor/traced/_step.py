@@ -2,8 +2,10 @@
 
 Training: forward, loss, backward and the optimizer step, exactly as the task runs them (PEFT
 LoRA with its adapter dtype, bitsandbytes-style quantised bases for QLoRA, checkpointing,
-autocast or pure-dtype weights, gradient accumulation). Optimizer states are created before
-the first micro-batch, so the traced step is a steady-state step, not the first one.
+autocast or pure-dtype weights, gradient accumulation). The first step is traced as torch runs
+it, optimizer states created lazily at its optimizer step; a steady-state second step with the
+states in place is appended from the same events (see :func:`_with_second_step`), so the
+allocator model sees where the states landed.
 
 Inference: the prefill of one batch, then one decode step at the final KV length, the way HF
 ``generate`` runs them (a dynamic cache grown by concatenation; only the last token's logits,
@@ -23,7 +25,7 @@ from typing import Any
 
 import torch
 
-from ..spec import DType, JobSpec, LoraTarget, Optimizer, Task
+from ..spec import DType, Framework, JobSpec, LoraTarget, Optimizer, Task
 from ._build import build_meta_model
 from ._dispatch import OpCost, StorageTracker
 from ._patches import ATTN_IMPLEMENTATION, AutocastEmulation, QuantLinearStub, install
@@ -85,9 +87,14 @@ def _lora_targets(model: Any, target: LoraTarget) -> list[str]:
     if target is LoraTarget.ALL_LINEAR:
         return sorted(names)
     qv = {"q_proj", "v_proj", "query", "value"}
-    if target is LoraTarget.QV:
-        return sorted(names & qv)
-    return sorted(names & (qv | {"k_proj", "o_proj", "key"}))
+    chosen = names & qv if target is LoraTarget.QV else names & (qv | {"k_proj", "o_proj", "key"})
+    if not chosen:
+        # Fused q/k/v projections (GPT-NeoX, GPT-2): the adapter sits on the fused linear, as
+        # LitGPT's LoRAQKVLinear does; the adapted input is the same tensor.
+        chosen = names & {"query_key_value", "c_attn"}
+        if target is LoraTarget.ATTENTION:
+            chosen |= names & {"dense"}  # GPT-NeoX's attention output (GPT-2's c_proj is ambiguous)
+    return sorted(chosen)
 
 
 def _apply_lora(model: Any, spec: JobSpec) -> Any:
@@ -112,55 +119,63 @@ def _apply_lora(model: Any, spec: JobSpec) -> Any:
     return model
 
 
-def _optimizer_states(spec: JobSpec, params: list[Any], tr: StorageTracker) -> Any:
-    """The optimizer with its states already allocated (a steady-state step)."""
+def _optimizer(spec: JobSpec, params: list[Any]) -> Any:
+    """The optimizer, with no state yet: as in torch, states appear at the first step."""
     opt = spec.optimizer or Optimizer.NONE
-    with tr.in_phase("optimizer_state"):
-        if opt is Optimizer.ADAMW:
-            o = torch.optim.AdamW(params, lr=1e-5, foreach=True)
-            for p in params:
-                o.state[p] = {
-                    "step": torch.tensor(0.0),
-                    "exp_avg": torch.zeros_like(p),
-                    "exp_avg_sq": torch.zeros_like(p),
-                }
-                tr.mark(o.state[p]["exp_avg"], "optimizer")
-                tr.mark(o.state[p]["exp_avg_sq"], "optimizer")
-            return o
-        if opt is Optimizer.SGD:
-            o = torch.optim.SGD(params, lr=1e-5, momentum=0.9, foreach=True)  # type: ignore[assignment]
-            for p in params:
-                o.state[p] = {"momentum_buffer": torch.zeros_like(p)}
-                tr.mark(o.state[p]["momentum_buffer"], "optimizer")
-            return o
-        states: list[torch.Tensor] = []
-        for p in params:
-            if opt in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
-                # bitsandbytes: two uint8 moments plus one fp32 absmax per 256-element block.
-                n = p.numel()
-                states += [torch.empty(n, dtype=torch.uint8, device="meta") for _ in range(2)]
-                blocks = math.ceil(n / 256)
+    if opt is Optimizer.ADAMW:
+        # HF Trainer's AdamW (``adamw_hf`` per parameter, later ``adamw_torch_fused``) never
+        # makes the foreach path's full-size temporaries; plain torch loops (PEFT's scripts,
+        # torchtune, LitGPT) get torch's CUDA default, foreach.
+        return torch.optim.AdamW(params, lr=1e-5, foreach=spec.framework is not Framework.HF)
+    if opt is Optimizer.SGD:
+        return torch.optim.SGD(params, lr=1e-5, momentum=0.9, foreach=True)
+    if opt is Optimizer.NONE:
+        return None
+    return []  # bitsandbytes 8-bit / Adafactor: states made by _step_optimizer
+
+
+def _mark_state(tr: StorageTracker, t: torch.Tensor) -> None:
+    """An optimizer state: category ``optimizer``, phase ``optimizer_state`` (apart from the
+    step's transient temporaries, which share the category)."""
+    h = tr.track(t, "optimizer")
+    if h is not None:
+        tr.alloc_phase[h] = "optimizer_state"
+
+
+def _custom_states(opt: Optimizer, params: list[Any]) -> list[torch.Tensor]:
+    """bitsandbytes 8-bit AdamW and Adafactor states, at their true sizes."""
+    states: list[torch.Tensor] = []
+    for p in params:
+        if opt in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT):
+            # bitsandbytes: two uint8 moments plus one fp32 absmax per 256-element block.
+            n = p.numel()
+            states += [torch.empty(n, dtype=torch.uint8, device="meta") for _ in range(2)]
+            blocks = math.ceil(n / 256)
+            states += [torch.empty(blocks, dtype=torch.float32, device="meta") for _ in range(2)]
+        elif opt is Optimizer.ADAFACTOR:
+            if p.dim() >= 2:
                 states += [
-                    torch.empty(blocks, dtype=torch.float32, device="meta") for _ in range(2)
+                    torch.empty(p.shape[0], device="meta"),
+                    torch.empty(p.shape[-1], device="meta"),
                 ]
-            elif opt is Optimizer.ADAFACTOR:
-                if p.dim() >= 2:
-                    states += [
-                        torch.empty(p.shape[0], device="meta"),
-                        torch.empty(p.shape[-1], device="meta"),
-                    ]
-                else:
-                    states.append(torch.empty_like(p, dtype=torch.float32))
-        for s in states:
-            tr.mark(s, "optimizer")
-        return states or None
+            else:
+                states.append(torch.empty_like(p, dtype=torch.float32))
+    return states
 
 
-def _step_optimizer(opt: Any, params: list[Any], spec: JobSpec) -> None:
+def _step_optimizer(opt: Any, params: list[Any], spec: JobSpec, tr: StorageTracker) -> None:
     if isinstance(opt, torch.optim.Optimizer):
         opt.step()
+        for st in opt.state.values():
+            for v in st.values():
+                if isinstance(v, torch.Tensor):
+                    _mark_state(tr, v)
         return
-    if opt:
+    if opt is not None:
+        if not opt:
+            opt += _custom_states(spec.optimizer or Optimizer.NONE, params)
+            for st in opt:
+                _mark_state(tr, st)
         # 8-bit / factored optimizers update in place through small per-tensor temporaries.
         for p in params:
             if p.grad is not None:
@@ -219,7 +234,7 @@ def _train(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     model.train()
     _track_model(model, tr)
-    opt = _optimizer_states(spec, params, tr)
+    opt = _optimizer(spec, params)
     _hook_logits(model, tr)
     assert spec.seq_len is not None
     ids = torch.zeros(spec.batch_size, spec.seq_len, dtype=torch.long, device="meta")
@@ -229,6 +244,7 @@ def _train(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
         if spec.activation_offload
         else nullcontext()
     )
+    start = len(tr.events)
     for _ in range(micro):
         autocast = AutocastEmulation(compute) if amp else None
         with autocast or nullcontext(), offload:
@@ -243,11 +259,12 @@ def _train(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
             if p.grad is not None:
                 tr.mark(p.grad, "gradients")
     with tr.in_phase("optimizer"):
-        _step_optimizer(opt, params, spec)
+        _step_optimizer(opt, params, spec, tr)
     model.zero_grad(set_to_none=True)
+    end = len(tr.events)
     n_params = sum(p.numel() for p in model.parameters())
     del model, opt, params
-    return _timeline(tr, n_params)
+    return _timeline(tr, n_params, second_step=(start, end))
 
 
 def _recompute_autocast(dtype: torch.dtype) -> AutocastEmulation:
@@ -354,7 +371,9 @@ def _hook_logits(model: Any, tr: StorageTracker) -> None:
     head.register_full_backward_pre_hook(bwd_pre)
 
 
-def _timeline(tr: StorageTracker, n_params: int) -> Timeline:
+def _timeline(
+    tr: StorageTracker, n_params: int, second_step: tuple[int, int] | None = None
+) -> Timeline:
     cat: dict[int, str] = {}
     by_phase = {
         "optimizer": "optimizer",
@@ -363,15 +382,51 @@ def _timeline(tr: StorageTracker, n_params: int) -> Timeline:
         "kv_cache": "kv_cache",
         "init": "weights",
     }
-    for h, phase in tr.alloc_phase.items():
-        cat[h] = tr.label.get(h) or by_phase.get(phase, "activations")
+    for h, ph in tr.alloc_phase.items():
+        cat[h] = tr.label.get(h) or by_phase.get(ph, "activations")
+    events = list(tr.events)
+    phases = dict(tr.alloc_phase)
+    if second_step is not None:
+        events = _with_second_step(events, *second_step, cat, phases)
     return Timeline(
-        events=list(tr.events),
+        events=events,
         category=cat,
         costs=dict(tr.costs),
         n_params=n_params,
-        phase=dict(tr.alloc_phase),
+        phase=phases,
     )
+
+
+def _with_second_step(
+    events: list[tuple[int, int, int]],
+    start: int,
+    end: int,
+    cat: dict[int, str],
+    phase: dict[int, str],
+) -> list[tuple[int, int, int]]:
+    """The traced first step followed by a steady-state second one.
+
+    The first step creates the optimizer states at its optimizer step, as torch does, in
+    whatever the freed activations left in the caching allocator; the second runs the same
+    program with them in place. Its events are the first step's with fresh handles, less the
+    allocations that outlive the step (the states): the program and its shapes are the same,
+    so re-running the trace would record the same sequence. The allocated peak is the second
+    step's; the reserved one depends on the first step's layout, which is why both are kept.
+    """
+    body = events[start:end]
+    freed = {h for op, h, _ in body if not op}
+    persistent = {h for op, h, _ in body if op and h not in freed}
+    offset = 1 + max((h for _, h, _ in events), default=0)
+    again: list[tuple[int, int, int]] = []
+    for op, h, n in body:
+        if h in persistent:
+            continue
+        nh = h + offset
+        if op:
+            cat[nh] = cat.get(h, "activations")
+            phase[nh] = phase.get(h, "forward")
+        again.append((op, nh, n))
+    return events[:end] + again + events[end:]
 
 
 def run_trace(spec: JobSpec) -> Timeline:

@@ -50,3 +50,27 @@ def test_traced_and_profiler_build_the_same_config() -> None:
     assert traced.model_type == model_type
     assert traced.num_hidden_layers == kw["num_hidden_layers"]
     assert traced.intermediate_size == kw["intermediate_size"]
+
+
+def test_rotary_layernorm_gelu_decoder_is_gpt_neox_and_gqa_ones_are_refused() -> None:
+    from predictor.models import ModelArch
+
+    phi = ModelArch(
+        name="phi-like",
+        n_layers=24,
+        hidden_size=2048,
+        n_heads=32,
+        n_kv_heads=32,
+        head_dim=64,
+        intermediate_size=8192,
+        vocab_size=51200,
+        gated_mlp=False,
+        norm="layernorm",
+        position="rope",
+    )
+    model_type, kw = hf_config_kwargs(phi)
+    assert model_type == "gpt_neox"
+    assert kw["use_parallel_residual"] and kw["num_hidden_layers"] == 24
+    falcon = dataclasses.replace(phi, name="falcon-like", n_kv_heads=1)
+    with pytest.raises(UnmappedArchError, match="falcon-like"):
+        hf_config_kwargs(falcon)

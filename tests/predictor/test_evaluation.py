@@ -83,3 +83,30 @@ def test_precomputed_values_are_scored_as_given():
     point["peak_vram_gib"] = np.array([12.0])
     rep = evaluate(ms, PredictedValues(point, point, ("H100-80GB",)), tier="x")
     assert rep.overall["peak_vram_gib"].mape == pytest.approx(0.2)
+
+
+def test_stated_context_and_nccl_change_what_a_reading_is_compared_with():
+    from predictor._memory import MemoryModel
+
+    mm = MemoryModel()
+    multi = {**SPEC, "n_gpus": 2, "tensor_parallel": 2}
+    ms = [
+        _m("n", "nvml_used", peak_vram_gib=20.0, hardware={"cuda_context_gib": 1.3}),
+        parse_measurement(
+            measurement_row(
+                id="r2",
+                origin="profile",
+                source="s",
+                spec=multi,
+                gpu="H100-80GB",
+                measurement="reserved",
+                peak_vram_gib=19.0,
+            )
+        ),
+    ]
+    pv = predicted_values(ms, lambda specs, gpus: _table(len(specs)))
+    p = pv.point["peak_vram_gib"]
+    # the source's own 1.3 GiB context replaces the catalogue GPU's
+    assert p[0] == pytest.approx(20.0 - mm.context_gib("H100-80GB") + 1.3)
+    # reserved holds neither the context nor NCCL's cudaMalloc'd buffers
+    assert p[1] == pytest.approx(20.0 - mm.context_gib("H100-80GB") - mm.nccl_buffers_gib)

@@ -153,3 +153,67 @@ def test_static_batch_throughput_gives_runtime_not_a_prefill_polluted_tpot():
     assert m.runtime_s == pytest.approx(64 * 128 / 8000.0) and m.tpot_s is None
     with_ttft = parse_measurement(convert_runtime_row({**row, "other_metrics": {"ttft_ms": 100}}))
     assert with_ttft.tpot_s == pytest.approx((64 * 128 / 8000.0 - 0.1) / 127)
+
+
+def test_stated_compile_chunked_loss_and_offload_reach_the_spec():
+    base = {
+        "num_gpus": 1,
+        "parallelism": "single device",
+        "workload": "full-finetune",
+        "peft": None,
+        "gpu_model": "A100 80GB",
+    }
+    eager = convert_vram_row(
+        _vram(**base, notes="Cumulative settings: no compile; standard cross-entropy.")
+    )["spec"]
+    assert "compile" not in eager and eager["chunked_loss"] is False
+    compiled = convert_vram_row(
+        _vram(
+            **base,
+            notes="Cumulative settings: no compile; standard cross-entropy; "
+            "+ torch.compile; + CEWithChunkedOutputLoss.",
+        )
+    )["spec"]
+    assert compiled["compile"] is True and compiled["chunked_loss"] is True
+    offload = convert_vram_row(
+        _vram(
+            **{**base, "workload": "lora", "peft": "LoRA r=8 on q_proj,v_proj"},
+            notes="LoRA row uses packed 4096, compile, chunked CE, activation "
+            "checkpointing and activation offloading.",
+        )
+    )["spec"]
+    assert offload["activation_offload"] is True and offload["compile"] is True
+    on = convert_vram_row(_vram(framework="torchtune (PyTorch, torch.compile on)"))["spec"]
+    assert on["compile"] is True
+
+
+def test_litgpt_bf16_true_lora_keeps_bf16_adapters_and_nvml_rows_their_context():
+    lit = convert_vram_row(
+        _vram(
+            framework="lit-gpt (Lightning Fabric)",
+            num_gpus=1,
+            parallelism="single device",
+            notes="--precision bf16-true: weights, LoRA params and optimizer states all bf16.",
+        )
+    )
+    assert lit["spec"]["adapter_dtype"] == "bf16"
+    fp32 = convert_vram_row(
+        _vram(
+            framework="lit-gpt (Lightning Fabric)",
+            num_gpus=1,
+            weight_dtype="fp32",
+            parallelism="single device",
+            notes="Compare the bf16-true row.",
+        )
+    )
+    assert "adapter_dtype" not in fp32["spec"]
+    smi = convert_vram_row(
+        _vram(
+            framework="HF transformers Trainer",
+            num_gpus=1,
+            parallelism="single device",
+            measurement="pynvml used after training (includes ~1343 MiB CUDA context)",
+        )
+    )
+    assert smi["measurement"] == "nvml_used"
+    assert smi["hardware"]["cuda_context_gib"] == pytest.approx(1343 / 1024, abs=1e-3)

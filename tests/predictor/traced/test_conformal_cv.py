@@ -1,0 +1,42 @@
+"""The traced tier's conformal bound is calibrated within grouped CV by source."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from predictor.evaluation import PredictedValues
+from predictor.measurements import METRICS, measurement_row, parse_measurement
+from predictor.traced.evaluation import conformal_by_source
+
+SPEC = {"model": "llama-3.1-8b", "task": "lora", "seq_len": 512}
+
+
+def _rows(source: str, n: int, measured: float) -> list:
+    return [
+        parse_measurement(
+            measurement_row(
+                id=f"{source}-{i}",
+                origin="profile",
+                source=source,
+                spec=SPEC,
+                gpu="H100-80GB",
+                measurement="allocated",
+                peak_vram_gib=measured,
+            )
+        )
+        for i in range(n)
+    ]
+
+
+def test_each_source_is_bounded_by_the_other_sources_residuals_only() -> None:
+    ms = _rows("a", 40, 12.0) + _rows("b", 40, 15.0)
+    n = len(ms)
+    point = {m: np.full(n, np.nan) for m in METRICS}
+    point["peak_vram_gib"] = np.full(n, 10.0)
+    upper = {m: np.full(n, np.nan) for m in METRICS}
+    pv = PredictedValues(point, upper, ("H100-80GB",) * n)
+    out = conformal_by_source(ms, pv, [True] * n).upper["peak_vram_gib"]
+    # source a (under-predicted by 1.2x) gets b's 1.5x margin and vice versa
+    assert out[:40] == pytest.approx(np.full(40, 15.0))
+    assert out[40:] == pytest.approx(np.full(40, 12.0))
