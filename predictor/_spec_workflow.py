@@ -24,8 +24,8 @@ __all__ = [
     "check_no_self_dependency",
 ]
 
-#: Parents one job may wait on (a fan-in over a 1,000-element array fits; Slurm has no cap).
-MAX_DEPENDENCIES = 10_000
+#: Parents one job may wait on (a fan-in over a 1,000-element array; more waits in groups).
+MAX_DEPENDENCIES = 1_000
 #: Job ids are at most this long everywhere (JobSpec ``id``, records, RQ ids).
 MAX_JOB_ID_CHARS = 200
 #: ``user`` and ``team``: POSIX user names are at most 32 characters; e-mail-like names longer.
