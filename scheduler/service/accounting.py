@@ -33,7 +33,16 @@ from typing import Any
 from scheduler.exceptions import ServiceError
 from scheduler.service.store.protocol import Store
 
-__all__ = ["AcctGroup", "AcctJob", "Charge", "accounting", "charges", "parse_when"]
+__all__ = [
+    "END_EVENTS",
+    "AcctGroup",
+    "AcctJob",
+    "Charge",
+    "accounting",
+    "charge_attempt",
+    "charges",
+    "parse_when",
+]
 
 #: The events that end an attempt and carry its measured outcome.
 END_EVENTS = ("finished", "oom", "cancelled", "requeued")
@@ -116,7 +125,7 @@ def _share(opt: Mapping[str, Any]) -> float:
     return float(n)
 
 
-def _charge(placed: Mapping[str, Any], end: Mapping[str, Any]) -> Charge:
+def charge_attempt(placed: Mapping[str, Any], end: Mapping[str, Any]) -> Charge:
     opt = placed.get("option") if isinstance(placed.get("option"), dict) else {}
     out = end.get("outcome") if isinstance(end.get("outcome"), dict) else {}
     runtime = _num(out.get("runtime_s"))
@@ -184,7 +193,7 @@ def charges(
                 p = placed.pop(key, None)
                 ts = float(e.get("ts") or 0.0)
                 if p is not None and lo <= ts < hi:
-                    out.append(_charge(p, e))
+                    out.append(charge_attempt(p, e))
         if len(page) < _PAGE:
             break
     return out

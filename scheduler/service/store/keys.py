@@ -145,7 +145,7 @@ Event (``P:events`` field ``e`` and the JSON-lines placement log, one object per
 ``invalid`` is a hostile or malformed payload found in Redis (no valid job behind it).
 ``held``, ``released``, ``dependency_failed`` and a user's ``requeued`` are written by the Lua
 scripts that move the state (``scripts/workflow.lua``), so they reach the stream only, not the
-JSON-lines file; ``placed`` events also carry ``user`` and ``team``.
+JSON-lines file. Who ran a job (``user``, ``team``) is read from its record, not the event.
 """
 
 from __future__ import annotations
