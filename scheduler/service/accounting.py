@@ -126,8 +126,9 @@ def _share(opt: Mapping[str, Any]) -> float:
 
 
 def charge_attempt(placed: Mapping[str, Any], end: Mapping[str, Any]) -> Charge:
-    opt = placed.get("option") if isinstance(placed.get("option"), dict) else {}
-    out = end.get("outcome") if isinstance(end.get("outcome"), dict) else {}
+    raw_opt, raw_out = placed.get("option"), end.get("outcome")
+    opt: Mapping[str, Any] = raw_opt if isinstance(raw_opt, Mapping) else {}
+    out: Mapping[str, Any] = raw_out if isinstance(raw_out, Mapping) else {}
     runtime = _num(out.get("runtime_s"))
     pred_rt = _num(opt.get("runtime_s"))
     pred_cost = _num(placed.get("cost_usd"))
