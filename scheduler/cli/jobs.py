@@ -193,7 +193,8 @@ def acct_command(
 
 def _acct_text(got: dict[str, Any]) -> str:
     t = got["total"]
-    window = f"attempts ended {_ts(got['since'])} .. {_ts(got['until'] or time.time())}"
+    start = "the start of the log" if got["since"] is None else _ts(got["since"])
+    window = f"attempts ended from {start} to {_ts(got['until'] or time.time())}"
     if got["by"]:
         header = [got["by"].upper(), "JOBS", "ATTEMPTS", "COST", "GPU_HOURS", "RESERVED_GiBh",
                   "USED_GiBh", "RES/USED", "RUNTIME", "PRED_RUNTIME"]  # fmt: skip

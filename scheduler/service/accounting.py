@@ -216,9 +216,10 @@ class AcctJob:
     predicted_vram_gib: float | None
     peak_vram_gib: float | None
     vram_ratio: float | None  # actual / predicted
-    predicted_runtime_s: float | None
-    runtime_s: float | None  # summed over charged attempts
-    runtime_ratio: float | None  # last attempt: actual / predicted
+    predicted_runtime_s: float | None  # the last attempt's, on its option
+    runtime_s: float | None  # the last attempt's, measured
+    runtime_ratio: float | None  # the last attempt's: actual / predicted
+    runtime_total_s: float  # summed over the charged attempts (what cost and GPU-hours bill)
     ended_at: float
     simulated: bool
 
@@ -286,12 +287,13 @@ def accounting(
         if j is None:
             j = jobs[c.job_id] = AcctJob(
                 c.job_id, user, team, state, 0, None, 0.0, 0.0, None, None, None, None, None,
-                None, None, 0.0, False,
+                None, None, 0.0, 0.0, False,
             )  # fmt: skip
         j.attempts += 1
         j.cost_usd += c.cost_usd or 0.0
         j.gpu_hours += c.gpu_hours
-        j.runtime_s = (j.runtime_s or 0.0) + (c.runtime_s or 0.0)
+        j.runtime_s = c.runtime_s
+        j.runtime_total_s += c.runtime_s or 0.0
         j.option, j.reserved_gib = c.option, c.reserved_gib
         j.predicted_vram_gib, j.peak_vram_gib = c.predicted_vram_gib, c.peak_vram_gib
         j.vram_ratio = _ratio(c.peak_vram_gib, c.predicted_vram_gib)

@@ -14,7 +14,7 @@ import json
 import math
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from scheduler.exceptions import ServiceError
@@ -90,7 +90,8 @@ def _pending_reason(row: dict[str, str | None]) -> str:
 
 def _row(jid: str, r: dict[str, str | None], now: float) -> QueueRow:
     state = r.get("state") or "unknown"
-    placement = _json(r.get("placement")) if state in ("placed", "running") else None
+    # A pending job's placement, if any, is an earlier attempt's: not where it will run.
+    placement = _json(r.get("placement")) if state != "pending" else None
     request = _json(r.get("request"))
     outcome = _json(r.get("outcome"))
     started = _float(r.get("started_at"))
@@ -148,9 +149,7 @@ def queue_rows(
     if job_ids:
         ids = list(dict.fromkeys(job_ids))
     else:
-        ids = sorted(
-            {j for s in (want_states or ACTIVE_STATES) for j in store.job_ids(s)}
-        )
+        ids = sorted({j for s in (want_states or ACTIVE_STATES) for j in store.job_ids(s)})
     t = time.time() if now is None else now
     u, tm, nd = (set(x) if x is not None else None for x in (users, teams, nodes))
     out: list[QueueRow] = []
@@ -169,4 +168,20 @@ def queue_rows(
                 continue
             out.append(row)
     out.sort(key=lambda r: (r.submitted_at if r.submitted_at is not None else math.inf, r.id))
-    return out
+    return _with_live_parents(store, out)
+
+
+def _with_live_parents(store: Store, rows: list[QueueRow]) -> list[QueueRow]:
+    """A dependency reason names the parent's state when it was written; say the state now."""
+    waiting = [r for r in rows if r.reason and r.reason.startswith("Dependency:") and r.depends_on]
+    parents = sorted({d for r in waiting for d in r.depends_on})
+    if not parents:
+        return rows
+    state = {p: st for p, (st,) in zip(parents, store.get_fields(parents, ["state"]), strict=True)}
+    fixed: dict[str, QueueRow] = {}
+    for r in waiting:
+        first = next((d for d in r.depends_on if state.get(d) != "succeeded"), None)
+        if first is not None:
+            why = f"Dependency: waiting on job {first} ({state.get(first)}) to succeed"
+            fixed[r.id] = replace(r, reason=why)
+    return [fixed.get(r.id, r) for r in rows]

@@ -159,6 +159,11 @@ def test_child_waits_for_every_parent_then_is_placed(
     client.submit_many([spec("a"), spec("b"), spec("c", depends_on=["job-a", "job-b"])])
     svc = SchedulerService(store, small)
     assert svc.step().placed == 2
+    # The record says what held it at submit; the queue says what holds it now.
+    assert "job-a (pending)" in client.get("job-c").reason
+    assert client.queue(job_ids=["job-c"])[0].reason == (
+        "Dependency: waiting on job job-a (placed) to succeed"
+    )
     _run_attempt(store, "job-a")
     assert client.get("job-c").reason == "Dependency: waiting on job job-b (placed) to succeed"
     assert svc.step().placed == 0
@@ -369,6 +374,9 @@ def test_acct_charges_every_attempt_and_windows_by_end_time(
     got = client.acct()
     j0 = next(j for j in got["jobs"] if j["id"] == "job-0")
     assert j0["attempts"] == 2
+    # Predicted vs actual is the last attempt's; cost and GPU-hours bill both.
+    assert j0["runtime_total_s"] > j0["runtime_s"] > 0
+    assert j0["runtime_ratio"] == pytest.approx(j0["runtime_s"] / j0["predicted_runtime_s"])
     assert got["total"]["attempts"] == 7 and got["total"]["jobs"] == 6
     later = client.acct(since=mid)
     assert later["total"]["attempts"] == 1 and [j["id"] for j in later["jobs"]] == ["job-0"]
