@@ -32,9 +32,7 @@ _RANGE = re.compile(r"(\d+)(?:-(\d+)(?::(\d+))?)?")
 def parse_array(text: str) -> list[int]:
     """The indices of a Slurm-style array expression, in the order written, without repeats."""
     if not isinstance(text, str) or not text.strip():
-        raise SpecError(
-            f"--array {text!r}: give indices as 0-99, 0-9:2 (a step) or 1,3,5 (a list)"
-        )
+        raise SpecError(f"--array {text!r}: give indices as 0-99, 0-9:2 (a step) or 1,3,5 (a list)")
     out: list[int] = []
     seen: set[int] = set()
     for part in text.replace(" ", "").split(","):
@@ -48,7 +46,9 @@ def parse_array(text: str) -> list[int]:
         hi = int(m.group(2)) if m.group(2) is not None else lo
         step = int(m.group(3)) if m.group(3) is not None else 1
         if hi < lo:
-            raise SpecError(f"--array {text!r}: range {part!r} ends before it starts; use {hi}-{lo}")
+            raise SpecError(
+                f"--array {text!r}: range {part!r} ends before it starts; use {hi}-{lo}"
+            )
         if step < 1:
             raise SpecError(f"--array {text!r}: step in {part!r} must be at least 1")
         if hi > MAX_ARRAY_INDEX:

@@ -113,9 +113,7 @@ def reject_inapplicable(spec: JobSpec) -> None:
     if task is not Task.SERVE:
         inapplicable += [f for f in _SERVE_ONLY if getattr(spec, f) is not None]
     else:
-        inapplicable += [
-            f for f in ("num_requests", "depends_on") if getattr(spec, f) is not None
-        ]
+        inapplicable += [f for f in ("num_requests", "depends_on") if getattr(spec, f) is not None]
     if task.is_training:
         inapplicable += [f for f in _INFERENCE_ONLY if getattr(spec, f) is not None]
         if not task.is_peft:

@@ -57,7 +57,7 @@ def check_job_id(where: str, value: Any) -> str:
     if not isinstance(value, str):
         raise SpecError(
             f"`{where}` must be a job id string; got {type(value).__name__} {value!r:.60}. "
-            "Quote it, e.g. depends_on: [\"prep-0\"]"
+            'Quote it, e.g. depends_on: ["prep-0"]'
         )
     if not (0 < len(value) <= MAX_JOB_ID_CHARS):
         raise SpecError(

@@ -131,16 +131,16 @@ def build_records(
         }
         ts = repr(t + i * 1e-6)  # keeps submit order inside one batch
         rec = {
-                "id": spec.id,
-                "submitted_at": ts,
-                "updated_at": ts,
-                "spec": dumps(spec.to_dict()),
-                "request": dumps(request),
-                "predictions": dumps(per_job[i]),
-                "method": table.method[i],
-                "attempt": "0",
-                "max_retries": str(max_retries),
-                "max_oom_retries": str(max_oom_retries),
+            "id": spec.id,
+            "submitted_at": ts,
+            "updated_at": ts,
+            "spec": dumps(spec.to_dict()),
+            "request": dumps(request),
+            "predictions": dumps(per_job[i]),
+            "method": table.method[i],
+            "attempt": "0",
+            "max_retries": str(max_retries),
+            "max_oom_retries": str(max_oom_retries),
         }
         # Identity and workflow fields are plain hash fields so filters read them with HMGET.
         if spec.user is not None:

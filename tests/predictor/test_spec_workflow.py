@@ -25,7 +25,7 @@ def test_new_fields_are_optional_and_round_trip() -> None:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ({"depends_on": "p-1"}, 'must be a list of job ids, not a string; got \'p-1\'. Write it as depends_on: ["p-1"]'),
+        ({"depends_on": "p-1"}, "not a string; got 'p-1'. Write it as depends_on: [\"p-1\"]"),
         ({"depends_on": ["a"]}, "lists the job's own id 'a'"),
         ({"depends_on": ["p", "p"]}, "`depends_on[1]` lists 'p' twice"),
         ({"depends_on": ["p q"]}, "`depends_on[0]` 'p q' contains whitespace"),
@@ -55,15 +55,17 @@ def test_parse_array_takes_slurm_ranges_steps_and_lists() -> None:
     assert parse_array("0-9:2") == [0, 2, 4, 6, 8]
     assert parse_array("1,3,5") == [1, 3, 5]
     assert parse_array("0-2,10,20-30:5,1") == [0, 1, 2, 10, 20, 25, 30]
-    for bad, msg in [("a", "is not an index"), ("5-2", "ends before it starts; use 2-5"),
-                     ("0-3:0", "step"), ("", "give indices"), ("0-200000", "more than")]:  # fmt: skip
+    bad_arrays = [("a", "is not an index"), ("5-2", "ends before it starts; use 2-5"),
+                  ("0-3:0", "step"), ("", "give indices"), ("0-200000", "more than")]  # fmt: skip
+    for bad, msg in bad_arrays:
         with pytest.raises(SpecError, match=msg):
             parse_array(bad)
 
 
 def test_expand_array_substitutes_the_index_and_suffixes_plain_ids() -> None:
-    spec = {**BASE, "id": "train", "command": ["run", "--shard", "{index}", "{gpu_memory_utilization}"],
-            "env": {"SHARD": "{index}"}, "depends_on": ["prep-{index}"]}  # fmt: skip
+    cmd = ["run", "--shard", "{index}", "{gpu_memory_utilization}"]
+    spec = {**BASE, "id": "train", "command": cmd, "env": {"SHARD": "{index}"},
+            "depends_on": ["prep-{index}"]}  # fmt: skip
     els = expand_array(spec, [3, 4], chain=True)
     assert [e["id"] for e in els] == ["train-3", "train-4"]
     assert els[0]["command"] == ["run", "--shard", "3", "{gpu_memory_utilization}"]

@@ -72,10 +72,11 @@ Job states
 Transitions: pending -> placed -> running -> succeeded | failed | cancelled; running -> pending
 (OOM requeue with a larger reservation, or a dead worker's lease expired with retries left);
 placed -> pending (the node's worker vanished before starting it); pending | placed ->
-cancelled; pending -> rejected; pending -> failed (a ``depends_on`` parent failed, was cancelled or
-rejected: ``reason`` names it); placed | running | succeeded | failed | cancelled | rejected ->
-pending (``snugfit requeue``; a running job is stopped by its worker first). Every transition is one Lua script that checks the current
-state (and the ``attempt`` fencing token), so two actors never both win.
+cancelled; pending -> rejected; pending -> failed (a ``depends_on`` parent failed, was
+cancelled or rejected: ``reason`` names it); placed | running | succeeded | failed | cancelled
+| rejected -> pending (``snugfit requeue``; a running job is stopped by its worker first).
+Every transition is one Lua script that checks the current state (and the ``attempt`` fencing
+token), so two actors never both win.
 
 Job record (``P:job:{id}`` fields; JSON values marked ``json``)
 =================================================================
@@ -139,9 +140,10 @@ Event (``P:events`` field ``e`` and the JSON-lines placement log, one object per
 ======================================================================================
 
 ``{"ts": float, "event": "placed"|"started"|"finished"|"oom"|"requeued"|"reclaimed"|"rejected"|
-"cancelled"|"invalid"|"held"|"released"|"dependency_failed", "job_id": str|null, "attempt": int|null, "node": str|null,
-"option": Option dict|null, "cost_usd": float|null, "runner_up": Option dict|null,
-"reason": str, "policy": str|null, "outcome": OutcomeRecord dict|null, "simulated": bool}``.
+"cancelled"|"invalid"|"held"|"released"|"dependency_failed", "job_id": str|null,
+"attempt": int|null, "node": str|null, "option": Option dict|null, "cost_usd": float|null,
+"runner_up": Option dict|null, "reason": str, "policy": str|null,
+"outcome": OutcomeRecord dict|null, "simulated": bool}``.
 ``invalid`` is a hostile or malformed payload found in Redis (no valid job behind it).
 ``held``, ``released``, ``dependency_failed`` and a user's ``requeued`` are written by the Lua
 scripts that move the state (``scripts/workflow.lua``), so they reach the stream only, not the

@@ -3,6 +3,7 @@ Redis with the leader and simulated workers of the demo pool."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import time
@@ -42,7 +43,8 @@ def _run_attempt(store: RedisStore, job_id: str, state: str = "succeeded") -> No
     attempt = int(store.get_fields([job_id], ["attempt"])[0][0] or 0)
     assert store.start(job_id, attempt, "w1", _lease()) == "ok"
     outcome = json.dumps({"attempt": attempt, "state": state, "runtime_s": 1.0})
-    assert store.finish(job_id, attempt, state, outcome, "" if state == "succeeded" else "x") == "ok"
+    reason = "" if state == "succeeded" else "exit code 1"
+    assert store.finish(job_id, attempt, state, outcome, reason) == "ok"
 
 
 def _share(p: dict[str, Any]) -> float:
@@ -79,7 +81,7 @@ def test_hundred_element_chain_and_fan_in_run_to_the_end_and_acct_sums_them(
     assert counts["pending"] == counts["failed"] == 0
     # afterok held: each element started only after the one before it had finished.
     recs = {j: store.get_job(j) for j in [*ids, fan_in.id]}
-    for prev, cur in zip(ids, ids[1:], strict=False):
+    for prev, cur in itertools.pairwise(ids):
         assert float(recs[cur]["started_at"]) >= float(recs[prev]["finished_at"])
     last_end = max(float(recs[j]["finished_at"]) for j in ids)
     assert float(recs[fan_in.id]["started_at"]) >= last_end
@@ -336,7 +338,7 @@ def test_queue_filters_by_user_team_state_node_and_id(
     assert [r.id for r in rows] == ["job-a", "job-b", "job-c"]
     a = rows[0]
     assert a.state == "running" and a.option and a.node and a.elapsed_s is not None
-    assert a.remaining_s is not None and 0 <= a.remaining_s
+    assert a.remaining_s is not None and a.remaining_s >= 0
     assert a.user == "alice" and a.team == "vision"
     assert [r.id for r in client.queue(users=["bob"])] == ["job-b", "job-c"]
     assert [r.id for r in client.queue(teams=["nlp"])] == ["job-b"]
