@@ -210,13 +210,12 @@ class Client:
         for s in specs:
             parsed.extend(_as_specs(s))
         user = default_user()
-        for k, s in enumerate(parsed):
-            if s.user is None:
-                parsed[k] = s = s.model_copy(update={"user": user})
-            if s.id is None:
-                parsed[k] = s.model_copy(update={"id": uuid.uuid4().hex[:16]})
+        parsed = [s if s.user is not None else s.model_copy(update={"user": user}) for s in parsed]
         if any(s.task is Task.SERVE for s in parsed):
             return self._submit_mixed(parsed)
+        for k, s in enumerate(parsed):
+            if s.id is None:
+                parsed[k] = s.model_copy(update={"id": uuid.uuid4().hex[:16]})
         ordered = order_by_dependencies(parsed)
         check_parents_exist(self.store, ordered)
         for start in range(0, len(ordered), _SUBMIT_CHUNK):

@@ -81,14 +81,16 @@ def _json(v: str | None) -> Any:
         return None
 
 
-def _pending_reason(row: dict[str, str | None]) -> str:
+def _pending_reason(row: dict[str, str | None], leader_up: bool) -> str:
     if row.get("reason"):
         return str(row["reason"])
+    if not leader_up:
+        return "NoScheduler: no `snugfit scheduler` holds the leader lease; start one to place it"
     # No hold, no parent left, no earlier attempt's reason: it waits for the leader's pass.
     return "Resources: waiting for a slot that fits (`snugfit explain ID` shows the options)"
 
 
-def _row(jid: str, r: dict[str, str | None], now: float) -> QueueRow:
+def _row(jid: str, r: dict[str, str | None], now: float, leader_up: bool = True) -> QueueRow:
     state = r.get("state") or "unknown"
     # A pending job's placement, if any, is an earlier attempt's: not where it will run.
     placement = _json(r.get("placement")) if state != "pending" else None
@@ -125,7 +127,7 @@ def _row(jid: str, r: dict[str, str | None], now: float) -> QueueRow:
         remaining_s=remaining,
         held=r.get("hold") == "1",
         depends_on=[str(d) for d in deps] if isinstance(deps, list) else [],
-        reason=_pending_reason(r) if state == "pending" else r.get("reason") or None,
+        reason=_pending_reason(r, leader_up) if state == "pending" else r.get("reason") or None,
     )
 
 
@@ -153,13 +155,14 @@ def queue_rows(
     t = time.time() if now is None else now
     u, tm, nd = (set(x) if x is not None else None for x in (users, teams, nodes))
     out: list[QueueRow] = []
+    leader_up = store.leader() is not None
     for start in range(0, len(ids), _PAGE):
         page = ids[start : start + _PAGE]
         for jid, vals in zip(page, store.get_fields(page, _FIELDS), strict=True):
             rec = dict(zip(_FIELDS, vals, strict=True))
             if rec["state"] is None:
                 continue  # an id given on the command line that does not exist
-            row = _row(jid, rec, t)
+            row = _row(jid, rec, t, leader_up)
             if want_states is not None and row.state not in want_states:
                 continue
             if (u and row.user not in u) or (tm and row.team not in tm):

@@ -245,10 +245,16 @@ def test_held_child_stays_held_when_its_parent_succeeds(
     assert store.pending_window(10) == ["job-b"]
 
 
-def test_submit_held(client: Client) -> None:
+def test_submit_held(client: Client, small: Pool) -> None:
     client.submit_many([spec("a")], hold=True)
-    assert client.store.pending_window(10) == []
-    assert client.queue()[0].held
+    client.submit(spec("b"))
+    assert client.store.pending_window(10) == ["job-b"]
+    held, free = client.queue()
+    assert held.held and held.reason.startswith("JobHeldUser")
+    assert free.reason.startswith("NoScheduler: no `snugfit scheduler` holds the leader lease")
+    SchedulerService(client.store, small, lease_ttl_s=30).step()
+    client.hold("job-b")  # placed now: cannot be held
+    assert client.queue(job_ids=["job-a"])[0].reason.startswith("JobHeldUser")
 
 
 # -- requeue ---------------------------------------------------------------------------------------
