@@ -411,3 +411,49 @@ def test_parse_when_accepts_iso_relative_and_now() -> None:
     assert parse_when("2027-01-15T08:00", now) == parse_when("2027-01-15T08:00:00Z", now)
     with pytest.raises(ServiceError, match="not understood"):
         parse_when("yesterday", now)
+
+
+def test_requeue_of_a_job_a_real_worker_runs_stops_it_and_runs_it_again(
+    store: RedisStore, client: Client, tmp_path: Path
+) -> None:
+    import threading
+
+    from workers.worker import NodeWorker
+
+    pool = Pool.from_dict(
+        {"name": "one", "nodes": [{"name": "n1", "gpu": "H100-80GB", "count": 1}]}
+    )
+    h = client.submit(spec("a"))
+    svc = SchedulerService(store, pool, simulated=True)
+    assert svc.step().placed == 1
+
+    def worker(scale: float) -> NodeWorker:
+        return NodeWorker(store, "n1", pool=pool, simulate=True, time_scale=scale,
+                          heartbeat_s=0.05, history_path=tmp_path / "h.jsonl")  # fmt: skip
+
+    answers: list[dict[str, str]] = []
+
+    def requeue_once_running() -> None:
+        deadline = time.monotonic() + 30
+        while h.status() != "running" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        answers.append(client.requeue(h.id))
+
+    # RQ's worker needs the main thread (signal handlers): the user requeues from another.
+    user = threading.Thread(target=requeue_once_running)
+    user.start()
+    worker(0.5).work(burst=True)  # returns once the job it started has ended
+    user.join(timeout=30)
+    assert answers == [{h.id: "requested"}]
+    assert h.status() == "pending" and store.alloc_ids() == []
+    events = [e for _, e in store.events()]
+    stopped = [e for e in events if e["event"] == "requeued" and e.get("outcome")]
+    assert len(stopped) == 1 and stopped[0]["attempt"] == 1
+    assert stopped[0]["reason"] == "requeued by user (process stopped)"
+    assert svc.step().placed == 1
+    worker(1e-6).work(burst=True)
+    assert h.wait(timeout=30) == "succeeded"
+    assert h.placement is not None and h.placement.attempt == 2
+    # Both attempts are charged: the stopped one for as long as it ran.
+    job = client.acct()["jobs"][0]
+    assert job["attempts"] == 2 and job["runtime_total_s"] > job["runtime_s"]
