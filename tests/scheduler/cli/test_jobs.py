@@ -50,6 +50,10 @@ def test_array_chain_queue_hold_release_requeue_and_acct(
     rows = json.loads(_run(redis_url, "queue", "--json", "sweep-0")[1])
     assert rows[0]["held"] is True and rows[0]["remaining_s"] > 0
     assert rows[0]["reason"].startswith("JobHeldUser")
+    code, out, _ = _run(redis_url, "explain", "sweep-0", "--width", "200")
+    assert code == 0 and "Reason=JobHeldUser: held by user" in out
+    out = _run(redis_url, "explain", "sweep-2", "--width", "200")[1]
+    assert "Reason=Dependency: waiting on job sweep-0" in out
     assert _run(redis_url, "release", "sweep-0")[:2] == (0, "sweep-0: released\n")
     code, _, err = _run(redis_url, "release", "sweep-0")
     assert code == 1 and "it is not held" in err
