@@ -113,7 +113,7 @@ def reject_inapplicable(spec: JobSpec) -> None:
     if task is not Task.SERVE:
         inapplicable += [f for f in _SERVE_ONLY if getattr(spec, f) is not None]
     else:
-        inapplicable += [f for f in ("num_requests",) if getattr(spec, f) is not None]
+        inapplicable += [f for f in ("num_requests", "depends_on") if getattr(spec, f) is not None]
     if task.is_training:
         inapplicable += [f for f in _INFERENCE_ONLY if getattr(spec, f) is not None]
         if not task.is_peft:
@@ -129,6 +129,8 @@ def reject_inapplicable(spec: JobSpec) -> None:
             "lora_rank": "use task `lora` or `qlora`, or drop the field",
             "lora_target": "use task `lora` or `qlora`, or drop the field",
             "num_requests": "a `serve` deployment takes `request_rate` and `duration_s`",
+            "depends_on": "a deployment is planned when submitted; submit it once its "
+            "parents have succeeded",
         }.get(f, "use task `serve`, or drop the field" if f in _SERVE_ONLY else "remove it")
         raise SpecError(
             f"`{f}` does not apply to `{task.value}` jobs (got {getattr(spec, f)!r}); {fix}"

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from ._execution import MAX_TIME_LIMIT_S, check_env, check_workdir
+from ._spec_array import INDEX_PLACEHOLDER, expand_array, parse_array
 from ._spec_fields import check_allowed_weight_dtypes, check_raw_spec
 from ._spec_files import iter_spec_dicts
 from ._spec_parallel import check_max_tensor_parallel, tensor_parallel_steps
@@ -37,11 +38,13 @@ from ._spec_rules import (
     resolve_arch,
 )
 from ._spec_types import DType, Framework, LoraTarget, Optimizer, Task
+from ._spec_workflow import check_depends_on, check_name, check_no_self_dependency
 from .exceptions import SpecError
 from .limits import MAX_GPUS, MAX_PARALLEL, MAX_PRIORITY, MAX_RUNTIME_S, MIN_PRIORITY
 from .models import ModelArch
 
 __all__ = [
+    "INDEX_PLACEHOLDER",
     "TASK_DEFAULTS",
     "DType",
     "Framework",
@@ -49,8 +52,10 @@ __all__ = [
     "LoraTarget",
     "Optimizer",
     "Task",
+    "expand_array",
     "iter_spec_dicts",
     "load_specs",
+    "parse_array",
     "parse_spec",
     "tensor_parallel_steps",
 ]
@@ -119,6 +124,21 @@ class JobSpec(BaseModel):
     time_limit_s: float | None = Field(default=None, gt=0, le=MAX_TIME_LIMIT_S, allow_inf_nan=False)
     env: dict[str, str] | None = None
     workdir: str | None = None
+    # Workflow and identity (see predictor/_spec_workflow.py): who runs it, and the job ids
+    # that must succeed before it is placed (afterok). The client fills `user` at submit.
+    user: str | None = None
+    team: str | None = None
+    depends_on: tuple[str, ...] | None = None
+
+    @field_validator("user", "team", mode="before")
+    @classmethod
+    def _names(cls, v: Any, info: Any) -> str | None:
+        return check_name(info.field_name, v)
+
+    @field_validator("depends_on", mode="before")
+    @classmethod
+    def _depends_on(cls, v: Any) -> tuple[str, ...] | None:
+        return check_depends_on(v)
 
     @field_validator("env", mode="before")
     @classmethod
@@ -145,6 +165,7 @@ class JobSpec(BaseModel):
         # Order matters: applicability before defaults, fidelity and serve defaults before
         # dtypes, every fill before the checks that read the filled values.
         reject_inapplicable(self)
+        check_no_self_dependency(self.id, self.depends_on)
         fill_task_defaults(self)
         fill_fidelity_defaults(self)
         if self.task is Task.SERVE:

@@ -12,6 +12,7 @@ __all__ = [
     "ServiceError",
     "SimulationError",
     "TraceError",
+    "UnknownDependencyError",
 ]
 
 
@@ -49,3 +50,7 @@ class JobNotFoundError(ServiceError, KeyError):
 
 class JobFailedError(ServiceError):
     """A job ended in failure; ``wait()`` re-raises it with the reason."""
+
+
+class UnknownDependencyError(ServiceError, ValueError):
+    """A job's ``depends_on`` names a job id that does not exist; nothing was submitted."""

@@ -201,6 +201,8 @@ def _end(
     outcome.reason = reason
     got = _retrying(ctx.store.finish, job_id, attempt, state, outcome.model_dump_json(), reason)
     kind = "cancelled" if state == "cancelled" else "finished"
+    if got == "requeued":  # `snugfit requeue` of a running job: stopped, then back to pending
+        kind, reason, got = "requeued", "requeued by user (process stopped)", "ok"
     events.emit(
         [
             event(

@@ -309,7 +309,11 @@ def explain(
     if decision is not None:
         parts.append(Text(f"decision: {decision.reason}"))
         parts.append(decision_table(decision))
-    if state in ("pending", "rejected") or (decision is not None and decision.state != "placed"):
+    held = str(job.get("reason") or "")
+    if state == "pending" and held.startswith(("JobHeldUser", "Dependency")):
+        # Held by a user or a parent (scripts/workflow.lua): the scheduler has not seen it.
+        parts.append(Text(f"Reason={held}", style="yellow"))
+    elif state in ("pending", "rejected") or (decision is not None and decision.state != "placed"):
         parts.append(Text(pending_reason(decision, state), style="yellow"))
     if job.get("reason") and state not in ("pending",):
         parts.append(Text(f"reason: {job.get('reason')}"))

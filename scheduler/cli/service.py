@@ -46,14 +46,38 @@ def _fail(exc: Exception) -> click.ClickException:
 @click.argument("job_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @_redis_opt
 @click.option("--json", "as_json", is_flag=True, help="Print the job ids as JSON.")
-def submit_command(job_file: Path, redis_url: str | None, as_json: bool) -> None:
+@click.option(
+    "-a",
+    "--array",
+    "array",
+    default=None,
+    help="Submit the job once per index: 0-99, 0-9:2 (step) or 1,3,5. {index} in id, command, "
+    "env, workdir and depends_on becomes the index; an id without it gets -{index}.",
+)
+@click.option(
+    "--chain", is_flag=True, help="With --array: each element waits for the previous to succeed."
+)
+@click.option("-H", "--hold", is_flag=True, help="Submit held: placed only after `release`.")
+def submit_command(
+    job_file: Path,
+    redis_url: str | None,
+    as_json: bool,
+    array: str | None,
+    chain: bool,
+    hold: bool,
+) -> None:
     """Submit every job in JOB_FILE (YAML / JSON / JSONL); prints one id per line."""
     from predictor.exceptions import PredictorError
     from scheduler.exceptions import SchedulerError
 
+    if chain and array is None:
+        raise click.UsageError("--chain needs --array (e.g. --array 0-9 --chain)")
     try:
         client = _client(redis_url)
-        handles = client.submit_many([job_file])
+        if array is not None:
+            handles = client.submit_array(job_file, array, chain=chain, hold=hold)
+        else:
+            handles = client.submit_many([job_file], hold=hold)
         hopeless = _fits_nowhere(client, [h.id for h in handles])
     except (PredictorError, SchedulerError) as exc:
         raise _fail(exc) from None

@@ -1,5 +1,6 @@
 """The service on Redis + RQ: the leader, the placement-log events (shared with the workers),
-the Python client, Prometheus telemetry; ``store/`` holds Redis itself.
+the Python client, the queue and accounting views, Prometheus telemetry; ``store/`` holds
+Redis itself.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ _EXPORTS: dict[str, str] = {
     "JobHandle": "scheduler.service.client",
     "Deployments": "scheduler.service.deployments",
     "DeploymentHandle": "scheduler.service.deployments",
+    "QueueRow": "scheduler.service.queue",
+    "queue_rows": "scheduler.service.queue",
+    "accounting": "scheduler.service.accounting",
+    "parse_when": "scheduler.service.accounting",
     "Telemetry": "scheduler.service.telemetry",
     "start_metrics_server": "scheduler.service.telemetry",
 }

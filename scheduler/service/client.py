@@ -30,6 +30,7 @@ from scheduler.core.decision import Decision
 from scheduler.core.engines import engine_upper_gib
 from scheduler.core.rules import MAX_OOM_RETRIES, MAX_RETRIES
 from scheduler.exceptions import JobFailedError, JobNotFoundError, SchedulerError, ServiceError
+from scheduler.service._workflow import check_parents_exist, default_user, order_by_dependencies
 from scheduler.service.store.keys import TERMINAL_STATES, JobState
 from scheduler.service.store.protocol import Store
 from scheduler.service.store.records import OutcomeRecord, PlacementRecord, dumps
@@ -84,8 +85,10 @@ def build_records(
     now: float | None = None,
     max_retries: int = DEFAULT_MAX_RETRIES,
     max_oom_retries: int = DEFAULT_MAX_OOM_RETRIES,
+    hold: bool = False,
 ) -> list[dict[str, str]]:
-    """Job records (``scheduler.service.store.keys`` layout) for specs that all carry an id."""
+    """Job records (``scheduler.service.store.keys`` layout) for specs that all carry an id.
+    ``hold``: every job is submitted held (placed only after ``release``)."""
     t = time.time() if now is None else now
     cols = [table.gpu_names.index(g) if g in table.gpu_names else -1 for g in GPU_NAMES]
     per_job: list[dict[str, Any]] = [{} for _ in specs]
@@ -127,20 +130,28 @@ def build_records(
             "deadline_s": spec.deadline_s,
         }
         ts = repr(t + i * 1e-6)  # keeps submit order inside one batch
-        out.append(
-            {
-                "id": spec.id,
-                "submitted_at": ts,
-                "updated_at": ts,
-                "spec": dumps(spec.to_dict()),
-                "request": dumps(request),
-                "predictions": dumps(per_job[i]),
-                "method": table.method[i],
-                "attempt": "0",
-                "max_retries": str(max_retries),
-                "max_oom_retries": str(max_oom_retries),
-            }
-        )
+        rec = {
+            "id": spec.id,
+            "submitted_at": ts,
+            "updated_at": ts,
+            "spec": dumps(spec.to_dict()),
+            "request": dumps(request),
+            "predictions": dumps(per_job[i]),
+            "method": table.method[i],
+            "attempt": "0",
+            "max_retries": str(max_retries),
+            "max_oom_retries": str(max_oom_retries),
+        }
+        # Identity and workflow fields are plain hash fields so filters read them with HMGET.
+        if spec.user is not None:
+            rec["user"] = spec.user
+        if spec.team is not None:
+            rec["team"] = spec.team
+        if spec.depends_on:
+            rec["deps"] = dumps(list(spec.depends_on))
+        if hold:
+            rec["hold"] = "1"
+        out.append(rec)
     return out
 
 
@@ -186,21 +197,29 @@ class Client:
             )
         return self.submit_many(specs)[0]
 
-    def submit_many(self, specs: Iterable[SpecLike]) -> list[JobHandle]:
+    def submit_many(self, specs: Iterable[SpecLike], *, hold: bool = False) -> list[JobHandle]:
         """Submit many jobs with one vectorised prediction and pipelined writes. A ``serve``
         spec becomes a deployment (planned now, its replicas queued); its handle is a
-        :class:`~scheduler.service.deployments.DeploymentHandle`."""
+        :class:`~scheduler.service.deployments.DeploymentHandle`.
+
+        ``user`` defaults to the submitting OS user. Jobs are written parents first, so a batch
+        may hold a whole dependency graph; a ``depends_on`` id that is neither in the batch
+        nor already submitted raises :class:`UnknownDependencyError` before anything is
+        written. ``hold``: submit every job held (``release`` lets it run)."""
         parsed: list[JobSpec] = []
         for s in specs:
             parsed.extend(_as_specs(s))
+        user = default_user()
+        parsed = [s if s.user is not None else s.model_copy(update={"user": user}) for s in parsed]
         if any(s.task is Task.SERVE for s in parsed):
             return self._submit_mixed(parsed)
         for k, s in enumerate(parsed):
             if s.id is None:
                 parsed[k] = s.model_copy(update={"id": uuid.uuid4().hex[:16]})
-        handles: list[JobHandle] = []
-        for start in range(0, len(parsed), _SUBMIT_CHUNK):
-            chunk = parsed[start : start + _SUBMIT_CHUNK]
+        ordered = order_by_dependencies(parsed)
+        check_parents_exist(self.store, ordered)
+        for start in range(0, len(ordered), _SUBMIT_CHUNK):
+            chunk = ordered[start : start + _SUBMIT_CHUNK]
             self._check_resubmits(chunk)
             table = self.table_fn(chunk)
             records = build_records(
@@ -208,14 +227,35 @@ class Client:
                 table,
                 max_retries=self.max_retries,
                 max_oom_retries=self.max_oom_retries,
+                hold=hold,
             )
             added = self.store.add_jobs(records)
             for spec, new in zip(chunk, added, strict=True):
-                assert spec.id is not None
                 if not new:
                     log.info("job %s was already submitted; returning the existing job", spec.id)
-                handles.append(JobHandle(self, spec.id))
-        return handles
+        return [JobHandle(self, str(s.id)) for s in parsed]
+
+    def submit_array(
+        self,
+        spec: JobSpec | Mapping[str, Any] | str | Path,
+        indices: str | Sequence[int],
+        *,
+        chain: bool = False,
+        hold: bool = False,
+    ) -> list[JobHandle]:
+        """Submit ``spec`` once per index (Slurm's ``--array``; ``indices`` as ``"0-99"``,
+        ``"0-9:2"``, ``"1,3,5"`` or a list). ``{index}`` in ``id``, ``command``, ``env``,
+        ``workdir`` and ``depends_on`` becomes the index; an ``id`` without it gets
+        ``-{index}`` (:func:`predictor.spec.expand_array`). ``chain``: each element also
+        depends on the one before it. Returns the elements' handles in index order."""
+        from predictor.spec import expand_array, parse_array
+
+        base = _as_specs(spec) if not isinstance(spec, Mapping) else [parse_spec(spec)]
+        if len(base) != 1:
+            raise ServiceError(f"an array expands one job spec; {spec!s:.80} holds {len(base)}")
+        idx = parse_array(indices) if isinstance(indices, str) else list(indices)
+        raw = base[0].model_dump(mode="json", exclude_unset=True)
+        return self.submit_many(expand_array(raw, idx, chain=chain), hold=hold)
 
     def _submit_mixed(self, parsed: list[JobSpec]) -> list[Any]:
         from scheduler.service.deployments import DeploymentHandle
@@ -282,6 +322,57 @@ class Client:
         if self.deployments.exists(job_id):
             return self.deployments.cancel(job_id)
         return self.get(job_id).cancel()
+
+    # -- holds, requeue, queue, accounting ------------------------------------------------------
+
+    def hold(self, job_ids: str | Sequence[str]) -> dict[str, str]:
+        """Keep pending jobs from being placed (Slurm's ``scontrol hold``): per id ``held``,
+        ``already held``, ``missing`` or the state that cannot be held."""
+        return self._each(job_ids, self.store.hold)
+
+    def release(self, job_ids: str | Sequence[str]) -> dict[str, str]:
+        """Lift holds: per id ``released``, ``not held`` or ``missing``. A released job still
+        waits for parents that have not succeeded."""
+        return self._each(job_ids, self.store.release)
+
+    def requeue(self, job_ids: str | Sequence[str]) -> dict[str, str]:
+        """Back to pending as a new attempt (``scontrol requeue``): per id ``requeued``,
+        ``requested`` (running: its worker stops it first), ``pending`` (nothing to do),
+        ``missing`` or ``parent:<id>:<state>`` (a parent failed; requeue it first)."""
+        return self._each(job_ids, self.store.user_requeue)
+
+    def _each(self, job_ids: str | Sequence[str], fn: Callable[[str], str]) -> dict[str, str]:
+        ids = [job_ids] if isinstance(job_ids, str) else list(job_ids)
+        return {j: fn(j) for j in ids}
+
+    def queue(self, **filters: Any) -> list[Any]:
+        """``squeue``: :class:`~scheduler.service.queue.QueueRow` per job; filters
+        ``job_ids``, ``states``, ``users``, ``teams``, ``nodes`` (active jobs by default)."""
+        from scheduler.service.queue import queue_rows
+
+        return queue_rows(self.store, **filters)
+
+    def acct(
+        self,
+        *,
+        since: str | float | None = None,
+        until: str | float | None = None,
+        by: str | None = None,
+        **filters: Any,
+    ) -> dict[str, Any]:
+        """``sacct``: cost, GPU-hours, reserved vs used VRAM and predicted vs actual per job,
+        or summed ``by`` user or team, for attempts that ended in ``[since, until)`` (ISO
+        times, epoch seconds, or ``2h`` / ``1d`` ago). See :mod:`scheduler.service.accounting`."""
+        from scheduler.service.accounting import accounting, parse_when
+
+        now = time.time()
+        return accounting(
+            self.store,
+            since=parse_when(since, now),
+            until=parse_when(until, now),
+            by=by,
+            **filters,
+        )
 
     def pool(self) -> dict[str, Any]:
         """Pool occupancy: per GPU (node, type, mode, capacity and used MiB, MIG mask, shared

@@ -11,6 +11,11 @@ several processes write events:
   placement log ``P:events``, tailed at each scrape from where the last one stopped. The stream
   is read from its start, so the counters cover its whole retained history.
 
+- ``snugfit_user_placements_total{user,team}``, ``snugfit_user_gpu_hours_total{user,team}``
+  and ``snugfit_user_cost_usd_total{user,team}``: the same log, labelled with the job record's
+  ``user`` and ``team``; the first 50 users and 20 teams seen keep their names and the rest
+  count as ``other`` (``max_users`` / ``max_teams``), so the series stay bounded.
+
 Only the placement latency cannot be read back from Redis: the service times each placement and
 calls :meth:`Telemetry.observe_placement_latency` (``snugfit_placement_latency_seconds``).
 
@@ -31,6 +36,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from scheduler.service._user_metrics import DEFAULT_MAX_TEAMS, DEFAULT_MAX_USERS, UserMetrics
+from scheduler.service.accounting import END_EVENTS
 from scheduler.service.store.keys import EVENT_KINDS, JobState, Keys
 
 __all__ = [
@@ -126,6 +133,8 @@ class Telemetry:
         *,
         keys: Keys | None = None,
         registry: CollectorRegistry | None = None,
+        max_users: int = DEFAULT_MAX_USERS,
+        max_teams: int = DEFAULT_MAX_TEAMS,
     ) -> None:
         self.redis = redis
         self.keys = keys or Keys()
@@ -172,6 +181,9 @@ class Telemetry:
             buckets=RATIO_BUCKETS,
             registry=r,
         )
+        # user / team labels, bounded (scheduler.service._user_metrics).
+        self.users = UserMetrics(r, max_users=max_users, max_teams=max_teams)
+        self._who: OrderedDict[str, tuple[str | None, str | None]] = OrderedDict()
         self.runtime_ratio = Histogram(
             "snugfit_prediction_runtime_ratio",
             "Measured runtime / predicted runtime per finished attempt.",
@@ -209,13 +221,17 @@ class Telemetry:
                 entries = self.redis.xrange(self.keys.events, min=start, count=_XRANGE_CHUNK)
                 if not entries:
                     return seen
+                decoded: list[tuple[str, Any]] = []
                 for entry_id, fields in entries:
-                    self._last_id = _text(entry_id)
                     raw = fields.get(b"e", fields.get("e"))
                     try:
                         event = json.loads(raw) if raw is not None else None
                     except (ValueError, TypeError):
                         event = None
+                    decoded.append((_text(entry_id), event))
+                self._prefetch_who([e for _, e in decoded if isinstance(e, dict)])
+                for entry_id, event in decoded:
+                    self._last_id = entry_id
                     if isinstance(event, dict):
                         self.ingest_event(event)
                     seen += 1
@@ -241,10 +257,13 @@ class Telemetry:
             self.placements.labels(
                 gpu_type, str(opt.get("kind", "unknown")), str(event.get("policy") or "unknown")
             ).inc()
+            self.users.placed(key, *self._who_of(event), event)
         elif kind == "oom":
             self.oom_kills.labels(gpu_type).inc()
         elif kind == "reclaimed":
             self.reclaimed_leases.inc()
+        if kind in END_EVENTS:
+            self.users.ended(key, event)
         if kind in ("finished", "oom") and opt is not None:
             out = event.get("outcome") if isinstance(event.get("outcome"), dict) else None
             if out is None:
@@ -257,6 +276,34 @@ class Telemetry:
                 rt = _ratio(out.get("runtime_s"), opt.get("runtime_s"))
                 if rt is not None:
                     self.runtime_ratio.labels(gpu_type).observe(rt)
+
+    def _who_of(self, event: Mapping[str, Any]) -> tuple[str | None, str | None]:
+        """(user, team) of a placed event: its own fields, else the job record's."""
+        if "user" in event:
+            return event.get("user"), event.get("team")
+        return self._who.get(str(event.get("job_id")), (None, None))
+
+    def _prefetch_who(self, events: list[dict[str, Any]]) -> None:
+        """Read user and team of the chunk's placed jobs in one pipelined round trip."""
+        if self.redis is None:
+            return
+        ids = list(
+            dict.fromkeys(
+                str(e.get("job_id"))
+                for e in events
+                if e.get("event") == "placed" and "user" not in e and e.get("job_id")
+            )
+        )
+        ids = [j for j in ids if j not in self._who]
+        if not ids:
+            return
+        pipe = self.redis.pipeline(transaction=False)
+        for j in ids:
+            pipe.hmget(self.keys.job(j), ["user", "team"])
+        for j, (u, t) in zip(ids, pipe.execute(), strict=True):
+            self._who[j] = (None if u is None else _text(u), None if t is None else _text(t))
+        while len(self._who) > _MAX_REMEMBERED_PLACEMENTS:
+            self._who.popitem(last=False)
 
     def serve(self, port: int, addr: str = DEFAULT_METRICS_HOST) -> Any:
         """Serve ``/metrics`` on a daemon thread; returns the HTTP server (``.shutdown()``)."""

@@ -46,6 +46,8 @@ Keys
 ``P:deploys``                      ZSET of deployment ids, score = created_at
 ``P:deploy_expiry``                ZSET of active deployments with a ``duration_s``, score =
                                    expires_at (the leader cancels their replicas when due)
+``P:children:{id}``                SET of jobs whose ``depends_on`` waits on job ``id``; emptied
+                                   (released or failed, atomically) when ``id`` ends
 ``P:node_admin``                   HASH node name -> operator state (``cordoned`` | ``draining``)
                                    set by ``snugfit node cordon|drain``, removed by ``uncordon``
 RQ ``rq:queue:snugfit:node:{name}``  one RQ queue per node (queue name ``snugfit:node:{name}``),
@@ -57,7 +59,9 @@ RQ ``rq:queue:snugfit:node:{name}``  one RQ queue per node (queue name ``snugfit
 Job states
 ==========
 
-``pending``    accepted, waiting for capacity (in ``P:pending``)
+``pending``    accepted, waiting for capacity (in ``P:pending``), or held: by a user
+               (``hold``) or by parents that have not all succeeded (``deps_left`` > 0); a
+               held job is not in ``P:pending`` and its ``reason`` says what it waits on
 ``placed``     capacity committed in ``P:gpu`` and enqueued on its node's RQ queue
 ``running``    a worker started it; holds a lease in ``P:leases``
 ``succeeded``  exit code 0; capacity released; ``outcome`` set
@@ -68,8 +72,11 @@ Job states
 Transitions: pending -> placed -> running -> succeeded | failed | cancelled; running -> pending
 (OOM requeue with a larger reservation, or a dead worker's lease expired with retries left);
 placed -> pending (the node's worker vanished before starting it); pending | placed ->
-cancelled; pending -> rejected. Every transition is one Lua script that checks the current
-state (and the ``attempt`` fencing token), so two actors never both win.
+cancelled; pending -> rejected; pending -> failed (a ``depends_on`` parent failed, was
+cancelled or rejected: ``reason`` names it); placed | running | succeeded | failed | cancelled
+| rejected -> pending (``snugfit requeue``; a running job is stopped by its worker first).
+Every transition is one Lua script that checks the current state (and the ``attempt`` fencing
+token), so two actors never both win.
 
 Job record (``P:job:{id}`` fields; JSON values marked ``json``)
 =================================================================
@@ -116,6 +123,12 @@ Job record (``P:job:{id}`` fields; JSON values marked ``json``)
 ``reason``           why it failed / was rejected / cancelled / requeued (human text)
 ``cancel``           "1" when a cancel was requested for a running job
 ``simulated``        "1" when the run was simulated (no GPU), else absent
+``user``, ``team``   who submitted it (the spec's, ``user`` defaulting to the submitting OS
+                     user); plain strings, for filters and accounting
+``deps``             json: the spec's ``depends_on`` (absent without dependencies)
+``deps_left``        int, parents that have not succeeded yet
+``hold``             "1" while a user holds the job (``snugfit hold``)
+``requeue``          "1" when ``snugfit requeue`` asked a running job's worker to stop it
 ``deployment``       a serving replica's deployment id (``P:deploy:{id}``), else absent
 ``engine``           json: a serving replica's engine values (names in
                      ``predictor.serving.ENGINE_PLACEHOLDERS``), copied into its placement
@@ -132,12 +145,16 @@ Event (``P:events`` field ``e`` and the JSON-lines placement log, one object per
 ======================================================================================
 
 ``{"ts": float, "event": "placed"|"started"|"finished"|"oom"|"requeued"|"reclaimed"|"rejected"|
-"cancelled"|"invalid", "job_id": str|null, "attempt": int|null, "node": str|null,
-"option": Option dict|null, "cost_usd": float|null, "runner_up": Option dict|null,
-"reason": str, "policy": str|null, "outcome": OutcomeRecord dict|null, "simulated": bool}``.
+"cancelled"|"invalid"|"held"|"released"|"dependency_failed", "job_id": str|null,
+"attempt": int|null, "node": str|null, "option": Option dict|null, "cost_usd": float|null,
+"runner_up": Option dict|null, "reason": str, "policy": str|null,
+"outcome": OutcomeRecord dict|null, "simulated": bool}``.
 ``invalid`` is a hostile or malformed payload found in Redis (no valid job behind it).
 An ``oom`` event whose retry was re-split also has ``"retry_layout": {"tensor_parallel":
 [from, to], "n_gpus": [from, to]}``.
+``held``, ``released``, ``dependency_failed`` and a user's ``requeued`` are written by the Lua
+scripts that move the state (``scripts/workflow.lua``), so they reach the stream only, not the
+JSON-lines file. Who ran a job (``user``, ``team``) is read from its record, not the event.
 """
 
 from __future__ import annotations
@@ -203,6 +220,9 @@ EVENT_KINDS: tuple[str, ...] = (
     "rejected",
     "cancelled",
     "invalid",
+    "held",
+    "released",
+    "dependency_failed",
 )
 
 

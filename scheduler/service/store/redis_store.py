@@ -20,6 +20,7 @@ from typing import Any
 
 import redis
 
+from scheduler.exceptions import UnknownDependencyError
 from scheduler.service.store.durability import Durability, NotDurableError
 from scheduler.service.store.embedded import connect
 from scheduler.service.store.keys import DEFAULT_PREFIX, EVENTS_MAXLEN, LOG_CAP_BYTES, Keys
@@ -91,14 +92,19 @@ class RedisStore:
         self.prefix = prefix
         s = self.r.register_script
         prelude = _lua("prelude")
-        self._add = s(prelude + _lua("add"))
+        # Scripts that create jobs or end them also settle holds and dependencies.
+        flow = prelude + _lua("workflow")
+        self._add = s(flow + _lua("add"))
         self._commit = s(prelude + _lua("commit"))
         self._start = s(prelude + _lua("start"))
         self._heartbeat = s(prelude + _lua("heartbeat"))
-        self._finish = s(prelude + _lua("finish"))
-        self._requeue = s(prelude + _lua("requeue"))
-        self._cancel = s(prelude + _lua("cancel"))
-        self._reject = s(prelude + _lua("reject"))
+        self._finish = s(flow + _lua("finish"))
+        self._requeue = s(flow + _lua("requeue"))
+        self._cancel = s(flow + _lua("cancel"))
+        self._reject = s(flow + _lua("reject"))
+        self._hold = s(flow + _lua("hold"))
+        self._release = s(flow + _lua("release"))
+        self._user_requeue = s(flow + _lua("user_requeue"))
         self._init_pool = s(prelude + _lua("init_pool"))
         self._enqueue_lua = s(_lua("enqueue"))
         self._renew = s(_lua("renew"))
@@ -135,6 +141,12 @@ class RedisStore:
                 "ids (idempotent), or check the replicas with `snugfit doctor`",
                 ids,
             )
+        for rec, x in zip(records, out, strict=False):
+            if isinstance(x, str) and x.startswith("missing:"):
+                raise UnknownDependencyError(
+                    f"job {rec['id']!r}: `depends_on` names job {x[8:]!r}, which does not exist; "
+                    "submit the parent first (or in the same batch), or fix the id"
+                )
         return [bool(x) for x in out[: len(records)]]
 
     def get_job(self, job_id: str) -> dict[str, str] | None:
@@ -279,6 +291,19 @@ class RedisStore:
 
     def cancel(self, job_id: str, reason: str) -> str:
         return str(self._cancel(args=[self.prefix, job_id, reason, _now()]))
+
+    def hold(self, job_id: str) -> str:
+        """Keep a pending job from being placed: ``held``, ``already held``, ``missing`` or the
+        state that cannot be held."""
+        return str(self._hold(args=[self.prefix, job_id, _now()]))
+
+    def release(self, job_id: str) -> str:
+        """Lift a hold: ``released``, ``not held`` or ``missing``."""
+        return str(self._release(args=[self.prefix, job_id, _now()]))
+
+    def user_requeue(self, job_id: str) -> str:
+        """Back to pending as a new attempt (``scripts/user_requeue.lua`` lists the answers)."""
+        return str(self._user_requeue(args=[self.prefix, job_id, _now()]))
 
     def reject(self, job_id: str, reason: str, decision_json: str) -> str:
         return str(self._reject(args=[self.prefix, job_id, reason, decision_json, _now()]))

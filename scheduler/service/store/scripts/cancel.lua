@@ -9,10 +9,13 @@ elseif st == 'placed' then
   release(job, nil)
 elseif st == 'running' then
   redis.call('HSET', jk, 'cancel', '1')
+  redis.call('HDEL', jk, 'requeue')
   return 'requested'
 else
   return st
 end
 set_state(job, st, 'cancelled')
 redis.call('HSET', jk, 'reason', ARGV[3], 'finished_at', ARGV[4], 'updated_at', ARGV[4])
+redis.call('HDEL', jk, 'hold')
+settle_children(job, 'cancelled', ARGV[4])
 return 'cancelled'

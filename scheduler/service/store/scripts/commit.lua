@@ -20,6 +20,9 @@ local function check(job, expected, raw)
   local jk = P .. ':job:' .. job
   local st = redis.call('HGET', jk, 'state')
   if st ~= 'pending' then return 'err:job is ' .. tostring(st) end
+  -- Held or waiting on a parent since the scheduler read it (workflow.lua).
+  local hold, left = unpack(redis.call('HMGET', jk, 'hold', 'deps_left'))
+  if hold == '1' or tonumber(left or '0') > 0 then return 'err:job is held' end
   local exp = tonumber(expected)
   if exp == nil or tonumber(redis.call('HGET', jk, 'attempt') or '0') ~= exp then
     return 'err:stale attempt'

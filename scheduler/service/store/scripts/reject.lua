@@ -8,4 +8,5 @@ if st ~= 'pending' then return st end
 set_state(job, 'pending', 'rejected')
 redis.call('HSET', jk, 'reason', ARGV[3], 'decision', ARGV[4], 'finished_at', ARGV[5],
            'updated_at', ARGV[5])
+settle_children(job, 'rejected', ARGV[5])
 return 'rejected'

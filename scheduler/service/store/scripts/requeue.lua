@@ -18,10 +18,18 @@ end
 release(job, tonumber(ARGV[3]))
 redis.call('ZREM', P .. ':leases', job)
 redis.call('HSET', jk, 'updated_at', ARGV[9])
+if redis.call('HGET', jk, 'requeue') == '1' then
+  -- A user asked to requeue it; its worker died (or never started it) first: same result.
+  redis.call('HDEL', jk, 'cancel', 'requeue', 'started_at', 'worker')
+  set_state(job, st, 'pending')
+  ready(job)
+  return 'requeued'
+end
 if redis.call('HGET', jk, 'cancel') == '1' then
   set_state(job, st, 'cancelled')
   redis.call('HSET', jk, 'reason', 'cancelled (' .. ARGV[4] .. ')', 'finished_at', ARGV[9])
   redis.call('HDEL', jk, 'cancel')
+  settle_children(job, 'cancelled', ARGV[9])
   return 'cancelled'
 end
 local n = redis.call('HINCRBY', jk, ARGV[6], 1)
@@ -30,6 +38,7 @@ if n > mx then
   set_state(job, st, 'failed')
   redis.call('HSET', jk, 'reason', ARGV[4] .. '; gave up after ' .. (n - 1) .. ' retries',
              'finished_at', ARGV[9])
+  settle_children(job, 'failed', ARGV[9])
   return 'failed'
 end
 if ARGV[5] ~= '' then
