@@ -1,20 +1,22 @@
 """``snugfit queue | acct | hold | release | requeue``: the Slurm-style job commands (``squeue``,
 ``sacct``, ``scontrol hold / release / requeue``), thin wrappers over the client.
 
-Tables are plain text with every column as wide as its widest cell, so nothing is cut when the
-output goes to a pipe or a file; ``--json`` prints typed values (numbers as numbers, times as
-epoch seconds, null for unknown).
+They follow the one output rule (:mod:`scheduler.cli.output`): on a terminal a plain table with
+every column as wide as its widest cell (nothing is cut), in a pipe tab-separated lines with
+``# `` comment lines, and ``--json`` typed values (numbers as numbers, times as epoch seconds,
+null for unknown).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import click
+
+from scheduler.cli.output import Output, output_options
 
 __all__ = [
     "acct_command",
@@ -49,6 +51,22 @@ def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def _emit_table(
+    out: Output,
+    header: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    above: Sequence[str] = (),
+    below: Sequence[str] = (),
+) -> None:
+    """A table as the output rule wants it: padded columns, or tab-separated in a pipe with
+    the notes ``above`` and ``below`` it as ``# `` lines."""
+    if out.format == "tsv":
+        tsv = ["\t".join(str(c).replace("\t", " ") for c in r) for r in [header, *rows]]
+        click.echo("\n".join([*(f"# {n}" for n in above), *tsv, *(f"# {n}" for n in below)]))
+        return
+    click.echo("\n".join([*above, text_table(header, rows), *below]))
+
+
 def _dur(x: float | None) -> str:
     from scheduler.cli.render import fmt_duration
 
@@ -81,7 +99,7 @@ def _split(values: tuple[str, ...]) -> list[str] | None:
 )
 @click.option("-w", "--node", "nodes", multiple=True, help="Only jobs placed on these nodes.")
 @_redis_opt
-@click.option("--json", "as_json", is_flag=True, help="A JSON list of typed rows.")
+@output_options(width=False, json_help="A JSON list of typed rows.")
 def queue_command(
     job_ids: tuple[str, ...],
     users: tuple[str, ...],
@@ -89,7 +107,7 @@ def queue_command(
     states: tuple[str, ...],
     nodes: tuple[str, ...],
     redis_url: str | None,
-    as_json: bool,
+    out: Output,
 ) -> None:
     """List jobs like squeue: id, user, state, GPU option, node, elapsed, predicted time left
     and, for pending jobs, the reason (held, a dependency, or waiting for capacity)."""
@@ -109,8 +127,8 @@ def queue_command(
         )
     except SchedulerError as exc:
         raise click.ClickException(str(exc)) from None
-    if as_json:
-        click.echo(json.dumps([r.to_dict() for r in rows]))
+    if out.json:
+        out.emit_json([r.to_dict() for r in rows])
         return
     header = ["JOBID", "USER", "TEAM", "STATE", "OPTION", "NODE", "ELAPSED", "PRED_LEFT", "REASON"]
     body = [
@@ -127,7 +145,7 @@ def queue_command(
         ]
         for r in rows
     ]
-    click.echo(text_table(header, body))
+    _emit_table(out, header, body)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -158,7 +176,7 @@ def _vs(actual: float | None, predicted: float | None, unit: str) -> str:
 @click.option("-u", "--user", "users", multiple=True, help="Only these users.")
 @click.option("--team", "teams", multiple=True, help="Only these teams.")
 @_redis_opt
-@click.option("--json", "as_json", is_flag=True, help="Typed JSON: jobs, groups and total.")
+@output_options(width=False, json_help="Typed JSON: jobs, groups and total.")
 def acct_command(
     job_ids: tuple[str, ...],
     since: str | None,
@@ -167,7 +185,7 @@ def acct_command(
     users: tuple[str, ...],
     teams: tuple[str, ...],
     redis_url: str | None,
-    as_json: bool,
+    out: Output,
 ) -> None:
     """Accounting like sacct, from the placement log: cost, GPU-hours, reserved and used VRAM,
     predicted against actual VRAM and runtime, per job or summed --by user|team, for attempts
@@ -185,13 +203,17 @@ def acct_command(
         )
     except SchedulerError as exc:
         raise click.ClickException(str(exc)) from None
-    if as_json:
-        click.echo(json.dumps(got))
+    if out.json:
+        out.emit_json(got)
         return
-    click.echo(_acct_text(got))
+    header, body, above, below = _acct_table(got)
+    _emit_table(out, header, body, above, below)
 
 
-def _acct_text(got: dict[str, Any]) -> str:
+def _acct_table(
+    got: dict[str, Any],
+) -> tuple[list[str], list[list[str]], list[str], list[str]]:
+    """(header, rows, notes above, notes below): the window above, the total below."""
     t = got["total"]
     start = "the start of the log" if got["since"] is None else _ts(got["since"])
     window = f"attempts ended from {start} to {_ts(got['until'] or time.time())}"
@@ -213,7 +235,7 @@ def _acct_text(got: dict[str, Any]) -> str:
             ]
             for g in [*got["groups"], t]
         ]
-        return f"{window}\n{text_table(header, body)}"
+        return header, body, [window], []
     header = ["JOBID", "USER", "TEAM", "STATE", "ATT", "OPTION", "COST", "GPU_HOURS",
               "RESERVED_GiB", "PEAK/PRED_GiB", "RUNTIME/PRED", "ENDED"]  # fmt: skip
     body = [
@@ -237,7 +259,7 @@ def _acct_text(got: dict[str, Any]) -> str:
         f"total: {t['jobs']} jobs, {t['attempts']} attempts, ${t['cost_usd']:,.2f}, "
         f"{t['gpu_hours']:.3f} GPU-hours"
     )
-    return f"{window}\n{text_table(header, body)}\n{foot}"
+    return header, body, [window], [foot]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,7 +273,7 @@ _OK = {
 }
 
 
-def _each(name: str, job_ids: tuple[str, ...], redis_url: str | None) -> None:
+def _each(name: str, job_ids: tuple[str, ...], redis_url: str | None, out: Output) -> None:
     from scheduler.exceptions import SchedulerError
 
     try:
@@ -259,12 +281,19 @@ def _each(name: str, job_ids: tuple[str, ...], redis_url: str | None) -> None:
     except SchedulerError as exc:
         raise click.ClickException(str(exc)) from None
     bad = 0
+    rows: list[dict[str, Any]] = []
     for jid, answer in got.items():
-        if answer in _OK[name]:
+        ok = answer in _OK[name]
+        error = None if ok else _why(name, jid, answer)
+        rows.append({"id": jid, "result": answer, "ok": ok, "error": error})
+        if not ok:
+            bad += 1
+            if not out.json:
+                click.echo(f"Error: {jid}: {error}", err=True)
+        elif not out.json:
             click.echo(f"{jid}: {answer}")
-            continue
-        bad += 1
-        click.echo(f"Error: {jid}: {_why(name, jid, answer)}", err=True)
+    if out.json:
+        out.emit_json(rows)
     if bad:
         raise SystemExit(1)
 
@@ -288,23 +317,26 @@ def _why(name: str, jid: str, answer: str) -> str:
 @click.command("hold")
 @click.argument("job_ids", nargs=-1, required=True)
 @_redis_opt
-def hold_command(job_ids: tuple[str, ...], redis_url: str | None) -> None:
+@output_options(table=False, json_help="A JSON list of {id, result, ok, error}.")
+def hold_command(job_ids: tuple[str, ...], redis_url: str | None, out: Output) -> None:
     """Keep pending jobs from being placed until `snugfit release`."""
-    _each("hold", job_ids, redis_url)
+    _each("hold", job_ids, redis_url, out)
 
 
 @click.command("release")
 @click.argument("job_ids", nargs=-1, required=True)
 @_redis_opt
-def release_command(job_ids: tuple[str, ...], redis_url: str | None) -> None:
+@output_options(table=False, json_help="A JSON list of {id, result, ok, error}.")
+def release_command(job_ids: tuple[str, ...], redis_url: str | None, out: Output) -> None:
     """Let held jobs be placed again (they still wait for their dependencies)."""
-    _each("release", job_ids, redis_url)
+    _each("release", job_ids, redis_url, out)
 
 
 @click.command("requeue")
 @click.argument("job_ids", nargs=-1, required=True)
 @_redis_opt
-def requeue_command(job_ids: tuple[str, ...], redis_url: str | None) -> None:
+@output_options(table=False, json_help="A JSON list of {id, result, ok, error}.")
+def requeue_command(job_ids: tuple[str, ...], redis_url: str | None, out: Output) -> None:
     """Put jobs back to pending as a new attempt: a running one is stopped first; a finished,
     failed or cancelled one starts over."""
-    _each("requeue", job_ids, redis_url)
+    _each("requeue", job_ids, redis_url, out)

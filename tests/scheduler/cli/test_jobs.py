@@ -88,3 +88,25 @@ def test_chain_needs_array(redis_url: str, tmp_path: Path) -> None:
     job.write_text(JOB)
     code, _, err = _run(redis_url, "submit", "--chain", str(job))
     assert code == 2 and "--chain needs --array" in err
+
+
+def test_job_commands_follow_the_output_rule(redis_url: str, tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text(JOB)
+    assert _run(redis_url, "submit", "--array", "0-1", str(job))[0] == 0
+    # In a pipe (CliRunner's stdout is not a terminal): tab-separated, one header, no padding.
+    out = _run(redis_url, "queue")[1].splitlines()
+    assert out[0].split("\t")[:3] == ["JOBID", "USER", "TEAM"] and len(out) == 3
+    assert all(len(line.split("\t")) == 9 for line in out)
+    table = _run(redis_url, "queue", "--format", "table")[1].splitlines()
+    assert "\t" not in table[0] and table[0].split()[0] == "JOBID"
+    acct = _run(redis_url, "acct")[1].splitlines()
+    assert acct[0].startswith("# attempts ended from") and acct[-1].startswith("# total: 0 jobs")
+    code, out, _ = _run(redis_url, "hold", "sweep-0", "nope", "--json")
+    assert code == 1
+    assert json.loads(out) == [
+        {"id": "sweep-0", "result": "held", "ok": True, "error": None},
+        {"id": "nope", "result": "missing", "ok": False,
+         "error": "no such job; list jobs with `snugfit queue`"},
+    ]  # fmt: skip
+    assert json.loads(_run(redis_url, "release", "sweep-0", "--json")[1])[0]["ok"] is True
