@@ -292,8 +292,10 @@ def test_sigkill_leader_standby_takes_over(
     for h in first + second:
         p = h.placement
         assert p is not None and p.attempt == 1  # placed exactly once
-    rq_len = store.raw.llen(f"rq:queue:{queue_name('s1')}")
-    assert rq_len == 30  # enqueued exactly once each
+    # The RQ enqueue follows the commit that makes a job `placed`: wait for it, then count.
+    qkey = f"rq:queue:{queue_name('s1')}"
+    wait_for(lambda: store.raw.llen(qkey) >= 30, 30, "RQ enqueues")
+    assert store.raw.llen(qkey) == 30  # enqueued exactly once each
     check_capacity(store, Pool.from_dict(data))
 
 
