@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from scheduler.service.retrain import DEFAULT_RETRAIN_HOURS, DEFAULT_RETRAIN_ROWS
+
 __all__ = [
     "cancel_command",
     "logs_command",
@@ -191,6 +193,18 @@ def logs_command(job_id: str, redis_url: str | None) -> None:
         raise _fail(exc) from None
 
 
+def _retrain_policy(redis_url: str | None, rows: int, hours: float, data: tuple[str, ...]) -> Any:
+    import os
+
+    from scheduler.service.retrain import RetrainPolicy
+    from scheduler.service.store.embedded import ENV_URL, embedded_url
+
+    if rows == 0:
+        return None
+    url = redis_url or os.environ.get(ENV_URL) or embedded_url()
+    return RetrainPolicy(url, every_rows=rows, every_hours=hours, data=data)
+
+
 @click.command("scheduler")
 @click.option(
     "--pool",
@@ -242,6 +256,28 @@ def logs_command(job_id: str, redis_url: str | None) -> None:
     show_default=True,
     help="Address the metrics endpoint binds; 0.0.0.0 exposes it to the network.",
 )
+@click.option(
+    "--retrain-rows",
+    type=click.IntRange(min=0),
+    default=DEFAULT_RETRAIN_ROWS,
+    show_default=True,
+    help="Retrain the learned tier (in another process) every N new real history rows; 0 "
+    "turns retraining off. The new artifact replaces $SNUGFIT_HOME/artifacts/learned.json "
+    "only if grouped CV says it is no worse.",
+)
+@click.option(
+    "--retrain-hours",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=DEFAULT_RETRAIN_HOURS,
+    show_default=True,
+    help="...or after this many hours with at least one new row, whichever comes first.",
+)
+@click.option(
+    "--retrain-data",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Published measurement file(s) retraining starts from (default datasets/measured).",
+)
 @click.option("-v", "--verbose", is_flag=True)
 def scheduler_command(
     pool_file: Path,
@@ -254,6 +290,9 @@ def scheduler_command(
     node_stale: float,
     metrics_port: int | None,
     metrics_host: str,
+    retrain_rows: int,
+    retrain_hours: float,
+    retrain_data: tuple[str, ...],
     verbose: bool,
 ) -> None:
     """Run the scheduler service (leader election: start several, one leads)."""
@@ -294,6 +333,7 @@ def scheduler_command(
             simulated=simulated,
             telemetry=telemetry,
             node_stale_s=node_stale,
+            retrain=_retrain_policy(redis_url, retrain_rows, retrain_hours, retrain_data),
         )
     except SchedulerError as exc:
         raise _fail(exc) from None

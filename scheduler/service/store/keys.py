@@ -196,6 +196,7 @@ EVENT_KINDS: tuple[str, ...] = (
     "rejected",
     "cancelled",
     "invalid",
+    "retrain",
 )
 
 
