@@ -23,6 +23,7 @@ import pytest
 import redis
 
 from predictor.artifact import default_artifact_path
+from scheduler.cli.render import event_line
 from scheduler.core.pool import Pool
 from scheduler.service.client import Client
 from scheduler.service.history_feed import HistoryFeed
@@ -124,6 +125,8 @@ def test_retrain_after_n_rows_is_accepted_and_the_next_prediction_names_it(
     assert new != old and done["previous_version"] == old
     assert _version(home / "artifacts" / "learned.json") == new
     assert _version(home / "artifacts" / "learned.previous.json") == old  # the old one is kept
+    line = event_line(done)  # `snugfit log`
+    assert "retrain" in line and "accepted" in line and new in line and "%" in line
     # The next prediction, from the client that was already running, names the new version.
     later = client.submit(inference_spec("after"))
     method = store.get_job(later.id)["method"]  # type: ignore[index]
