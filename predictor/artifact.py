@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,9 @@ from .learned import (
 __all__ = [
     "ARTIFACT_FORMAT",
     "ARTIFACT_FORMAT_VERSION",
+    "active_artifact_path",
     "default_artifact_path",
+    "home_artifact_path",
     "load_artifact",
     "save_artifact",
 ]
@@ -39,6 +42,22 @@ ARTIFACT_FORMAT_VERSION = 2
 def default_artifact_path() -> Path:
     """The artifact shipped with the package (``datasets/artifacts/learned.json``)."""
     return datasets_dir() / "artifacts" / "learned.json"
+
+
+def home_artifact_path() -> Path:
+    """Where ``snugfit train`` and the leader's retraining write: ``$SNUGFIT_HOME/artifacts/
+    learned.json`` (``~/.cache/snugfit`` without the variable, as the trace cache)."""
+    home = os.environ.get("SNUGFIT_HOME")
+    base = Path(home) if home else Path.home() / ".cache" / "snugfit"
+    return base / "artifacts" / "learned.json"
+
+
+def active_artifact_path() -> Path:
+    """The artifact predictions use: the trained one under ``$SNUGFIT_HOME`` when there is
+    one, else the shipped one. So a retrained artifact reaches every client and the leader
+    that share the home, while the shipped file changes only by release."""
+    home = home_artifact_path()
+    return home if home.is_file() else default_artifact_path()
 
 
 def save_artifact(model: LearnedPredictor, path: str | Path | None = None) -> Path:
@@ -87,7 +106,7 @@ def load_artifact(
     ``coverage`` alone sets both the VRAM and the time bounds (a reservation wants both);
     neither keeps the artifact's documented targets.
     """
-    p = Path(path) if path else default_artifact_path()
+    p = Path(path) if path else active_artifact_path()
     try:
         doc = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:

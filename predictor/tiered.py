@@ -66,6 +66,8 @@ class TieredPredictor:
         self.history = history
         if learned is not None and traced is not None:
             learned.base = traced
+        # (coverage, path, (mtime_ns, size)) of the active artifact this follows, if any.
+        self._follow: tuple[float, Path, tuple[int, int] | None] | None = None
 
     @classmethod
     def default(
@@ -77,16 +79,45 @@ class TieredPredictor:
     ) -> TieredPredictor:
         """The shipped artifact when present (else analytical only) on the traced base
         (cached traces only unless ``traced`` says otherwise), plus optional history."""
-        from .artifact import load_artifact
+        from .artifact import active_artifact_path, load_artifact
 
+        path = Path(artifact) if artifact is not None else active_artifact_path()
+        stamp = _stamp(path)
         try:
-            learned: LearnedPredictor | None = load_artifact(artifact, coverage=coverage)
+            learned: LearnedPredictor | None = load_artifact(path, coverage=coverage)
         except ArtifactError:
             if artifact is not None:
                 raise
             learned = None
         hist = HistoryPredictor().fit(history) if history else None
-        return cls(learned=learned, history=hist, traced=traced or TracedPredictor())
+        out = cls(learned=learned, history=hist, traced=traced or TracedPredictor())
+        if artifact is None:
+            out._follow = (coverage, path, stamp)
+        return out
+
+    def refresh(self) -> bool:
+        """Reload the learned tier if the active artifact changed since it was loaded (a
+        retrain under ``$SNUGFIT_HOME`` replaced it); True when it did. Only a predictor built
+        by :meth:`default` without an explicit artifact follows the active one. A file that
+        cannot be read keeps the tier as it was (the retrainer replaces files atomically)."""
+        if self._follow is None:
+            return False
+        from .artifact import active_artifact_path, load_artifact
+
+        coverage, path, stamp = self._follow
+        now_path = active_artifact_path()
+        now_stamp = _stamp(now_path)
+        if now_path == path and now_stamp == stamp:
+            return False
+        try:
+            learned = load_artifact(now_path, coverage=coverage)
+        except ArtifactError:
+            return False
+        if self.traced is not None:
+            learned.base = self.traced
+        self.learned = learned
+        self._follow = (coverage, now_path, now_stamp)
+        return True
 
     def predict_table(
         self, specs: Sequence[JobSpec], gpus: Sequence[str] | None = None
@@ -140,7 +171,17 @@ class TieredPredictor:
         ]
 
 
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
 def default_predictor() -> TieredPredictor:
-    """The predictor the CLI and the service use: the shipped artifact (calibrated bounds and
-    learned corrections where they beat analytical), falling back to the analytical tier."""
+    """The predictor the CLI and the service use: the active artifact (``$SNUGFIT_HOME``'s
+    trained one, else the shipped one: calibrated bounds and learned corrections where they
+    beat analytical), falling back to the analytical tier. :meth:`TieredPredictor.refresh`
+    picks up a retrained artifact."""
     return TieredPredictor.default()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,7 @@ from workers._outcome import _end, _record_measurement, _requeue_after_oom
 from workers.runner import Runner
 
 if TYPE_CHECKING:
+    from workers._rq_worker import RunTicket
     from workers.execute import WorkerContext
 
 log = logging.getLogger("snugfit.worker")
@@ -37,20 +39,27 @@ class _Started:
     limit: float
     option: dict[str, Any] | None
     predicted: tuple[float | None, float | None]  # the predictor's (peak, runtime) for the slot
+    # The RQ execution this run ends (workers._rq_worker): renewed while it runs, closed with
+    # its outcome. None when run_job ran outside the node's RQ worker or inline.
+    rq: RunTicket | None = None
 
 
 def _supervise_guarded(run: _Started) -> None:
     ctx, job_id, attempt = run.ctx, run.job_id, run.attempt
+    result: dict[str, Any] = {"status": "failed", "reason": "supervisor ended abnormally"}
     try:
-        _supervise(run)
-    except Exception:
+        result = _supervise(run)
+    except Exception as exc:
         # Redis down mid-job, etc.: the lease then lapses and the scheduler reclaims the job.
         log.exception("supervising %s attempt %s failed; its lease will lapse", job_id, attempt)
+        result = {"status": "failed", "reason": f"supervising the run failed: {exc}"}
         with contextlib.suppress(Exception):
             run.runner.stop(ctx.kill_grace_s)
     finally:
         with ctx._lock:
             ctx._running.pop(f"{job_id}@{attempt}", None)
+        if run.rq is not None:
+            run.rq.end(result)
 
 
 def _supervise(run: _Started) -> dict[str, Any]:
@@ -65,7 +74,8 @@ def _supervise_run(run: _Started) -> dict[str, Any]:
     ctx, events, job_id, attempt, runner = run.ctx, run.events, run.job_id, run.attempt, run.runner
     spec, p, limit, option = run.spec, run.p, run.limit, run.option
     time_limit = _time_limit_s(spec)
-    cancelled, lost, timed_out = _watch(ctx, job_id, attempt, runner, time_limit)
+    beat = None if run.rq is None else run.rq.beat
+    cancelled, lost, timed_out = _watch(ctx, job_id, attempt, runner, time_limit, beat)
     res = runner.result(limit)
     ctx.store.set_logs(job_id, res.output)
     simulated = runner.simulated
@@ -133,7 +143,7 @@ def _supervise_run(run: _Started) -> dict[str, Any]:
     outcome.state = state
     outcome.reason = reason
     _end(ctx, events, job_id, attempt, state, reason, outcome, option)
-    return {"status": state}
+    return {"status": state, "reason": reason} if reason else {"status": state}
 
 
 def _time_limit_s(spec: dict[str, Any]) -> float | None:
@@ -149,9 +159,10 @@ def _watch(
     attempt: int,
     runner: Runner,
     time_limit_s: float | None = None,
+    rq_beat: Callable[[], None] | None = None,
 ) -> tuple[bool, bool, bool]:
     """Heartbeat until the run ends; stop it on a cancel, a lost lease or its time limit:
-    (cancelled, lost, timed out)."""
+    (cancelled, lost, timed out). ``rq_beat`` renews the RQ execution (rate-limited there)."""
     cancelled = lost = timed_out = False
     last_logs = 0.0
     t0 = time.monotonic()
@@ -178,6 +189,11 @@ def _watch(
             # Like Slurm's --time: SIGTERM, a grace period, then SIGKILL (the shim's).
             timed_out = True
             runner.stop(ctx.kill_grace_s)
+        if rq_beat is not None:
+            try:
+                rq_beat()
+            except redis.RedisError as exc:
+                log.warning("renewing the RQ execution of %s failed: %s", job_id, exc)
         if time.monotonic() - last_logs > 5.0:
             last_logs = time.monotonic()
             tail = runner.output_tail()

@@ -19,7 +19,9 @@ RQ hands it JSON-only arguments; everything else comes from the job record in Re
    in the output, or a failed run whose NVML peak reached its limit) -> ``finish`` (releases
    capacity) or, on OOM, ``requeue`` by the shared rules (:mod:`scheduler.core.rules`: above
    the old reservation and above the limit the job died at).
-5. A measurement row (``origin="history"``, ``simulated`` when simulated) to ``P:history`` and
+5. The RQ job ends with the run (:mod:`workers._rq_worker`): it stays ``started`` while the
+   supervisor runs, then ``finished``, ``failed`` or ``canceled`` with the run's outcome.
+6. A measurement row (``origin="history"``, ``simulated`` when simulated) to ``P:history`` and
    the worker's JSONL history file, with the predictor's figures for the slot in ``hardware``
    (``predicted_peak_gib``, ``predicted_runtime_s``) so the leader's history learns ratios; an
    OOM row's peak is the limit, a lower bound. Events to the stream and the worker's JSONL log.
@@ -47,6 +49,7 @@ from workers._launch import PlacementUnavailable as PlacementUnavailable
 from workers._launch import _env_for as _env_for
 from workers._launch import _limit_gib, _predicted_for_slot, _release_slice, _runner_for
 from workers._outcome import _fail_before_start, _retrying
+from workers._rq_worker import take_ticket
 from workers._supervise import _Started, _supervise, _supervise_guarded
 from workers.nvml import Nvml
 
@@ -215,18 +218,18 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
     # Started here, on RQ's (main) thread, and only then handed over: PR_SET_PDEATHSIG fires
     # when the *thread* that forked the job exits, so a job forked by a short-lived supervisor
     # thread would be killed with it; the main thread lives as long as the worker.
-    run = _Started(ctx, events, job_id, attempt, runner, spec, p, limit, option,
-                   _predicted_for_slot(rec, p, predictions))  # fmt: skip
-    if ctx.concurrent:
-        key = f"{job_id}@{attempt}"
-        thread = threading.Thread(
-            target=_supervise_guarded,
-            args=(run,),
-            name=f"snugfit-job-{key}",
-            daemon=True,
-        )
-        with ctx._lock:
-            ctx._running[key] = thread
-        thread.start()
-        return {"status": "started", "concurrent": True}
-    return _supervise(run)
+    predicted = _predicted_for_slot(rec, p, predictions)
+    if not ctx.concurrent:
+        run = _Started(ctx, events, job_id, attempt, runner, spec, p, limit, option, predicted)
+        return _supervise(run)
+    # The RQ job stays `started` until the supervisor ends it with the run's outcome.
+    run = _Started(ctx, events, job_id, attempt, runner, spec, p, limit, option, predicted,
+                   rq=take_ticket())  # fmt: skip
+    key = f"{job_id}@{attempt}"
+    thread = threading.Thread(
+        target=_supervise_guarded, args=(run,), name=f"snugfit-job-{key}", daemon=True
+    )
+    with ctx._lock:
+        ctx._running[key] = thread
+    thread.start()
+    return {"status": "started", "concurrent": True}

@@ -1,7 +1,10 @@
 """``snugfit worker --node NAME``: one RQ worker per node, on exactly one queue, its node's.
 
 The RQ loop only starts jobs (``run_job`` hands each to a supervisor thread that heartbeats its
-lease and records its outcome), so all the jobs placed on a node run concurrently.
+lease and records its outcome), so all the jobs placed on a node run concurrently. Each RQ job
+still stays ``started`` until its run ends, then ends ``finished``, ``failed`` or ``canceled``
+with the run's outcome, and the worker shows ``busy`` while it runs any
+(:mod:`workers._rq_worker`).
 
 One queue keeps RQ on its safe dequeue path (BLMOVE into a per-worker intermediate list, Redis
 >= 6.2); a worker that listens on several queues can lose a job silently (rq#580, #1716). The
@@ -24,7 +27,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from rq import Queue, SimpleWorker
+from rq import Queue
 from rq.exceptions import DeserializationError
 from rq.job import Job
 from rq.serializers import JSONSerializer
@@ -33,6 +36,7 @@ from scheduler.core.pool import Pool
 from scheduler.service.events import EventLog, event
 from scheduler.service.store.keys import JOB_FUNCTION, queue_name
 from scheduler.service.store.redis_store import RedisStore
+from workers._rq_worker import NodeRQWorker
 from workers.exceptions import WorkerError
 from workers.execute import WorkerContext, set_context
 from workers.mig import MigSlices, mig_control
@@ -108,7 +112,7 @@ def _refuse(rq_id: str, reason: str) -> None:
         )
 
 
-def _stop_asked(rq: SimpleWorker | None) -> bool:
+def _stop_asked(rq: NodeRQWorker | None) -> bool:
     """A SIGTERM/SIGINT reached RQ's handler: an idle RQ worker only records the date (and
     raises StopRequested inside its loop), a busy one sets ``_stop_requested``."""
     if rq is None:
@@ -302,11 +306,12 @@ class NodeWorker:
             self.ctx.mps.stop()
         return False
 
-    def rq_worker(self, name: str | None = None) -> SimpleWorker:
-        # SimpleWorker runs jobs in this process: the job's process group, heartbeat and
+    def rq_worker(self, name: str | None = None) -> NodeRQWorker:
+        # A SimpleWorker runs jobs in this process: the job's process group, heartbeat and
         # cancellation are ours (in supervisor threads); RQ's work-horse fork would only add a
-        # layer, and a forked horse could not keep the supervisors alive.
-        return SimpleWorker(
+        # layer, and a forked horse could not keep the supervisors alive. NodeRQWorker keeps
+        # each RQ job `started` until its run ends, so `rq info` and rq-dashboard tell the truth.
+        return NodeRQWorker(
             [self.queue],
             connection=self.store.raw,
             serializer=JSONSerializer,
@@ -338,9 +343,9 @@ class NodeWorker:
 
     def _work_once(
         self, k: int, burst: bool, max_jobs: int | None
-    ) -> tuple[SimpleWorker | None, bool, bool]:
+    ) -> tuple[NodeRQWorker | None, bool, bool]:
         """One RQ loop: (the RQ worker, whether it ran jobs, whether the worker is done)."""
-        rq: SimpleWorker | None = None
+        rq: NodeRQWorker | None = None
         try:
             # A new RQ name after the first round: the old one may still be registered (a
             # Redis restart with AOF keeps it). Building the worker talks to Redis too.

@@ -387,6 +387,10 @@ def _event_line(event: Mapping[str, Any]) -> str:
         parts.append(f"policy={event.get('policy')}")
     if event.get("method"):
         parts.append(f"method={event.get('method')}")
+    if kind == "retrain":  # started / accepted / rejected, and the version it installed
+        parts.append(str(event.get("phase", "?")))
+        if event.get("version"):
+            parts.append(f"version={event.get('version')}")
     if event.get("reason"):
         parts.append(f"| {event.get('reason')}")
     if event.get("simulated"):

@@ -14,6 +14,7 @@ import click
 
 from scheduler.cli._options import pool_option
 from scheduler.cli.output import Output, output_options
+from scheduler.service.retrain import DEFAULT_RETRAIN_HOURS, DEFAULT_RETRAIN_ROWS
 
 __all__ = [
     "cancel_command",
@@ -235,6 +236,18 @@ def logs_command(job_id: str, follow: bool, redis_url: str | None, out: Output) 
         raise _fail(exc) from None
 
 
+def _retrain_policy(redis_url: str | None, rows: int, hours: float, data: tuple[str, ...]) -> Any:
+    import os
+
+    from scheduler.service.retrain import RetrainPolicy
+    from scheduler.service.store.embedded import ENV_URL, embedded_url
+
+    if rows == 0:
+        return None
+    url = redis_url or os.environ.get(ENV_URL) or embedded_url()
+    return RetrainPolicy(url, every_rows=rows, every_hours=hours, data=data)
+
+
 @click.command("scheduler")
 @pool_option()
 @click.option("--policy", default="rightsize", show_default=True)
@@ -286,6 +299,28 @@ def logs_command(job_id: str, follow: bool, redis_url: str | None, out: Output) 
     help="Also serve the read-only web dashboard on the metrics port, beside /metrics "
     "(port 8765 when --metrics-port is not given).",
 )
+@click.option(
+    "--retrain-rows",
+    type=click.IntRange(min=0),
+    default=DEFAULT_RETRAIN_ROWS,
+    show_default=True,
+    help="Retrain the learned tier (in another process) every N new real history rows; 0 "
+    "turns retraining off. The new artifact replaces $SNUGFIT_HOME/artifacts/learned.json "
+    "only if grouped CV says it is no worse.",
+)
+@click.option(
+    "--retrain-hours",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=DEFAULT_RETRAIN_HOURS,
+    show_default=True,
+    help="...or after this many hours with at least one new row, whichever comes first.",
+)
+@click.option(
+    "--retrain-data",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False),
+    help="Published measurement file(s) retraining starts from (default datasets/measured).",
+)
 @click.option("-v", "--verbose", is_flag=True)
 def scheduler_command(
     pool_file: Path,
@@ -299,6 +334,9 @@ def scheduler_command(
     metrics_port: int | None,
     metrics_host: str,
     dashboard: bool,
+    retrain_rows: int,
+    retrain_hours: float,
+    retrain_data: tuple[str, ...],
     verbose: bool,
 ) -> None:
     """Run the scheduler service (leader election: start several, one leads)."""
@@ -343,6 +381,7 @@ def scheduler_command(
             simulated=simulated,
             telemetry=telemetry,
             node_stale_s=node_stale,
+            retrain=_retrain_policy(redis_url, retrain_rows, retrain_hours, retrain_data),
         )
     except SchedulerError as exc:
         raise _fail(exc) from None

@@ -130,6 +130,19 @@ class _Housekeeping(_ServiceState):
         self.events.emit(events)
         return len(moved)
 
+    # -- retraining ---------------------------------------------------------------------------
+
+    def _retrain_tick(self, now: float) -> None:
+        """Start a due retrain in another process, or log one that ended; never trains here."""
+        if self.retrainer is None:
+            return
+        try:
+            events = self.retrainer.tick(now, self.history.real_rows)
+        except OSError as exc:  # cannot write its files or start the process: say so, go on
+            log.warning("retraining not started: %s", exc)
+            return
+        self.events.emit(events)
+
     # -- capacity sync ------------------------------------------------------------------------
 
     def _sync(self, force: bool = False) -> None:

@@ -11,7 +11,9 @@ if TYPE_CHECKING:
     from scheduler.core.pool import Pool
     from scheduler.policies.base import Policy
     from scheduler.service.events import EventLog
+    from scheduler.service.history_feed import HistoryFeed
     from scheduler.service.nodes import NodeWatch
+    from scheduler.service.retrain import Retrainer
     from scheduler.service.store.protocol import Store
 
 __all__: list[str] = []
@@ -49,3 +51,5 @@ class _ServiceState:
     _capver: int
     _known: dict[str, _Known]
     _renewed_at: float
+    history: HistoryFeed
+    retrainer: Retrainer | None

@@ -54,12 +54,18 @@ TableFn = Callable[[Sequence[JobSpec]], PredictionTable]
 
 
 def default_table_fn() -> TableFn:
-    """The tiered predictor (shipped learned artifact + calibrated bounds, falling back to the
-    analytical tier by itself): the one predictor the CLI, the service and the simulator share."""
+    """The tiered predictor (the active learned artifact + calibrated bounds, falling back to
+    the analytical tier by itself): the one predictor the CLI, the service and the simulator
+    share. It follows the active artifact, so a retrain is picked up by the next submit."""
     from predictor.tiered import default_predictor
 
     pred = default_predictor()
-    return lambda specs: pred.predict_table(specs, None)
+
+    def table(specs: Sequence[JobSpec]) -> PredictionTable:
+        pred.refresh()  # a stat per call: a long-lived client follows the leader's retraining
+        return pred.predict_table(specs, None)
+
+    return table
 
 
 def _as_specs(spec: SpecLike) -> list[JobSpec]:

@@ -63,6 +63,8 @@ class HistoryFeed:
         self.history = RequestHistory()
         self.seen = 0  # rows of the list read so far
         self.skipped = 0
+        # Rows that may train the learned tier (parsed, not simulated): the retrain trigger.
+        self.real_rows = 0
 
     def poll(self, page: int = 10_000) -> int:
         """Read the rows appended since the last poll, ``page`` at a time (a restarted leader
@@ -87,6 +89,8 @@ class HistoryFeed:
                 return False
         except (ValueError, KeyError, TypeError):
             return False
+        if not row.get("simulated"):
+            self.real_rows += 1
         if row.get("simulated") and not self.include_simulated:
             return False
         peak_pred, runtime_pred = (

@@ -42,6 +42,10 @@ Each :meth:`SchedulerService.step`:
    The job's ``decision`` is stored compactly (``Decision.to_dict(compact=True)``: every
    option's numbers as columns), which ``snugfit explain`` reads back losslessly.
 
+**Retrain** (optional, ``retrain=RetrainPolicy(...)``): after the history poll, every N new
+real history rows or T hours the leader starts a retraining *process* and only polls it
+afterwards (:mod:`scheduler.service.retrain`); the placement loop never trains.
+
 The lease and takeover live in :mod:`scheduler.service._takeover`, reclaim, node checks and
 capacity sync in :mod:`scheduler.service._housekeeping`, what follows a commit in
 :mod:`scheduler.service._settle`; :class:`SchedulerService` mixes them in.
@@ -79,6 +83,7 @@ from scheduler.service.deployments import expire_due
 from scheduler.service.events import EventLog, event
 from scheduler.service.history_feed import HistoryFeed
 from scheduler.service.nodes import DEFAULT_NODE_STALE_S, NodeWatch
+from scheduler.service.retrain import Retrainer, RetrainPolicy
 from scheduler.service.store.protocol import Commit, Store
 from scheduler.service.store.records import PlacementRecord, dumps
 
@@ -124,6 +129,7 @@ class SchedulerService(_Leadership, _Settle):
         step_target_s: float | None = None,
         node_stale_s: float | None = DEFAULT_NODE_STALE_S,
         node_check_s: float = 1.0,
+        retrain: RetrainPolicy | None = None,
     ) -> None:
         from scheduler.core.loop import SchedulerCore
 
@@ -166,6 +172,8 @@ class SchedulerService(_Leadership, _Settle):
         self.totals = StepStats()
         # Simulated rows count only for a simulated leader (see HistoryFeed).
         self.history = HistoryFeed(store, include_simulated=simulated)
+        # Periodic retraining of the learned tier in another process (None: off).
+        self.retrainer = Retrainer(retrain) if retrain is not None else None
 
     # -- one iteration ------------------------------------------------------------------------
 
@@ -184,6 +192,7 @@ class SchedulerService(_Leadership, _Settle):
         self._check_enqueued(now)
         self._sync()
         self.history.poll()
+        self._retrain_tick(now)
         stats.ingested, stats.invalid = self._ingest(now)
         # Down, cordoned, draining and refusing nodes (MIG layout mismatch, no MPS daemon)
         # get nothing new.

@@ -223,6 +223,7 @@ EVENT_KINDS: tuple[str, ...] = (
     "held",
     "released",
     "dependency_failed",
+    "retrain",
 )
 
 
