@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from predictor.gpus import GPU_NAMES
+from scheduler.core.host import class_nodes, fmt_cpus, option_share
 from scheduler.core.pool import (
     MIB_PER_GIB,
     MILLI_PER_CPU,
@@ -25,7 +26,6 @@ from scheduler.core.pool import (
     Pool,
     gib_to_mib_ceil,
 )
-from scheduler.core.host import class_nodes, fmt_cpus, option_share
 from scheduler.exceptions import PlacementError, PoolError
 
 if TYPE_CHECKING:
@@ -260,7 +260,7 @@ class PoolState:
         cpu_free = p.node_cpu_milli - self.node_cpu_milli
         host_free = p.node_host_mib - self.node_host_mib
         if self.node_over.any():
-            tight = (class_nodes(p) & (self.node_over > 0)[None, :]).any(axis=1)
+            tight = np.asarray((class_nodes(p) & (self.node_over > 0)[None, :]).any(axis=1))
         else:
             tight = np.zeros(p.n_classes, bool)
         self._summary = Summary(
@@ -351,7 +351,7 @@ class PoolState:
                 )
             used = res
         # GPUs first, then the node's CPUs and memory; nothing changes until both fit.
-        node, cpu, host, over = self._host_take(option, job_id, gpus[0], mode)
+        k_node, cpu, host, over = self._host_take(option, job_id, gpus[0], mode)
         if mode == MODE_WHOLE:
             self.busy[idx] = True
         elif mode == MODE_MIG:
@@ -360,11 +360,11 @@ class PoolState:
             self.shared_count[gpus[0]] += 1
         self.used_mib[idx] += used
         self.reserved_mib[idx] += res
-        self.node_cpu_milli[node] += cpu
-        self.node_host_mib[node] += host
-        self.node_over[node] += over
+        self.node_cpu_milli[k_node] += cpu
+        self.node_host_mib[k_node] += host
+        self.node_over[k_node] += over
         self._allocs[job_id] = _Alloc(
-            option, mode, gpus, used, res, mask, node, cpu, host, bool(over)
+            option, mode, gpus, used, res, mask, k_node, cpu, host, bool(over)
         )
         self.version += 1
         self._dirty |= 1 << mode
@@ -448,12 +448,12 @@ class PoolState:
         n_nodes = len(p.nodes)
         cpu = np.zeros(n_nodes, np.int64)
         host = np.zeros(n_nodes, np.int64)
-        over = np.zeros(n_nodes, np.int32)
+        n_over = np.zeros(n_nodes, np.int32)
         problems: list[str] = []
         for job_id, a in self._allocs.items():
             cpu[a.node] += a.cpu_milli
             host[a.node] += a.host_mib
-            over[a.node] += int(a.over_share)
+            n_over[a.node] += int(a.over_share)
             for g in a.gpus:
                 used[g] += a.used_mib
                 reserved[g] += a.reserved_mib
@@ -481,7 +481,7 @@ class PoolState:
             ("shared_count", count, self.shared_count),
             ("node_cpu_milli", cpu, self.node_cpu_milli),
             ("node_host_mib", host, self.node_host_mib),
-            ("node_over", over, self.node_over),
+            ("node_over", n_over, self.node_over),
         ):
             bad = np.flatnonzero(want != have)
             if bad.size:

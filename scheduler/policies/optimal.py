@@ -3,8 +3,9 @@
 It places as many of the pending jobs as the free capacity allows (first priority) at the
 least total cost (second), over every concrete slot: each whole-GPU node with enough idle GPUs,
 each open shared GPU (memory and job-count knapsacks), and each free MIG instance (slice
-bitmasks may not overlap), within each node's free CPUs and host memory. Solved with HiGHS. It is exponential in the worst case, so batches
-over ``max_jobs`` jobs or pools over ``max_gpus`` GPUs are refused.
+bitmasks may not overlap), within each node's free CPUs and host memory. Solved with HiGHS.
+It is exponential in the worst case, so batches over ``max_jobs`` jobs or pools over
+``max_gpus`` GPUs are refused.
 """
 
 from __future__ import annotations
