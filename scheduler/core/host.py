@@ -18,8 +18,7 @@ need the per-node check below. Everything is pure numpy over the pool's nodes.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -50,6 +49,7 @@ __all__ = [
     "gpu_nodes_empty",
     "gpu_nodes_now",
     "host_reason",
+    "min_unit_share",
     "option_share",
     "slot_share",
     "unit_share_floor",
@@ -60,8 +60,7 @@ __all__ = [
 SHARE = -1
 
 
-@dataclass(frozen=True, slots=True)
-class HostAsk:
+class HostAsk(NamedTuple):
     """One job's host ask: millicores and MiB (``SHARE``: the node's share), and the floor the
     predictor puts under the host memory share (MiB)."""
 
@@ -146,6 +145,18 @@ def unit_share_floor(pool: Pool) -> tuple[np.ndarray, np.ndarray]:
                 cpu[c], host[c] = int(s_cpu[m].min()), int(s_host[m].min())
         cached = (cpu, host)
         pool._empty["unit_share_floor"] = cached
+    return cached  # type: ignore[no-any-return]
+
+
+def min_unit_share(pool: Pool) -> tuple[int, int]:
+    """The smallest (millicores, MiB) share of one unit over every class: a job asking at most
+    this is within its share on every option of the pool."""
+    cached = pool._empty.get("min_unit_share")
+    if cached is None:
+        cpu, host = unit_share_floor(pool)
+        has = class_nodes(pool).any(axis=1)
+        cached = (int(cpu[has].min()), int(host[has].min())) if has.any() else (0, 0)
+        pool._empty["min_unit_share"] = cached
     return cached  # type: ignore[no-any-return]
 
 

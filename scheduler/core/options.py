@@ -30,7 +30,6 @@ part of the job stretches by 1 / share, as on a slice (times the pool's ``shared
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,11 +40,11 @@ from scheduler.core._classes import class_masks
 from scheduler.core.binding import Select
 from scheduler.core.decision import Option
 from scheduler.core.host import (
-    SHARE,
     HostAsk,
     demand,
     fit_nodes,
     gpu_nodes_empty,
+    min_unit_share,
     within_share,
 )
 from scheduler.core.pool import (
@@ -53,7 +52,6 @@ from scheduler.core.pool import (
     KIND_SHARED,
     KIND_WHOLE,
     MIB_PER_GIB,
-    MILLI_PER_CPU,
     Pool,
 )
 from scheduler.core.requests import N_TYPES, TYPE_INDEX, PlacementRequest
@@ -88,6 +86,7 @@ class OptionBatch:
         "_cheapest_empty",
         "_chunk",
         "_ck",
+        "_exact_any",
         "_hi",
         "_lo",
         "_rows",
@@ -190,6 +189,7 @@ class OptionBatch:
         self.allowed = allowed
         self.empty_room = empty_room
         self.fits_empty = gpu_empty & self.host_empty
+        self._exact_any = bool(self.host_exact.any())
         self.demand = demand
         self.cost = np.where(finite, cost, np.inf)
         self.runtime = np.where(finite, runtime, np.inf)
@@ -243,12 +243,16 @@ class OptionBatch:
         t.empty_room = self.empty_room[i]
         t.fits_empty = fits_empty
         t.fits_now = fits_empty & (now.class_supply >= self.demand[i])
-        t.ask = self.ask(i)
+        t.ask = t.request.host_ask
         t.host_exact = self.host_exact[i]
         t.host_empty = self.host_empty[i]
-        t.host_short = _host_refine(pool, now, t.fits_now, t.host_exact, need, t.ask, t.request)
-        if t.host_short is not _no_short(pool):
-            t.fits_now = t.fits_now & ~t.host_short
+        if self._exact_any or now.any_tight:
+            short = _host_refine(pool, now, t.fits_now, t.host_exact, need, t.ask, t.request)
+            if short is not _no_short(pool):
+                t.fits_now = t.fits_now & ~short
+            t.host_short = short
+        else:
+            t.host_short = _no_short(pool)
         t.cost = self.cost[i]
         t.runtime = self.runtime[i]
         t.select = self.select
@@ -264,7 +268,7 @@ class OptionBatch:
 
     def ask(self, i: int) -> HostAsk:
         """Job ``i``'s host ask (millicores, MiB, predicted floor)."""
-        return HostAsk(int(self.ask_cpu[i]), int(self.ask_host[i]), int(self.ask_floor[i]))
+        return self.requests[i].host_ask
 
     def fits_empty_any(self, i: int) -> bool:
         return self._any_empty[i]
@@ -283,7 +287,10 @@ class OptionBatch:
             ok = self.fits_empty[i:hi] & (now.class_supply >= self.demand[i:hi])
             # Rows that fit on a class needing no per-node host check are settled; the others
             # are checked node by node.
-            sure = ok & ~(self.host_exact[i:hi] | now.class_tight[None, :])
+            if self._exact_any or now.any_tight:
+                sure = ok & ~(self.host_exact[i:hi] | now.class_tight[None, :])
+            else:
+                sure = ok
             rows = sure.any(axis=1)
             for r in np.flatnonzero(~rows & ok.any(axis=1)).tolist():
                 short = _host_refine(
@@ -304,25 +311,10 @@ class OptionBatch:
 def _asks(requests: Sequence[PlacementRequest]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per job: asked millicores and MiB (``SHARE``: the node's share) and the host floor MiB."""
     n = len(requests)
-    cpu = np.fromiter(
-        (SHARE if r.cpus is None else math.ceil(r.cpus * MILLI_PER_CPU - 1e-9) for r in requests),
-        np.int64,
-        n,
-    )
-    host = np.fromiter(
-        (
-            SHARE
-            if r.host_memory_gib is None
-            else math.ceil(r.host_memory_gib * MIB_PER_GIB - 1e-9)
-            for r in requests
-        ),
-        np.int64,
-        n,
-    )
-    floor = np.fromiter(
-        (math.ceil(r.host_memory_floor_gib * MIB_PER_GIB - 1e-9) for r in requests), np.int64, n
-    )
-    return cpu, host, np.maximum(floor, 0)
+    cpu = np.fromiter((r.host_ask[0] for r in requests), np.int64, n)
+    host = np.fromiter((r.host_ask[1] for r in requests), np.int64, n)
+    floor = np.fromiter((r.host_ask[2] for r in requests), np.int64, n)
+    return cpu, host, floor
 
 
 def _host_masks(
@@ -336,9 +328,10 @@ def _host_masks(
     """(jobs, classes): whether a class needs the per-node host check for the job (it asks for
     more than its share somewhere), and whether it fits some node's CPUs and memory at all."""
     n_jobs, k = gpu_empty.shape
-    if not n_jobs or not k:
-        return np.zeros((n_jobs, k), bool), np.ones((n_jobs, k), bool)
     eff_host = np.where(host >= 0, host, floor)
+    if not n_jobs or not k or _all_within(pool, cpu, eff_host):
+        # The common case (no job asks for more than the smallest share): read-only views.
+        return np.broadcast_to(False, (n_jobs, k)), np.broadcast_to(True, (n_jobs, k))
     exact = ~within_share(pool, n, cpu, eff_host)
     empty = np.ones((n_jobs, k), bool)
     for i, c in zip(*np.nonzero(exact & gpu_empty), strict=True):
@@ -349,6 +342,12 @@ def _host_masks(
             (nodes & (d_cpu <= pool.node_cpu_milli) & (d_host <= pool.node_host_mib)).any()
         )
     return exact, empty
+
+
+def _all_within(pool: Pool, cpu: np.ndarray, eff_host: np.ndarray) -> bool:
+    """Whether every job asks at most the pool's smallest share of one unit (of any class)."""
+    min_cpu, min_host = min_unit_share(pool)
+    return bool((cpu <= min_cpu).all() and (eff_host <= min_host).all())
 
 
 def _host_refine(

@@ -17,6 +17,7 @@ from predictor.gpus import GPU_NAMES
 from predictor.limits import MAX_CPUS, MAX_HOST_MEMORY_GIB
 from scheduler.core._classes import node_max_size
 from scheduler.core.decision import Option
+from scheduler.core.host import HostAsk
 from scheduler.core.pool import Pool
 from scheduler.exceptions import PlacementError
 
@@ -86,6 +87,9 @@ class PlacementRequest:
     cpus: float | None = None
     host_memory_gib: float | None = None
     host_memory_floor_gib: float = 0.0
+    # The three figures above in whole millicores / MiB, computed once (placement reads them
+    # for the whole queue on every tick).
+    host_ask: HostAsk = field(init=False, repr=False, compare=False)
 
     # Hand-written so callers may pass lists or any array-like per-type figures while the
     # attributes stay float64 arrays (dataclasses.replace still works: same parameter names).
@@ -133,6 +137,7 @@ class PlacementRequest:
         self.host_memory_gib = host_memory_gib
         self.host_memory_floor_gib = host_memory_floor_gib
         _check_host(self)
+        self.host_ask = HostAsk.of(cpus, host_memory_gib, host_memory_floor_gib)
         for name in ("gpu", "requested_gpu"):
             v = getattr(self, name)
             if v is not None and v not in TYPE_INDEX:

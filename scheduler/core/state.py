@@ -81,6 +81,7 @@ class Summary:
     node_host_free: np.ndarray
     shared_node_free_mib: np.ndarray
     class_tight: np.ndarray
+    any_tight: bool = False
 
 
 class PoolState:
@@ -274,6 +275,7 @@ class PoolState:
             host_free,
             shared_node,
             tight,
+            bool(self.node_over.any()),
         )
         self._summary_version = self.version
         self._dirty = 0
