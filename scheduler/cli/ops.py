@@ -288,7 +288,7 @@ def pool_command(
     as_json: bool, width: int | None, heartbeat_s: float, url: str | None, prefix: str
 ) -> None:
     """Pool occupancy: per node and GPU what runs where, reserved vs used VRAM, MIG layout,
-    and free capacity by GPU type."""
+    CPUs and host memory per node, and free capacity by GPU type."""
     from rich.console import Console
 
     from scheduler.cli.render import pool_view
@@ -337,6 +337,7 @@ def pool_command(
     held = {a.get("option", {}).get("node") for a in allocs.values()}
     states = {n: node_state_label(st.liveness, st.admin, n in held) for n, st in statuses.items()}
     if as_json:
+        from scheduler.cli._render_host import host_by_node
         from scheduler.cli.render import free_by_type
 
         click.echo(
@@ -347,6 +348,7 @@ def pool_command(
                     "nodes_alive": alive,
                     "node_states": states,
                     "free_by_type": free_by_type(pool, allocs),
+                    "host_by_node": host_by_node(pool, allocs),
                     "nodes_refusing": refusing,
                 },
                 default=str,

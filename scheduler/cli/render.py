@@ -450,7 +450,9 @@ def pool_view(
             f"{tf['free_gib']:,.1f}",
             f"{tf['price_usd_per_hour']:.2f}",
         )
-    return Group(table, free)
+    from scheduler.cli._render_host import host_table
+
+    return Group(table, host_table(pool, state), free)
 
 
 def _state_of(pool: Pool, allocations: Mapping[str, Mapping[str, Any]]) -> PoolState:
