@@ -230,7 +230,8 @@ def host_reason(
         have = f"{host_free[k] / MIB_PER_GIB:.1f} GiB"
         what = "host memory"
     if empty:
-        return f"{t}: needs {need} {what}; no {t} node has that many ({name} has {have})"
+        label = pool.class_label(c)
+        return f"{label}: needs {need} {what}; no {t} node has that many ({name} has {have})"
     return f"needs {need} {what}, {have} free on {name}"
 
 
