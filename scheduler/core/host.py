@@ -4,7 +4,8 @@ that fits.
 A node has ``cpus`` (accounted in millicores) and ``host_memory_gib`` (MiB). A job either names
 its own figures (``cpus``, ``host_memory_gib`` in the spec) or takes the node's **share** of the
 slot it uses: per GPU ``node cpus / node GPUs`` (and the same for memory), a MIG slice
-``compute_slices / 7`` of one GPU's share, a shared GPU ``1 / max_shared_jobs`` of it. The host
+``compute_slices / 7`` of one GPU's share, a job on a shared GPU its reservation's fraction of
+the GPU's memory (what it is billed for). The host
 memory share is raised to the predictor's estimate where that is larger
 (``PlacementRequest.host_memory_floor_gib``, :mod:`predictor.host_memory`).
 
@@ -49,7 +50,6 @@ __all__ = [
     "gpu_nodes_empty",
     "gpu_nodes_now",
     "host_reason",
-    "min_unit_share",
     "option_share",
     "slot_share",
     "unit_share_floor",
@@ -82,14 +82,6 @@ def fmt_cpus(milli: int) -> str:
     return f"{milli / MILLI_PER_CPU:.3f}".rstrip("0").rstrip(".")
 
 
-def _node_max_shared(pool: Pool) -> np.ndarray:
-    cached = pool._empty.get("node_max_shared")
-    if cached is None:
-        cached = np.array([max(n.max_shared_jobs, 1) for n in pool.nodes], np.int64)
-        pool._empty["node_max_shared"] = cached
-    return cached  # type: ignore[no-any-return]
-
-
 def class_nodes(pool: Pool) -> np.ndarray:
     """(n_classes, n_nodes) bool: which nodes can host each option class."""
     cached = pool._empty.get("class_nodes")
@@ -110,29 +102,30 @@ def class_nodes(pool: Pool) -> np.ndarray:
     return cached  # type: ignore[no-any-return]
 
 
-def _units(pool: Pool, c: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per node, (numerator, denominator) of one unit of class ``c`` as a fraction of the
-    node: one GPU (whole), one slice (MIG), one client slot (shared)."""
+def _fraction(pool: Pool, c: int, n_gpus: int, need_mib: int) -> tuple[int, np.ndarray]:
+    """(numerator, per-node denominator) of class ``c``'s slot as a fraction of a node: the
+    job's GPUs (whole), its slice's compute slices of 7 (MIG), its reservation of one GPU's
+    memory (shared: what it is billed for, so the shares on one GPU never pass one GPU's)."""
     kind = int(pool.class_kind[c])
     count = pool.node_count
     if kind == KIND_WHOLE:
-        return np.ones_like(count), count
+        return n_gpus, count
     if kind == KIND_MIG:
-        return np.full_like(count, int(pool.class_compute_slices[c])), count * MIG_COMPUTE_SLICES
-    return np.ones_like(count), count * _node_max_shared(pool)
+        return int(pool.class_compute_slices[c]), count * MIG_COMPUTE_SLICES
+    return need_mib, count * int(pool.class_capacity_mib[c])
 
 
-def slot_share(pool: Pool, c: int, n_gpus: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per node, the (millicores, MiB) share of class ``c``'s slot for an ``n_gpus`` job."""
-    num, den = _units(pool, c)
-    if int(pool.class_kind[c]) == KIND_WHOLE:
-        num = num * n_gpus
+def slot_share(pool: Pool, c: int, n_gpus: int, need_mib: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per node, the (millicores, MiB) share of class ``c``'s slot for the job."""
+    num, den = _fraction(pool, c, n_gpus, need_mib)
     return pool.node_cpu_milli * num // den, pool.node_host_mib * num // den
 
 
 def unit_share_floor(pool: Pool) -> tuple[np.ndarray, np.ndarray]:
-    """Per class, the smallest (millicores, MiB) share of one unit over the nodes that host it:
-    a job asking at most this (times its GPUs, for whole GPUs) is within its share anywhere."""
+    """Per class, the smallest (millicores, MiB) share of one unit over the nodes that host
+    it: one GPU (whole and shared classes) or one slice (MIG). A job asking at most this,
+    times its GPUs (whole) or its share of one GPU's memory (shared), is within its share on
+    every node of the class."""
     cached = pool._empty.get("unit_share_floor")
     if cached is None:
         members = class_nodes(pool)
@@ -140,29 +133,24 @@ def unit_share_floor(pool: Pool) -> tuple[np.ndarray, np.ndarray]:
         host = np.zeros(pool.n_classes, np.int64)
         for c in range(pool.n_classes):
             m = members[c]
-            if m.any():
-                s_cpu, s_host = slot_share(pool, c, 1)
-                cpu[c], host[c] = int(s_cpu[m].min()), int(s_host[m].min())
+            if not m.any():
+                continue
+            if int(pool.class_kind[c]) == KIND_MIG:
+                s_cpu, s_host = slot_share(pool, c, 1, 0)
+            else:
+                s_cpu = pool.node_cpu_milli // pool.node_count
+                s_host = pool.node_host_mib // pool.node_count
+            cpu[c], host[c] = int(s_cpu[m].min()), int(s_host[m].min())
         cached = (cpu, host)
         pool._empty["unit_share_floor"] = cached
     return cached  # type: ignore[no-any-return]
 
 
-def min_unit_share(pool: Pool) -> tuple[int, int]:
-    """The smallest (millicores, MiB) share of one unit over every class: a job asking at most
-    this is within its share on every option of the pool."""
-    cached = pool._empty.get("min_unit_share")
-    if cached is None:
-        cpu, host = unit_share_floor(pool)
-        has = class_nodes(pool).any(axis=1)
-        cached = (int(cpu[has].min()), int(host[has].min())) if has.any() else (0, 0)
-        pool._empty["min_unit_share"] = cached
-    return cached  # type: ignore[no-any-return]
-
-
-def demand(pool: Pool, c: int, n_gpus: int, ask: HostAsk) -> tuple[np.ndarray, np.ndarray]:
+def demand(
+    pool: Pool, c: int, n_gpus: int, ask: HostAsk, need_mib: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Per node, the (millicores, MiB) the job takes there if it gets class ``c``."""
-    s_cpu, s_host = slot_share(pool, c, n_gpus)
+    s_cpu, s_host = slot_share(pool, c, n_gpus, need_mib)
     cpu = s_cpu if ask.cpu_milli < 0 else np.full_like(s_cpu, ask.cpu_milli)
     if ask.host_mib < 0:
         return cpu, np.maximum(s_host, ask.floor_mib)
@@ -170,23 +158,34 @@ def demand(pool: Pool, c: int, n_gpus: int, ask: HostAsk) -> tuple[np.ndarray, n
 
 
 def within_share(
-    pool: Pool, n: np.ndarray, cpu_milli: np.ndarray, host_mib: np.ndarray
+    pool: Pool, n: np.ndarray, need_mib: np.ndarray, cpu_milli: np.ndarray, host_mib: np.ndarray
 ) -> np.ndarray:
     """(jobs, classes) bool: the job asks at most its share on every node of the class.
 
-    ``cpu_milli`` per job (``SHARE``: the share); ``host_mib`` per job: its own figure, else
-    the predictor's floor (a floor within the share leaves the share as the demand).
+    ``need_mib`` is (jobs, classes), the reservation per GPU; ``cpu_milli`` per job
+    (``SHARE``: the share); ``host_mib`` per job: its own figure, else the predictor's floor
+    (a floor within the share leaves the share as the demand).
     """
     floor_cpu, floor_host = unit_share_floor(pool)
-    mult = np.where((pool.class_kind == KIND_WHOLE)[None, :], n[:, None], 1)
-    ok_cpu = (cpu_milli[:, None] < 0) | (cpu_milli[:, None] <= floor_cpu[None, :] * mult)
-    return ok_cpu & (host_mib[:, None] <= floor_host[None, :] * mult)
+    kind = pool.class_kind[None, :]
+    whole, shared = kind == KIND_WHOLE, kind == KIND_SHARED
+    cap = pool.class_capacity_mib[None, :]
+
+    def scaled(unit: np.ndarray) -> np.ndarray:
+        per = np.where(whole, unit[None, :] * n[:, None], unit[None, :])
+        return np.where(shared, unit[None, :] * np.minimum(need_mib, cap) // cap, per)
+
+    ok_cpu = (cpu_milli[:, None] < 0) | (cpu_milli[:, None] <= scaled(floor_cpu))
+    return ok_cpu & (host_mib[:, None] <= scaled(floor_host))
 
 
-def demand_at(pool: Pool, c: int, n_gpus: int, ask: HostAsk, k: int) -> tuple[int, int]:
+def demand_at(
+    pool: Pool, c: int, n_gpus: int, ask: HostAsk, k: int, need_mib: int
+) -> tuple[int, int]:
     """The (millicores, MiB) the job takes on node ``k`` if it gets class ``c`` there."""
     kind = int(pool.class_kind[c])
-    s_cpu, s_host = option_share(pool, k, kind, n_gpus, int(pool.class_compute_slices[c]))
+    slices = int(pool.class_compute_slices[c])
+    s_cpu, s_host = option_share(pool, k, kind, n_gpus, slices, need_mib)
     cpu = s_cpu if ask.cpu_milli < 0 else ask.cpu_milli
     host = max(s_host, ask.floor_mib) if ask.host_mib < 0 else ask.host_mib
     return cpu, host
@@ -254,20 +253,22 @@ def fit_nodes(
     pool: Pool, now: Summary, c: int, n_gpus: int, need_mib: int, ask: HostAsk
 ) -> np.ndarray:
     """Per node, whether the job fits there now on every resource for class ``c``."""
-    cpu, host = demand(pool, c, n_gpus, ask)
+    cpu, host = demand(pool, c, n_gpus, ask, need_mib)
     ok = gpu_nodes_now(pool, now, c, n_gpus, need_mib)
     return ok & (cpu <= now.node_cpu_free) & (host <= now.node_host_free)
 
 
 def option_share(
-    pool: Pool, k: int, kind: int, n_gpus: int, compute_slices: int
+    pool: Pool, k: int, kind: int, n_gpus: int, compute_slices: int, reserved_mib: int
 ) -> tuple[int, int]:
-    """The (millicores, MiB) share of one placed slot on node ``k``."""
+    """The (millicores, MiB) share of one placed slot on node ``k`` (the scalar form of
+    :func:`slot_share`)."""
     count = int(pool.node_count[k])
     if kind == KIND_WHOLE:
         num, den = n_gpus, count
     elif kind == KIND_MIG:
         num, den = compute_slices, count * MIG_COMPUTE_SLICES
     else:
-        num, den = 1, count * int(_node_max_shared(pool)[k])
+        gpu_cap = int(pool.capacity_mib[int(pool.node_first[k])])
+        num, den = min(reserved_mib, gpu_cap), count * gpu_cap
     return int(pool.node_cpu_milli[k]) * num // den, int(pool.node_host_mib[k]) * num // den

@@ -44,7 +44,6 @@ from scheduler.core.host import (
     demand,
     fit_nodes,
     gpu_nodes_empty,
-    min_unit_share,
     within_share,
 )
 from scheduler.core.pool import (
@@ -176,7 +175,7 @@ class OptionBatch:
         gpu_empty = finite & cap_ok & kind_ok & pinned_ok & allowed & empty_room
         self.ask_cpu, self.ask_host, self.ask_floor = _asks(requests)
         self.host_exact, self.host_empty = _host_masks(
-            pool, n, self.ask_cpu, self.ask_host, self.ask_floor, gpu_empty
+            pool, n, need, self.ask_cpu, self.ask_host, self.ask_floor, gpu_empty
         )
 
         self.requests = requests
@@ -320,6 +319,7 @@ def _asks(requests: Sequence[PlacementRequest]) -> tuple[np.ndarray, np.ndarray,
 def _host_masks(
     pool: Pool,
     n: np.ndarray,
+    need: np.ndarray,
     cpu: np.ndarray,
     host: np.ndarray,
     floor: np.ndarray,
@@ -328,26 +328,23 @@ def _host_masks(
     """(jobs, classes): whether a class needs the per-node host check for the job (it asks for
     more than its share somewhere), and whether it fits some node's CPUs and memory at all."""
     n_jobs, k = gpu_empty.shape
+    if not n_jobs or not k:
+        return np.zeros((n_jobs, k), bool), np.ones((n_jobs, k), bool)
     eff_host = np.where(host >= 0, host, floor)
-    if not n_jobs or not k or _all_within(pool, cpu, eff_host):
-        # The common case (no job asks for more than the smallest share): read-only views.
-        return np.broadcast_to(False, (n_jobs, k)), np.broadcast_to(True, (n_jobs, k))
-    exact = ~within_share(pool, n, cpu, eff_host)
+    exact = ~within_share(pool, n, need, cpu, eff_host)
+    check = exact & gpu_empty
+    if not check.any():
+        # The common case (every job within its share): a read-only view, no per-node work.
+        return exact, np.broadcast_to(True, (n_jobs, k))
     empty = np.ones((n_jobs, k), bool)
-    for i, c in zip(*np.nonzero(exact & gpu_empty), strict=True):
+    for i, c in zip(*np.nonzero(check), strict=True):
         ask = HostAsk(int(cpu[i]), int(host[i]), int(floor[i]))
-        d_cpu, d_host = demand(pool, int(c), int(n[i]), ask)
+        d_cpu, d_host = demand(pool, int(c), int(n[i]), ask, int(need[i, c]))
         nodes = gpu_nodes_empty(pool, int(c), int(n[i]))
         empty[i, c] = bool(
             (nodes & (d_cpu <= pool.node_cpu_milli) & (d_host <= pool.node_host_mib)).any()
         )
     return exact, empty
-
-
-def _all_within(pool: Pool, cpu: np.ndarray, eff_host: np.ndarray) -> bool:
-    """Whether every job asks at most the pool's smallest share of one unit (of any class)."""
-    min_cpu, min_host = min_unit_share(pool)
-    return bool((cpu <= min_cpu).all() and (eff_host <= min_host).all())
 
 
 def _host_refine(

@@ -353,7 +353,7 @@ class PoolState:
                 )
             used = res
         # GPUs first, then the node's CPUs and memory; nothing changes until both fit.
-        k_node, cpu, host, over = self._host_take(option, job_id, gpus[0], mode)
+        k_node, cpu, host, over = self._host_take(option, job_id, gpus[0], mode, res)
         if mode == MODE_WHOLE:
             self.busy[idx] = True
         elif mode == MODE_MIG:
@@ -372,7 +372,7 @@ class PoolState:
         self._dirty |= 1 << mode
 
     def _host_take(
-        self, option: Option, job_id: str, gpu: int, mode: int
+        self, option: Option, job_id: str, gpu: int, mode: int, res_mib: int
     ) -> tuple[int, int, int, int]:
         """(node, millicores, MiB, over-share flag) the option takes; PlacementError when the
         node has too little free. Options without host figures (records written before CPUs
@@ -402,7 +402,7 @@ class PoolState:
         if mode == MODE_MIG and option.mig_profile is not None:
             gt = p.catalogue[option.gpu_type]
             slices = gt.mig_profile(option.mig_profile).compute_slices
-        s_cpu, s_host = option_share(p, k, mode, option.n_gpus, slices)
+        s_cpu, s_host = option_share(p, k, mode, option.n_gpus, slices, res_mib)
         return k, cpu, host, int(cpu > s_cpu or host > s_host)
 
     def release(self, job_id: str) -> Option:

@@ -234,13 +234,13 @@ class OptionTable:
                 return f"{tname} MIG {profile}: no such slice in this pool"
             return f"shared {tname}: no shared GPU has {gib(need):.1f} GiB"
         if not self.host_empty[c]:
-            cpu, host = demand(pool, c, n, self.ask)
+            cpu, host = demand(pool, c, n, self.ask, need)
             nodes = gpu_nodes_empty(pool, c, n)
             return host_reason(
                 pool, c, cpu, host, pool.node_cpu_milli, pool.node_host_mib, nodes, empty=True
             )
         if self.host_short[c]:
-            cpu, host = demand(pool, c, n, self.ask)
+            cpu, host = demand(pool, c, n, self.ask, need)
             nodes = gpu_nodes_now(pool, self.now, c, n, need)
             why = host_reason(
                 pool,
@@ -299,7 +299,7 @@ class OptionTable:
         if binding is not None:
             leftover = gib(binding.free_before_mib - need)
             k = int(pool.gpu_node[binding.gpus[0]])
-            cpu_m, host_m = demand_at(pool, c, self.request.n_gpus, self.ask, k)
+            cpu_m, host_m = demand_at(pool, c, self.request.n_gpus, self.ask, k, need)
             cpus, host = cpu_m / MILLI_PER_CPU, host_m / MIB_PER_GIB
         return Option(
             kind=KIND_NAMES[kind],

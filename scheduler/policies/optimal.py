@@ -92,7 +92,8 @@ class OptimalPolicy(Policy):
                     cost.append(float(table.cost[c]))
                     need_of.append(need)
                     node = _slot_node(pool, kind, k)
-                    host_of.append((node, *demand_at(pool, c, pending[j].n_gpus, table.ask, node)))
+                    n_gpus = pending[j].n_gpus
+                    host_of.append((node, *demand_at(pool, c, n_gpus, table.ask, node, need)))
         chosen = self._solve(pending, state, cols, cost, need_of, host_of) if cols else {}
 
         decisions: list[Decision] = []

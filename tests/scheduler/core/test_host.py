@@ -134,8 +134,12 @@ def test_default_job_takes_its_nodes_share_per_gpu_slice_or_slot() -> None:
     # millicore and a MiB.
     mig = one["A100-80GB MIG 3g.40gb"]
     assert mig.cpus == 6.857 and mig.host_memory_gib == pytest.approx(109.714, abs=1e-3)
-    # A shared H200 slot: 1/4 of one GPU's share (14 cores, 256 GiB).
-    assert (one["H200-141GB shared"].cpus, one["H200-141GB shared"].host_memory_gib) == (3.5, 64)
+    # On a shared H200 the job is billed its reservation's share of the GPU's memory, and it
+    # takes that share of one GPU's 14 cores and 256 GiB.
+    shared = one["H200-141GB shared"]
+    frac = 9.0 / shared.capacity_gib
+    assert shared.cpus == pytest.approx(14 * frac, abs=1e-3)
+    assert shared.host_memory_gib == pytest.approx(256 * frac, abs=1e-3)
 
 
 def test_shares_fill_a_node_exactly_so_default_jobs_place_as_before() -> None:
