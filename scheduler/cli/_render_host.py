@@ -7,11 +7,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
+from scheduler.core.decision import Option
+from scheduler.core.host import fmt_cpus
 from scheduler.core.pool import MIB_PER_GIB, MILLI_PER_CPU, Pool
 from scheduler.core.state import PoolState
 
-__all__ = ["host_by_node", "host_rows", "host_table"]
+__all__ = ["host_by_node", "host_line", "host_rows", "host_table"]
 
 
 def host_rows(pool: Pool, state: PoolState) -> list[dict[str, Any]]:
@@ -69,3 +72,13 @@ def host_table(pool: Pool, state: PoolState) -> Table:
             f"{_num(r['host_used_gib'])}/{_num(r['host_memory_gib'])}",
         )
     return table
+
+
+def host_line(option: Option | None) -> Text | None:
+    """``snugfit explain``'s line for what a placed job holds of its node's cores and RAM."""
+    if option is None or option.cpus is None or option.host_memory_gib is None:
+        return None
+    return Text(
+        f"host: {fmt_cpus(round(option.cpus * MILLI_PER_CPU))} CPUs and {option.host_memory_gib:,.1f} GiB host memory "
+        f"on {option.node}"
+    )

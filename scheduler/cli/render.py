@@ -309,6 +309,10 @@ def explain(
     if decision is not None:
         parts.append(Text(f"decision: {decision.reason}"))
         parts.append(decision_table(decision))
+        from scheduler.cli._render_host import host_line
+
+        if (line := host_line(decision.chosen_option)) is not None:
+            parts.append(line)
     if state in ("pending", "rejected") or (decision is not None and decision.state != "placed"):
         parts.append(Text(pending_reason(decision, state), style="yellow"))
     if job.get("reason") and state not in ("pending",):

@@ -105,6 +105,8 @@ def test_snugfit_pool_and_explain_show_cpus_and_host_memory(
     assert b200["cpus_free"] == 16 and b200["host_free_gib"] == 1048
     text = CliRunner().invoke(explain_command, ["job-huge", "--url", redis_url, "--width", "250"])
     assert "needs 300 CPUs" in text.output
+    text = CliRunner().invoke(explain_command, ["job-a", "--url", redis_url, "--width", "250"])
+    assert "host: 96 CPUs and 1,000.0 GiB host memory on b200-0" in text.output
 
 
 def test_lua_commit_refuses_cores_another_scheduler_took(store: RedisStore) -> None:
