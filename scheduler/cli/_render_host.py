@@ -78,7 +78,7 @@ def host_line(option: Option | None) -> Text | None:
     """``snugfit explain``'s line for what a placed job holds of its node's cores and RAM."""
     if option is None or option.cpus is None or option.host_memory_gib is None:
         return None
+    cpus = fmt_cpus(round(option.cpus * MILLI_PER_CPU))
     return Text(
-        f"host: {fmt_cpus(round(option.cpus * MILLI_PER_CPU))} CPUs and {option.host_memory_gib:,.1f} GiB host memory "
-        f"on {option.node}"
+        f"host: {cpus} CPUs and {option.host_memory_gib:,.1f} GiB host memory on {option.node}"
     )
