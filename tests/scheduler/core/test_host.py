@@ -342,3 +342,29 @@ def test_rejected_or_pending_cpu_reason_is_stable_under_many_queued_jobs() -> No
     assert len(waiting) == 50
     assert {d.reason for d in waiting} == {"waiting: B200-180GB: needs 13 CPUs, 12 free on b200-0"}
     assert np.isclose(got["hog"].chosen_option.cpus or 0, 100)  # type: ignore[union-attr]
+
+
+def test_backfill_keeps_the_reserved_jobs_cpus_on_its_node() -> None:
+    # R (50 cores) runs until t=3600; H needs 100 of the 112 cores, so it reserves the start
+    # R's end gives it, holding the 50 cores R's end does not free. A long job asking 20
+    # would take them and delay H; one asking 10 leaves enough, and a short one ends first.
+    pool = Pool.from_dict({"nodes": [B200_NODE]})
+    # Plain backfill in queue order (no look-ahead repack of the head).
+    core = SchedulerCore(pool.state(), get_policy("rightsize", lookahead=0))
+
+    def req(jid: str, cpus: float, runtime: float, t: float) -> PlacementRequest:
+        return PlacementRequest(
+            jid, [18.0] * 5, [20.0] * 5, [runtime] * 5, [runtime] * 5, cpus=cpus, submit_time_s=t
+        )
+
+    core.submit(req("R", 50, 3600.0, 0.0))
+    [r] = core.tick(0.0)
+    assert r.state == "placed"
+    for jid, cpus, runtime, t in (("H", 100, 3600, 1), ("C", 20, 7200, 2), ("D", 10, 7200, 3)):
+        core.submit(req(jid, cpus, runtime, t))
+    core.submit(req("E", 20, 600.0, 4.0))
+    got = {d.job_id: d for d in core.tick(1.0)}
+    assert got["H"].state == "pending" and "reserved B200-180GB x1 on b200-0" in got["H"].reason
+    assert got["C"].state == "pending" and "would delay H" in got["C"].reason
+    assert got["D"].state == "placed" and got["E"].state == "placed"
+    core.state.assert_consistent()
