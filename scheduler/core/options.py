@@ -309,11 +309,11 @@ class OptionBatch:
 
 def _asks(requests: Sequence[PlacementRequest]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per job: asked millicores and MiB (``SHARE``: the node's share) and the host floor MiB."""
-    n = len(requests)
-    cpu = np.fromiter((r.host_ask[0] for r in requests), np.int64, n)
-    host = np.fromiter((r.host_ask[1] for r in requests), np.int64, n)
-    floor = np.fromiter((r.host_ask[2] for r in requests), np.int64, n)
-    return cpu, host, floor
+    if not requests:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    a = np.array([r.host_ask for r in requests], np.int64)
+    return a[:, 0], a[:, 1], a[:, 2]
 
 
 def _host_masks(
@@ -331,11 +331,11 @@ def _host_masks(
     if not n_jobs or not k:
         return np.zeros((n_jobs, k), bool), np.ones((n_jobs, k), bool)
     eff_host = np.where(host >= 0, host, floor)
-    exact = ~within_share(pool, n, need, cpu, eff_host)
-    check = exact & gpu_empty
+    # Only classes whose GPUs could hold the job matter (the others never fit).
+    check = ~within_share(pool, n, need, cpu, eff_host) & gpu_empty
     if not check.any():
-        # The common case (every job within its share): a read-only view, no per-node work.
-        return exact, np.broadcast_to(True, (n_jobs, k))
+        # The common case (every job within its share): read-only views, no per-node work.
+        return np.broadcast_to(False, (n_jobs, k)), np.broadcast_to(True, (n_jobs, k))
     empty = np.ones((n_jobs, k), bool)
     for i, c in zip(*np.nonzero(check), strict=True):
         ask = HostAsk(int(cpu[i]), int(host[i]), int(floor[i]))
@@ -344,7 +344,7 @@ def _host_masks(
         empty[i, c] = bool(
             (nodes & (d_cpu <= pool.node_cpu_milli) & (d_host <= pool.node_host_mib)).any()
         )
-    return exact, empty
+    return check, empty
 
 
 def _host_refine(
