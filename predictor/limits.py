@@ -10,7 +10,9 @@ from __future__ import annotations
 
 __all__ = [
     "MAX_CONFIG_BYTES",
+    "MAX_CPUS",
     "MAX_GPUS",
+    "MAX_HOST_MEMORY_GIB",
     "MAX_JOB_FILE_BYTES",
     "MAX_MODEL_NAME_CHARS",
     "MAX_NESTING",
@@ -34,6 +36,13 @@ MAX_PRIORITY = 10**6
 
 #: Per-GPU VRAM figures (a prediction, a reservation floor after an OOM), GiB.
 MAX_VRAM_GIB = 1.0e5
+
+#: CPU cores one job or one node may name (the largest two-socket x86 servers have 384 cores,
+#: 768 threads; a 4096 figure is a typo, not a node).
+MAX_CPUS = 4096
+
+#: Host memory one job or one node may name, GiB (the largest servers hold 32 TiB).
+MAX_HOST_MEMORY_GIB = 65536.0
 
 #: Runtimes and deadlines, seconds (about 31 years).
 MAX_RUNTIME_S = 1.0e9

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from ._execution import MAX_TIME_LIMIT_S, check_env, check_workdir
+from ._resources import check_cpus, check_host_memory_gib
 from ._spec_array import INDEX_PLACEHOLDER, expand_array, parse_array
 from ._spec_fields import check_allowed_weight_dtypes, check_raw_spec
 from ._spec_files import iter_spec_dicts
@@ -140,6 +141,10 @@ class JobSpec(BaseModel):
     def _depends_on(cls, v: Any) -> tuple[str, ...] | None:
         return check_depends_on(v)
 
+    # Host resources (predictor/_resources.py): unset, the node's share per GPU the job uses.
+    cpus: float | None = None
+    host_memory_gib: float | None = None
+
     @field_validator("env", mode="before")
     @classmethod
     def _env(cls, v: Any) -> dict[str, str] | None:
@@ -149,6 +154,16 @@ class JobSpec(BaseModel):
     @classmethod
     def _workdir(cls, v: Any) -> str | None:
         return check_workdir(v)
+
+    @field_validator("cpus", mode="before")
+    @classmethod
+    def _cpus(cls, v: Any) -> float | None:
+        return check_cpus(v)
+
+    @field_validator("host_memory_gib", mode="before")
+    @classmethod
+    def _host_memory(cls, v: Any) -> float | None:
+        return check_host_memory_gib(v)
 
     @model_validator(mode="before")
     @classmethod

@@ -284,7 +284,7 @@ def _explain_deployment(store: Any, dep_id: str, out: Output) -> bool:
 @_prefix_option
 def pool_command(out: Output, heartbeat_s: float, url: str | None, prefix: str) -> None:
     """Pool occupancy: per node and GPU what runs where, reserved vs used VRAM, MIG layout,
-    and free capacity by GPU type."""
+    CPUs and host memory per node, and free capacity by GPU type."""
     from scheduler.cli.render import pool_view
     from scheduler.core.pool import Pool
     from scheduler.exceptions import SchedulerError
@@ -331,6 +331,7 @@ def pool_command(out: Output, heartbeat_s: float, url: str | None, prefix: str) 
     held = {a.get("option", {}).get("node") for a in allocs.values()}
     states = {n: node_state_label(st.liveness, st.admin, n in held) for n, st in statuses.items()}
     if out.json:
+        from scheduler.cli._render_host import host_by_node
         from scheduler.cli.render import free_by_type
 
         out.emit_json(
@@ -340,6 +341,7 @@ def pool_command(out: Output, heartbeat_s: float, url: str | None, prefix: str) 
                 "nodes_alive": alive,
                 "node_states": states,
                 "free_by_type": free_by_type(pool, allocs),
+                "host_by_node": host_by_node(pool, allocs),
                 "nodes_refusing": refusing,
             }
         )

@@ -309,6 +309,10 @@ def explain(
     if decision is not None:
         parts.append(Text(f"decision: {decision.reason}"))
         parts.append(decision_table(decision))
+        from scheduler.cli._render_host import host_line
+
+        if (line := host_line(decision.chosen_option)) is not None:
+            parts.append(line)
     held = str(job.get("reason") or "")
     if state == "pending" and held.startswith(("JobHeldUser", "Dependency")):
         # Held by a user or a parent (scripts/workflow.lua): the scheduler has not seen it.
@@ -477,7 +481,9 @@ def pool_view(
             f"{tf['free_gib']:,.1f}",
             f"{tf['price_usd_per_hour']:.2f}",
         )
-    return Group(table, free)
+    from scheduler.cli._render_host import host_table
+
+    return Group(table, host_table(pool, state), free)
 
 
 def _state_of(pool: Pool, allocations: Mapping[str, Mapping[str, Any]]) -> PoolState:

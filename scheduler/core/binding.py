@@ -28,8 +28,16 @@ class Binding:
     free_before_mib: int
 
 
-def shared_gpu(pool: Pool, state: PoolState, t: int, need: int, select: Select) -> int:
-    """The shared GPU of type ``t`` with ``need`` MiB free: the fullest ("pack") or the first."""
+def shared_gpu(
+    pool: Pool,
+    state: PoolState,
+    t: int,
+    need: int,
+    select: Select,
+    nodes_ok: np.ndarray | None = None,
+) -> int:
+    """The shared GPU of type ``t`` with ``need`` MiB free: the fullest ("pack") or the first,
+    on a node in ``nodes_ok`` (None: any node)."""
     idx = shared_gpus(pool)
     free = pool.capacity_mib[idx] - state.used_mib[idx]
     ok = (
@@ -37,18 +45,31 @@ def shared_gpu(pool: Pool, state: PoolState, t: int, need: int, select: Select) 
         & (state.shared_count[idx] < pool.max_shared[idx])
         & (free >= need)
     )
+    if nodes_ok is not None:
+        ok &= nodes_ok[pool.gpu_node[idx]]
     cand = np.flatnonzero(ok)
     k = int(cand[np.argmin(free[cand])]) if select == "pack" else int(cand[0])
     return int(idx[k])
 
 
-def bind(pool: Pool, state: PoolState, c: int, n: int, res_mib: int, select: Select) -> Binding:
-    """Concrete GPUs for class ``c`` chosen by ``select`` ("pack": fullest that fits)."""
+def bind(
+    pool: Pool,
+    state: PoolState,
+    c: int,
+    n: int,
+    res_mib: int,
+    select: Select,
+    nodes_ok: np.ndarray | None = None,
+) -> Binding:
+    """Concrete GPUs for class ``c`` chosen by ``select`` ("pack": fullest that fits), on a
+    node in ``nodes_ok`` (where the job's CPUs and host memory fit; None: any node)."""
     kind = int(pool.class_kind[c])
     t = int(pool.class_type[c])
     if kind == KIND_WHOLE:
         s = state.summary()
         ok = (pool.node_type == t) & (pool.node_mode == MODE_WHOLE) & (s.node_free >= n)
+        if nodes_ok is not None:
+            ok &= nodes_ok
         nodes = np.flatnonzero(ok)
         k = int(nodes[np.argmin(s.node_free[nodes])]) if select == "pack" else int(nodes[0])
         a = int(pool.node_first[k])
@@ -57,11 +78,14 @@ def bind(pool: Pool, state: PoolState, c: int, n: int, res_mib: int, select: Sel
         gpus = tuple(int(g) for g in idle)
         return Binding(gpus, pool.nodes[k].name, None, int(pool.class_capacity_mib[c]))
     if kind == KIND_SHARED:
-        g = shared_gpu(pool, state, t, res_mib, select)
+        g = shared_gpu(pool, state, t, res_mib, select, nodes_ok)
         free = int(pool.capacity_mib[g] - state.used_mib[g])
         return Binding((g,), pool.nodes[int(pool.gpu_node[g])].name, None, free)
     cands = class_cands(pool)[c]
-    cands = cands[state.summary().mig_avail[cands]]
+    avail = state.summary().mig_avail[cands]
+    if nodes_ok is not None:
+        avail &= nodes_ok[pool.gpu_node[pool.cand_gpu[cands]]]
+    cands = cands[avail]
     gpu = pool.cand_gpu[cands]
     if select == "pack":
         # Fullest GPU first (keeps empty GPUs whole for big slices), then the slot order.

@@ -31,7 +31,9 @@ class Option:
     Memory figures are per GPU in GiB. ``capacity_gib`` is the slot size (the whole GPU, the
     MIG slice, or the shared GPU); ``reserved_gib`` is what the job holds in it, never below
     ``vram_upper_gib``. ``leftover_gib`` is the memory of the chosen GPU(s) this job leaves
-    unreserved (for a shared GPU: what stays free on it). ``runtime_s`` is the predicted runtime
+    unreserved (for a shared GPU: what stays free on it). ``cpus`` and ``host_memory_gib`` are
+    what the job takes of its node's cores and RAM (set once the option is bound to a node;
+    None on older records, which take none). ``runtime_s`` is the predicted runtime
     *on this option* (a MIG slice is slower than its whole GPU). ``gpu_indices`` index the pool's
     GPUs and are empty when the option does not fit now. Treat instances as immutable once they
     are inside a :class:`Decision`.
@@ -54,6 +56,8 @@ class Option:
     reason: str = ""
     mig_start: int | None = None
     leftover_gib: float | None = None
+    cpus: float | None = None
+    host_memory_gib: float | None = None
 
     @property
     def label(self) -> str:
@@ -99,6 +103,8 @@ _FLOAT_FIELDS: tuple[str, ...] = (
     "runtime_s",
     "cost_usd",
     "leftover_gib",
+    "cpus",
+    "host_memory_gib",
 )
 
 

@@ -7,6 +7,12 @@ OOM), priced, and, where it fits now, bound to concrete GPUs. The feasibility ma
 over classes and reads per-state aggregates that the pool state computes once per change, so a
 saturated pool answers "nothing fits" for thousands of queued jobs without rescanning its GPUs.
 
+Host resources: each option also needs its node's CPUs and host memory (the job's own figures,
+or the node's share of the slot, :mod:`scheduler.core.host`). Jobs within their share on nodes
+where every job is within its share pass on the GPU test alone; the rest are checked node by
+node, and an option that loses only on CPU or memory says which ("needs 24 CPUs, 16 free on
+b200-0").
+
 Gangs: all of a job's GPUs sit in one node (tensor- and pipeline-parallel groups need NVLink, and
 one node keeps one worker queue per job). Jobs larger than the largest node of a type cannot use
 that type; data-parallel replicas do not span nodes. MIG slices and shared GPUs take 1-GPU jobs.
@@ -33,7 +39,20 @@ from predictor.gpus import GPU_NAMES
 from scheduler.core._classes import class_masks
 from scheduler.core.binding import Select
 from scheduler.core.decision import Option
-from scheduler.core.pool import KIND_NAMES, KIND_SHARED, KIND_WHOLE, MIB_PER_GIB, Pool
+from scheduler.core.host import (
+    HostAsk,
+    demand,
+    fit_nodes,
+    gpu_nodes_empty,
+    within_share,
+)
+from scheduler.core.pool import (
+    KIND_NAMES,
+    KIND_SHARED,
+    KIND_WHOLE,
+    MIB_PER_GIB,
+    Pool,
+)
 from scheduler.core.requests import N_TYPES, TYPE_INDEX, PlacementRequest
 from scheduler.core.shares import shared_compute_share
 from scheduler.core.state import PoolState, Summary
@@ -66,16 +85,22 @@ class OptionBatch:
         "_cheapest_empty",
         "_chunk",
         "_ck",
+        "_exact_any",
         "_hi",
         "_lo",
         "_rows",
         "allowed",
+        "ask_cpu",
+        "ask_floor",
+        "ask_host",
         "cap_ok",
         "cost",
         "demand",
         "empty_room",
         "finite",
         "fits_empty",
+        "host_empty",
+        "host_exact",
         "kind_ok",
         "n_gpus",
         "need_mib",
@@ -147,6 +172,11 @@ class OptionBatch:
         share = np.where(is_shared, need / pool.class_capacity_mib, 1.0)
         billed = np.where(is_whole, n[:, None], 1)
         cost = pool.class_price_usd_per_hour * billed * share * runtime / 3600.0
+        gpu_empty = finite & cap_ok & kind_ok & pinned_ok & allowed & empty_room
+        self.ask_cpu, self.ask_host, self.ask_floor = _asks(requests)
+        self.host_exact, self.host_empty = _host_masks(
+            pool, n, need, self.ask_cpu, self.ask_host, self.ask_floor, gpu_empty
+        )
 
         self.requests = requests
         self.pool = pool
@@ -157,7 +187,8 @@ class OptionBatch:
         self.pinned_ok = pinned_ok
         self.allowed = allowed
         self.empty_room = empty_room
-        self.fits_empty = finite & cap_ok & kind_ok & pinned_ok & allowed & empty_room
+        self.fits_empty = gpu_empty & self.host_empty
+        self._exact_any = bool(self.host_exact.any())
         self.demand = demand
         self.cost = np.where(finite, cost, np.inf)
         self.runtime = np.where(finite, runtime, np.inf)
@@ -211,6 +242,16 @@ class OptionBatch:
         t.empty_room = self.empty_room[i]
         t.fits_empty = fits_empty
         t.fits_now = fits_empty & (now.class_supply >= self.demand[i])
+        t.ask = t.request.host_ask
+        t.host_exact = self.host_exact[i]
+        t.host_empty = self.host_empty[i]
+        if self._exact_any or now.any_tight:
+            short = _host_refine(pool, now, t.fits_now, t.host_exact, need, t.ask, t.request)
+            if short is not _no_short(pool):
+                t.fits_now = t.fits_now & ~short
+            t.host_short = short
+        else:
+            t.host_short = _no_short(pool)
         t.cost = self.cost[i]
         t.runtime = self.runtime[i]
         t.select = self.select
@@ -223,6 +264,10 @@ class OptionBatch:
         t._leftover = None
         t._first = None
         return t
+
+    def ask(self, i: int) -> HostAsk:
+        """Job ``i``'s host ask (millicores, MiB, predicted floor)."""
+        return self.requests[i].host_ask
 
     def fits_empty_any(self, i: int) -> bool:
         return self._any_empty[i]
@@ -237,11 +282,99 @@ class OptionBatch:
         if key != self._ck or not self._lo <= i < self._hi:
             self._chunk = 8 if key != self._ck else min(self._chunk * 2, 8192)
             hi = min(len(self.requests), i + self._chunk)
-            supply = state.summary().class_supply
-            rows = (self.fits_empty[i:hi] & (supply >= self.demand[i:hi])).any(axis=1)
+            now = state.summary()
+            ok = self.fits_empty[i:hi] & (now.class_supply >= self.demand[i:hi])
+            # Rows that fit on a class needing no per-node host check are settled; the others
+            # are checked node by node.
+            if self._exact_any or now.any_tight:
+                sure = ok & ~(self.host_exact[i:hi] | now.class_tight[None, :])
+            else:
+                sure = ok
+            rows = sure.any(axis=1)
+            for r in np.flatnonzero(~rows & ok.any(axis=1)).tolist():
+                short = _host_refine(
+                    self.pool,
+                    now,
+                    ok[r],
+                    self.host_exact[i + r],
+                    self.need_mib[i + r],
+                    self.ask(i + r),
+                    self.requests[i + r],
+                )
+                rows[r] = bool((ok[r] & ~short).any())
             self._rows = rows.tolist()
             self._ck, self._lo, self._hi = key, i, hi
         return self._rows[i - self._lo]  # type: ignore[no-any-return]
+
+
+def _asks(requests: Sequence[PlacementRequest]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per job: asked millicores and MiB (``SHARE``: the node's share) and the host floor MiB."""
+    if not requests:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    a = np.array([r.host_ask for r in requests], np.int64)
+    return a[:, 0], a[:, 1], a[:, 2]
+
+
+def _host_masks(
+    pool: Pool,
+    n: np.ndarray,
+    need: np.ndarray,
+    cpu: np.ndarray,
+    host: np.ndarray,
+    floor: np.ndarray,
+    gpu_empty: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(jobs, classes): whether a class needs the per-node host check for the job (it asks for
+    more than its share somewhere), and whether it fits some node's CPUs and memory at all."""
+    n_jobs, k = gpu_empty.shape
+    if not n_jobs or not k:
+        return np.zeros((n_jobs, k), bool), np.ones((n_jobs, k), bool)
+    eff_host = np.where(host >= 0, host, floor)
+    # Only classes whose GPUs could hold the job matter (the others never fit).
+    check = ~within_share(pool, n, need, cpu, eff_host) & gpu_empty
+    if not check.any():
+        # The common case (every job within its share): read-only views, no per-node work.
+        return np.broadcast_to(False, (n_jobs, k)), np.broadcast_to(True, (n_jobs, k))
+    empty = np.ones((n_jobs, k), bool)
+    for i, c in zip(*np.nonzero(check), strict=True):
+        ask = HostAsk(int(cpu[i]), int(host[i]), int(floor[i]))
+        d_cpu, d_host = demand(pool, int(c), int(n[i]), ask, int(need[i, c]))
+        nodes = gpu_nodes_empty(pool, int(c), int(n[i]))
+        empty[i, c] = bool(
+            (nodes & (d_cpu <= pool.node_cpu_milli) & (d_host <= pool.node_host_mib)).any()
+        )
+    return check, empty
+
+
+def _host_refine(
+    pool: Pool,
+    now: Summary,
+    fits_now: np.ndarray,
+    exact: np.ndarray,
+    need: np.ndarray,
+    ask: HostAsk,
+    request: PlacementRequest,
+) -> np.ndarray:
+    """Per class, whether it fits now on GPUs but no node has the job's CPUs and memory free.
+    Only classes that ask more than their share, or sit on tight nodes, are checked."""
+    refine = fits_now & (exact | now.class_tight)
+    if not refine.any():
+        return _no_short(pool)
+    short = np.zeros(fits_now.shape[0], bool)
+    for c in np.flatnonzero(refine).tolist():
+        if not fit_nodes(pool, now, c, request.n_gpus, int(need[c]), ask).any():
+            short[c] = True
+    return short
+
+
+def _no_short(pool: Pool) -> np.ndarray:
+    cached = pool._empty.get("no_short")
+    if cached is None:
+        cached = np.zeros(pool.n_classes, bool)
+        cached.flags.writeable = False
+        pool._empty["no_short"] = cached
+    return cached  # type: ignore[no-any-return]
 
 
 def _class_max_shared(pool: Pool) -> np.ndarray:

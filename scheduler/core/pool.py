@@ -23,6 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from predictor.exceptions import UnknownGpuError
 from predictor.gpus import GPU_NAMES, GpuType, gpu_catalogue, with_prices
+from predictor.limits import MAX_CPUS, MAX_HOST_MEMORY_GIB
+from scheduler.core._host_defaults import HOST_PER_GPU
 from scheduler.core.mig import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, mig_mask, static_layout
 from scheduler.exceptions import PlacementError, PoolError
 
@@ -35,6 +37,7 @@ __all__ = [
     "KIND_SHARED",
     "KIND_WHOLE",
     "MIB_PER_GIB",
+    "MILLI_PER_CPU",
     "MODE_MIG",
     "MODE_SHARED",
     "MODE_WHOLE",
@@ -49,6 +52,10 @@ __all__ = [
 
 
 MIB_PER_GIB = 1024
+
+
+#: CPUs are accounted in thousandths of a core (Kubernetes millicores), ``int64``.
+MILLI_PER_CPU = 1000
 
 
 MODE_WHOLE, MODE_MIG, MODE_SHARED = 0, 1, 2
@@ -83,6 +90,12 @@ class NodeConfig(BaseModel):
     # applied to every GPU. Dynamic: the string "dynamic".
     mig: Literal["dynamic"] | list[list[str]] | list[str] | None = None
     max_shared_jobs: int = Field(default=4, ge=1, le=48)
+    # Host resources; omitted: the GPU type's typical figure per GPU x count
+    # (scheduler/core/_host_defaults.py, from NVIDIA's DGX datasheets).
+    cpus: float | None = Field(default=None, ge=0.001, le=MAX_CPUS, allow_inf_nan=False)
+    host_memory_gib: float | None = Field(
+        default=None, gt=0, le=MAX_HOST_MEMORY_GIB, allow_inf_nan=False
+    )
 
 
 class PoolConfig(BaseModel):
@@ -118,6 +131,8 @@ class Node:
     # Static MIG: per GPU, the (profile, start) instances; dynamic MIG and other modes: None.
     mig_layout: tuple[tuple[tuple[str, int], ...], ...] | None = None
     max_shared_jobs: int = 1
+    cpus: float = 0.0
+    host_memory_gib: float = 0.0
 
     @property
     def gpu_indices(self) -> range:
@@ -154,6 +169,8 @@ class Pool:
     node_mode: np.ndarray
     node_first: np.ndarray
     node_count: np.ndarray
+    node_cpu_milli: np.ndarray  # int64 CPU capacity in millicores
+    node_host_mib: np.ndarray  # int64 host memory capacity, MiB
     # MIG candidate instances (static layout entries and every valid dynamic placement)
     cand_gpu: np.ndarray
     cand_mask: np.ndarray  # int64 15-bit occupancy mask
@@ -201,6 +218,7 @@ class Pool:
                     f"node {nc.name!r}: 'mig' is set but mode is {nc.mode!r}; set mode = \"mig\" "
                     "or remove the mig key"
                 )
+            cpus_per_gpu, host_per_gpu = HOST_PER_GPU[nc.gpu]
             nodes.append(
                 Node(
                     name=nc.name,
@@ -210,6 +228,12 @@ class Pool:
                     first_gpu=first,
                     mig_layout=layout,
                     max_shared_jobs=nc.max_shared_jobs if nc.mode == "shared" else 1,
+                    cpus=nc.cpus if nc.cpus is not None else cpus_per_gpu * nc.count,
+                    host_memory_gib=(
+                        nc.host_memory_gib
+                        if nc.host_memory_gib is not None
+                        else host_per_gpu * nc.count
+                    ),
                 )
             )
             first += nc.count
@@ -237,6 +261,8 @@ class Pool:
                 )
             if n.mode == "shared":
                 d["max_shared_jobs"] = n.max_shared_jobs
+            d["cpus"] = n.cpus
+            d["host_memory_gib"] = n.host_memory_gib
             nodes.append(d)
         defaults = gpu_catalogue()
         prices = {
@@ -362,6 +388,13 @@ def _build(
         node_mode=node_mode,
         node_first=np.array([n.first_gpu for n in nodes], np.int64),
         node_count=np.array([n.count for n in nodes], np.int64),
+        # Floored, like GPU memory: a node never promises more than it has.
+        node_cpu_milli=np.array(
+            [math.floor(n.cpus * MILLI_PER_CPU + 1e-6) for n in nodes], np.int64
+        ),
+        node_host_mib=np.array(
+            [math.floor(n.host_memory_gib * MIB_PER_GIB + 1e-6) for n in nodes], np.int64
+        ),
         **cands,
         **classes,
     )

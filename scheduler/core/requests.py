@@ -5,6 +5,8 @@ simulated alike).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -12,8 +14,10 @@ import numpy as np
 import numpy.typing as npt
 
 from predictor.gpus import GPU_NAMES
+from predictor.limits import MAX_CPUS, MAX_HOST_MEMORY_GIB
 from scheduler.core._classes import node_max_size
 from scheduler.core.decision import Option
+from scheduler.core.host import HostAsk
 from scheduler.core.pool import Pool
 from scheduler.exceptions import PlacementError
 
@@ -27,6 +31,7 @@ __all__ = [
     "TYPE_INDEX",
     "PlacementRequest",
     "RunningJob",
+    "host_floor_gib",
     "requested_type",
 ]
 
@@ -58,7 +63,9 @@ class PlacementRequest:
     ``vram_*`` are per GPU in GiB, ``runtime_*`` seconds for the whole job; ``inf``/``nan``
     marks a type the predictor cannot place the job on. ``reserved_gib`` is the floor set after
     an OOM: the reservation is ``max(vram_upper_gib[type], reserved_gib)``. ``deadline_s`` is
-    relative to ``submit_time_s``.
+    relative to ``submit_time_s``. ``cpus`` and ``host_memory_gib`` are the job's own host
+    figures on its node (None: the node's share of the slot, :mod:`scheduler.core.host`);
+    ``host_memory_floor_gib`` is the predictor's host memory estimate, which raises that share.
     """
 
     job_id: str
@@ -77,6 +84,12 @@ class PlacementRequest:
     user_runtime_estimate_s: float | None = None
     reserved_gib: float | None = None
     busy_frac: np.ndarray = field(default_factory=lambda: np.ones(N_TYPES))
+    cpus: float | None = None
+    host_memory_gib: float | None = None
+    host_memory_floor_gib: float = 0.0
+    # The three figures above in whole millicores / MiB, computed once (placement reads them
+    # for the whole queue on every tick).
+    host_ask: HostAsk = field(init=False, repr=False, compare=False)
 
     # Hand-written so callers may pass lists or any array-like per-type figures while the
     # attributes stay float64 arrays (dataclasses.replace still works: same parameter names).
@@ -98,6 +111,9 @@ class PlacementRequest:
         user_runtime_estimate_s: float | None = None,
         reserved_gib: float | None = None,
         busy_frac: npt.ArrayLike | None = None,
+        cpus: float | None = None,
+        host_memory_gib: float | None = None,
+        host_memory_floor_gib: float = 0.0,
     ) -> None:
         self.job_id = job_id
         self.vram_gib = _type_vector(vram_gib, "vram_gib")
@@ -117,6 +133,11 @@ class PlacementRequest:
         self.submit_time_s = submit_time_s
         self.user_runtime_estimate_s = user_runtime_estimate_s
         self.reserved_gib = reserved_gib
+        self.cpus = cpus
+        self.host_memory_gib = host_memory_gib
+        self.host_memory_floor_gib = host_memory_floor_gib
+        _check_host(self)
+        self.host_ask = HostAsk.of(cpus, host_memory_gib, host_memory_floor_gib)
         for name in ("gpu", "requested_gpu"):
             v = getattr(self, name)
             if v is not None and v not in TYPE_INDEX:
@@ -158,11 +179,14 @@ class PlacementRequest:
         requested_gpu: str | None = None,
         user_runtime_estimate_s: float | None = None,
         reserved_gib: float | None = None,
+        host_memory_floor_gib: float | None = None,
     ) -> PlacementRequest:
         """Build from a JobSpec and row ``i`` of a PredictionTable (missing types: infeasible).
 
         ``requested_gpu`` defaults to the spec's pinned ``gpu``, else an H100-80GB when the
         upper bound fits one (today's habit), else the smallest type that holds it.
+        ``host_memory_floor_gib`` defaults to the predictor's host memory estimate for the spec
+        (pass it when many specs were estimated at once).
         """
         arrays = {}
         for name in ("peak_vram_gib", "peak_vram_upper_gib", "runtime_s", "runtime_upper_s"):
@@ -200,6 +224,36 @@ class PlacementRequest:
             user_runtime_estimate_s=user_runtime_estimate_s,
             reserved_gib=reserved_gib,
             busy_frac=busy,
+            cpus=spec.cpus,
+            host_memory_gib=spec.host_memory_gib,
+            host_memory_floor_gib=(
+                host_floor_gib([spec])[0]
+                if host_memory_floor_gib is None
+                else float(host_memory_floor_gib)
+            ),
+        )
+
+
+def host_floor_gib(specs: Sequence[JobSpec]) -> list[float]:
+    """The predictor's host memory estimate per spec (the floor under a job's host share)."""
+    from predictor.host_memory import host_memory_gib
+
+    return [float(x) for x in host_memory_gib(specs)]
+
+
+def _check_host(r: PlacementRequest) -> None:
+    for name, hi in (("cpus", MAX_CPUS), ("host_memory_gib", MAX_HOST_MEMORY_GIB)):
+        v = getattr(r, name)
+        if v is not None and not (math.isfinite(v) and 0 < v <= hi):
+            raise PlacementError(
+                f"job {r.job_id!r}: {name} must be in (0, {hi:g}] or None (the node's share); "
+                f"got {v!r}"
+            )
+    f = r.host_memory_floor_gib
+    if not (math.isfinite(f) and 0 <= f <= MAX_HOST_MEMORY_GIB):
+        raise PlacementError(
+            f"job {r.job_id!r}: host_memory_floor_gib must be in [0, {MAX_HOST_MEMORY_GIB:g}] "
+            f"GiB; got {f!r}"
         )
 
 

@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from predictor.gpus import GPU_NAMES
+from scheduler.core.host import class_nodes, fmt_cpus, option_share
 from scheduler.core.pool import (
     MIB_PER_GIB,
+    MILLI_PER_CPU,
     MODE_CODES,
     MODE_MIG,
     MODE_SHARED,
@@ -53,6 +55,10 @@ class _Alloc:
     used_mib: int  # memory taken from each GPU
     reserved_mib: int  # the job's reservation on each GPU
     mig_mask: int
+    node: int
+    cpu_milli: int  # CPUs taken on the node (millicores)
+    host_mib: int  # host memory taken on the node
+    over_share: bool  # took more CPU or host memory than its slot's share
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +74,14 @@ class Summary:
     # whole -> most idle GPUs in one node, shared -> most free MiB on an open GPU, MIG -> free
     # instances. One comparison per job then answers "fits now" for every class.
     class_supply: np.ndarray
+    # Host resources (scheduler.core.host): free millicores and MiB per node, the most free MiB
+    # on an open shared GPU per node (-1: none), and per class whether some node of it holds a
+    # job over its share (then even a share-sized job needs the per-node check).
+    node_cpu_free: np.ndarray
+    node_host_free: np.ndarray
+    shared_node_free_mib: np.ndarray
+    class_tight: np.ndarray
+    any_tight: bool = False
 
 
 class PoolState:
@@ -76,7 +90,8 @@ class PoolState:
     Arrays (one entry per GPU, aligned with ``pool.gpu_*``): ``used_mib`` (memory no one else
     can take: a whole GPU, MIG slices, shared reservations), ``reserved_mib`` (sum of job
     reservations), ``busy`` (a whole-GPU job holds it), ``mig_occ`` (15-bit slice mask),
-    ``shared_count`` (jobs on a shared GPU).
+    ``shared_count`` (jobs on a shared GPU). Per node: ``node_cpu_milli`` and ``node_host_mib``
+    taken, and ``node_over`` (jobs holding more than their slot's share of either).
     """
 
     __slots__ = (
@@ -86,6 +101,9 @@ class PoolState:
         "_summary_version",
         "busy",
         "mig_occ",
+        "node_cpu_milli",
+        "node_host_mib",
+        "node_over",
         "pool",
         "reserved_mib",
         "shared_count",
@@ -101,6 +119,9 @@ class PoolState:
         self.busy = np.zeros(n, bool)
         self.mig_occ = np.zeros(n, np.int64)
         self.shared_count = np.zeros(n, np.int32)
+        self.node_cpu_milli = np.zeros(len(pool.nodes), np.int64)
+        self.node_host_mib = np.zeros(len(pool.nodes), np.int64)
+        self.node_over = np.zeros(len(pool.nodes), np.int32)
         self._allocs: dict[str, _Alloc] = {}
         self.version = 0
         self._summary: Summary | None = None
@@ -169,6 +190,9 @@ class PoolState:
         new.busy = self.busy.copy()
         new.mig_occ = self.mig_occ.copy()
         new.shared_count = self.shared_count.copy()
+        new.node_cpu_milli = self.node_cpu_milli.copy()
+        new.node_host_mib = self.node_host_mib.copy()
+        new.node_over = self.node_over.copy()
         new._allocs = dict(self._allocs)
         new.version = self.version
         new._summary = self._summary
@@ -176,14 +200,26 @@ class PoolState:
         new._dirty = self._dirty
         return new
 
-    def fenced(self, gpu_indices: Iterable[int]) -> PoolState:
-        """A copy in which the given GPUs take nothing new (a backfill reservation's shadow)."""
+    def fenced(
+        self, gpu_indices: Iterable[int], hold: tuple[int, int, int] | None = None
+    ) -> PoolState:
+        """A copy in which the given GPUs take nothing new (a backfill reservation's shadow).
+
+        ``hold`` = (node, millicores, MiB) also keeps that much of a node's CPUs and host memory
+        for the reservation; the node then counts as holding a job over its share, so every
+        option there gets the per-node host check.
+        """
         new = self.copy()
         idx = np.fromiter(gpu_indices, np.int64)
         new.busy[idx] = True
         new.used_mib[idx] = self.pool.capacity_mib[idx]
         new.mig_occ[idx] = (1 << 15) - 1
         new.shared_count[idx] = np.maximum(self.pool.max_shared[idx], new.shared_count[idx])
+        if hold is not None and (hold[1] > 0 or hold[2] > 0):
+            k = hold[0]
+            new.node_cpu_milli[k] += hold[1]
+            new.node_host_mib[k] += hold[2]
+            new.node_over[k] += 1
         new._summary = None
         new._summary_version = -1
         new._dirty = _ALL_KINDS
@@ -210,12 +246,15 @@ class PoolState:
         if prev is None or dirty & _DIRTY_SHARED:
             g = idx["shared_gpus"]
             shared_free = np.full(len(GPU_NAMES), -1, np.int64)
+            shared_node = np.full(len(p.nodes), -1, np.int64)
             if g.size:
                 open_ = self.shared_count[g] < p.max_shared[g]
                 free = np.where(open_, p.capacity_mib[g] - self.used_mib[g], -1)
                 np.maximum.at(shared_free, idx["shared_type"], free)
+                np.maximum.at(shared_node, p.gpu_node[g], free)
         else:
             shared_free = prev.type_shared_free_mib
+            shared_node = prev.shared_node_free_mib
         if prev is None or dirty & _DIRTY_MIG:
             if p.cand_gpu.size:
                 avail = (self.mig_occ[p.cand_gpu] & p.cand_mask) == 0
@@ -230,7 +269,26 @@ class PoolState:
             tmax[ct],
             np.where(idx["class_shared"], shared_free[ct], class_avail),
         )
-        self._summary = Summary(node_free, tmax, shared_free, class_avail, avail, supply)
+        # Every allocation touches its node's CPUs and memory: these are O(nodes) copies.
+        cpu_free = p.node_cpu_milli - self.node_cpu_milli
+        host_free = p.node_host_mib - self.node_host_mib
+        if self.node_over.any():
+            tight = np.asarray((class_nodes(p) & (self.node_over > 0)[None, :]).any(axis=1))
+        else:
+            tight = np.zeros(p.n_classes, bool)
+        self._summary = Summary(
+            node_free,
+            tmax,
+            shared_free,
+            class_avail,
+            avail,
+            supply,
+            cpu_free,
+            host_free,
+            shared_node,
+            tight,
+            bool(self.node_over.any()),
+        )
         self._summary_version = self.version
         self._dirty = 0
         return self._summary
@@ -274,7 +332,6 @@ class PoolState:
                     f"job {job_id!r}: reservation {res} MiB exceeds a {type_name} ({cap} MiB)"
                 )
             used = cap
-            self.busy[idx] = True
         elif mode == MODE_MIG:
             if len(gpus) != 1 or option.mig_profile is None or option.mig_start is None:
                 raise PlacementError(
@@ -292,7 +349,6 @@ class PoolState:
                     f"job {job_id!r}: reservation {res} MiB exceeds MIG {option.mig_profile} "
                     f"({used} MiB)"
                 )
-            self.mig_occ[gpus[0]] |= mask
         else:
             g = gpus[0]
             if len(gpus) != 1:
@@ -308,12 +364,58 @@ class PoolState:
                     f"job {job_id!r}: shared GPU {g} has {free} MiB free, needs {res} MiB"
                 )
             used = res
-            self.shared_count[g] += 1
+        # GPUs first, then the node's CPUs and memory; nothing changes until both fit.
+        k_node, cpu, host, over = self._host_take(option, job_id, gpus[0], mode, res)
+        if mode == MODE_WHOLE:
+            self.busy[idx] = True
+        elif mode == MODE_MIG:
+            self.mig_occ[gpus[0]] |= mask
+        else:
+            self.shared_count[gpus[0]] += 1
         self.used_mib[idx] += used
         self.reserved_mib[idx] += res
-        self._allocs[job_id] = _Alloc(option, mode, gpus, used, res, mask)
+        self.node_cpu_milli[k_node] += cpu
+        self.node_host_mib[k_node] += host
+        self.node_over[k_node] += over
+        self._allocs[job_id] = _Alloc(
+            option, mode, gpus, used, res, mask, k_node, cpu, host, bool(over)
+        )
         self.version += 1
         self._dirty |= 1 << mode
+
+    def _host_take(
+        self, option: Option, job_id: str, gpu: int, mode: int, res_mib: int
+    ) -> tuple[int, int, int, int]:
+        """(node, millicores, MiB, over-share flag) the option takes; PlacementError when the
+        node has too little free. Options without host figures (records written before CPUs
+        were accounted) take nothing."""
+        p = self.pool
+        k = int(p.gpu_node[gpu])
+        cpu = 0 if option.cpus is None else round(option.cpus * MILLI_PER_CPU)
+        host = 0 if option.host_memory_gib is None else round(option.host_memory_gib * MIB_PER_GIB)
+        if cpu < 0 or host < 0:
+            raise PlacementError(
+                f"job {job_id!r}: cpus {option.cpus!r} and host_memory_gib "
+                f"{option.host_memory_gib!r} must not be negative"
+            )
+        name = p.nodes[k].name
+        free_cpu = int(p.node_cpu_milli[k] - self.node_cpu_milli[k])
+        if cpu > free_cpu:
+            raise PlacementError(
+                f"job {job_id!r}: needs {fmt_cpus(cpu)} CPUs, {fmt_cpus(free_cpu)} free on {name}"
+            )
+        free_host = int(p.node_host_mib[k] - self.node_host_mib[k])
+        if host > free_host:
+            raise PlacementError(
+                f"job {job_id!r}: needs {host / MIB_PER_GIB:.1f} GiB host memory, "
+                f"{free_host / MIB_PER_GIB:.1f} GiB free on {name}"
+            )
+        slices = 0
+        if mode == MODE_MIG and option.mig_profile is not None:
+            gt = p.catalogue[option.gpu_type]
+            slices = gt.mig_profile(option.mig_profile).compute_slices
+        s_cpu, s_host = option_share(p, k, mode, option.n_gpus, slices, res_mib)
+        return k, cpu, host, int(cpu > s_cpu or host > s_host)
 
     def release(self, job_id: str) -> Option:
         """Undo ``allocate`` exactly; returns the option the job held."""
@@ -327,6 +429,9 @@ class PoolState:
         idx = np.array(a.gpus, np.int64)
         self.used_mib[idx] -= a.used_mib
         self.reserved_mib[idx] -= a.reserved_mib
+        self.node_cpu_milli[a.node] -= a.cpu_milli
+        self.node_host_mib[a.node] -= a.host_mib
+        self.node_over[a.node] -= int(a.over_share)
         if a.kind == MODE_WHOLE:
             self.busy[idx] = False
         elif a.kind == MODE_MIG:
@@ -354,8 +459,15 @@ class PoolState:
         busy = np.zeros(n, bool)
         occ = np.zeros(n, np.int64)
         count = np.zeros(n, np.int32)
+        n_nodes = len(p.nodes)
+        cpu = np.zeros(n_nodes, np.int64)
+        host = np.zeros(n_nodes, np.int64)
+        n_over = np.zeros(n_nodes, np.int32)
         problems: list[str] = []
         for job_id, a in self._allocs.items():
+            cpu[a.node] += a.cpu_milli
+            host[a.node] += a.host_mib
+            n_over[a.node] += int(a.over_share)
             for g in a.gpus:
                 used[g] += a.used_mib
                 reserved[g] += a.reserved_mib
@@ -381,10 +493,13 @@ class PoolState:
             ("busy", busy, self.busy),
             ("mig_occ", occ, self.mig_occ),
             ("shared_count", count, self.shared_count),
+            ("node_cpu_milli", cpu, self.node_cpu_milli),
+            ("node_host_mib", host, self.node_host_mib),
+            ("node_over", n_over, self.node_over),
         ):
             bad = np.flatnonzero(want != have)
             if bad.size:
-                problems.append(f"{name} disagrees with the allocations on GPUs {bad[:8].tolist()}")
+                problems.append(f"{name} disagrees with the allocations at {bad[:8].tolist()}")
         over = np.flatnonzero(self.used_mib > p.capacity_mib)
         if over.size:
             problems.append(f"GPUs {over[:8].tolist()} are over-committed")
@@ -392,5 +507,13 @@ class PoolState:
             problems.append("some GPU holds more reservations than memory taken")
         if (self.shared_count > np.maximum(p.max_shared, 0)).any():
             problems.append("some shared GPU exceeds max_shared_jobs")
+        for what, taken, cap in (
+            ("CPUs", self.node_cpu_milli, p.node_cpu_milli),
+            ("host memory", self.node_host_mib, p.node_host_mib),
+        ):
+            bad = np.flatnonzero(taken > cap)
+            if bad.size:
+                names = [p.nodes[int(k)].name for k in bad[:8]]
+                problems.append(f"nodes {names} are over-committed on {what}")
         if problems:
             raise PoolError("pool state is inconsistent: " + "; ".join(problems))

@@ -13,7 +13,24 @@ from predictor.gpus import GPU_NAMES
 from scheduler.core._classes import class_masks, gib, node_max_size, opt_float
 from scheduler.core.binding import Binding, Select, bind, shared_gpu
 from scheduler.core.decision import Option
-from scheduler.core.pool import KIND_MIG, KIND_NAMES, KIND_SHARED, KIND_WHOLE, MIB_PER_GIB, Pool
+from scheduler.core.host import (
+    HostAsk,
+    demand,
+    demand_at,
+    fit_nodes,
+    gpu_nodes_empty,
+    gpu_nodes_now,
+    host_reason,
+)
+from scheduler.core.pool import (
+    KIND_MIG,
+    KIND_NAMES,
+    KIND_SHARED,
+    KIND_WHOLE,
+    MIB_PER_GIB,
+    MILLI_PER_CPU,
+    Pool,
+)
 from scheduler.core.requests import PlacementRequest
 from scheduler.core.state import PoolState, Summary
 from scheduler.exceptions import PlacementError
@@ -36,6 +53,7 @@ class OptionTable:
         "_leftover",
         "_state",
         "allowed",
+        "ask",
         "cap_ok",
         "capacity_mib",
         "cheapest_empty",
@@ -44,6 +62,9 @@ class OptionTable:
         "finite",
         "fits_empty",
         "fits_now",
+        "host_empty",
+        "host_exact",
+        "host_short",
         "kind_ok",
         "need_mib",
         "now",
@@ -57,6 +78,7 @@ class OptionTable:
     )
 
     allowed: np.ndarray
+    ask: HostAsk
     cap_ok: np.ndarray
     capacity_mib: np.ndarray
     cheapest_empty: int | None
@@ -65,6 +87,12 @@ class OptionTable:
     finite: np.ndarray
     fits_empty: np.ndarray
     fits_now: np.ndarray
+    # Host resources: per class, whether the job asks more than its share somewhere (so the
+    # per-node check applies), fits some node's CPUs and memory at all, and lost now only on
+    # them (GPUs free, CPUs or memory not).
+    host_empty: np.ndarray
+    host_exact: np.ndarray
+    host_short: np.ndarray
     kind_ok: np.ndarray
     need_mib: np.ndarray
     now: Summary
@@ -127,7 +155,8 @@ class OptionTable:
                 state = self._need_state("leftover()")
                 for c in np.flatnonzero(shared_now):
                     need = int(self.need_mib[c])
-                    g = shared_gpu(pool, state, int(pool.class_type[c]), need, self.select)
+                    nodes = self.host_nodes(int(c), state)
+                    g = shared_gpu(pool, state, int(pool.class_type[c]), need, self.select, nodes)
                     leftover[c] = int(pool.capacity_mib[g] - state.used_mib[g]) - need
             self._leftover = leftover
         return self._leftover
@@ -140,7 +169,8 @@ class OptionTable:
                 state = self._need_state("first()")
                 n = self.request.n_gpus
                 for c in np.flatnonzero(self.fits_now):
-                    b = bind(self.pool, state, int(c), n, int(self.need_mib[c]), "first")
+                    nodes = self.host_nodes(int(c), state)
+                    b = bind(self.pool, state, int(c), n, int(self.need_mib[c]), "first", nodes)
                     first[c] = b.gpus[0]
             self._first = first
         return self._first
@@ -203,6 +233,26 @@ class OptionTable:
             if kind == KIND_MIG:
                 return f"{tname} MIG {profile}: no such slice in this pool"
             return f"shared {tname}: no shared GPU has {gib(need):.1f} GiB"
+        if not self.host_empty[c]:
+            cpu, host = demand(pool, c, n, self.ask, need)
+            nodes = gpu_nodes_empty(pool, c, n)
+            return host_reason(
+                pool, c, cpu, host, pool.node_cpu_milli, pool.node_host_mib, nodes, empty=True
+            )
+        if self.host_short[c]:
+            cpu, host = demand(pool, c, n, self.ask, need)
+            nodes = gpu_nodes_now(pool, self.now, c, n, need)
+            why = host_reason(
+                pool,
+                c,
+                cpu,
+                host,
+                self.now.node_cpu_free,
+                self.now.node_host_free,
+                nodes,
+                empty=False,
+            )
+            return f"{pool.class_label(c)}: {why}"
         if kind == KIND_WHOLE:
             more = n - int(self.now.type_max_node_free[t])
             return f"insufficient free {tname}: {more} more needed"
@@ -222,7 +272,19 @@ class OptionTable:
                 f"job {self.request.job_id!r}: option {self.pool.class_label(c)} does not fit "
                 f"now ({self.reason(c)})"
             )
-        return bind(self.pool, state, c, self.request.n_gpus, int(self.need_mib[c]), self.select)
+        nodes = self.host_nodes(c, state)
+        return bind(
+            self.pool, state, c, self.request.n_gpus, int(self.need_mib[c]), self.select, nodes
+        )
+
+    def host_nodes(self, c: int, state: PoolState) -> np.ndarray | None:
+        """Per node, where class ``c`` fits the job's CPUs and host memory on ``state`` now;
+        None where every node whose GPUs fit also has them (no per-node check needed)."""
+        now = state.summary()
+        if not (self.host_exact[c] or now.class_tight[c]):
+            return None
+        n = self.request.n_gpus
+        return fit_nodes(self.pool, now, c, n, int(self.need_mib[c]), self.ask)
 
     def option(self, c: int, binding: Binding | None = None, reason: str | None = None) -> Option:
         pool = self.pool
@@ -232,8 +294,13 @@ class OptionTable:
         upper = float(self.request.vram_upper_gib[t])
         need = int(self.need_mib[c])
         leftover: float | None = None
+        cpus: float | None = None
+        host: float | None = None
         if binding is not None:
             leftover = gib(binding.free_before_mib - need)
+            k = int(pool.gpu_node[binding.gpus[0]])
+            cpu_m, host_m = demand_at(pool, c, self.request.n_gpus, self.ask, k, need)
+            cpus, host = cpu_m / MILLI_PER_CPU, host_m / MIB_PER_GIB
         return Option(
             kind=KIND_NAMES[kind],
             gpu_type=GPU_NAMES[t],
@@ -252,6 +319,8 @@ class OptionTable:
             reason=self.reason(c) if reason is None else reason,
             mig_start=binding.mig_start if binding is not None else None,
             leftover_gib=leftover,
+            cpus=cpus,
+            host_memory_gib=host,
         )
 
     def loser_reason(
@@ -347,6 +416,8 @@ class OptionTable:
             "reason": reasons,
             "mig_start": [None] * k,
             "leftover_gib": [None] * k,
+            "cpus": [None] * k,
+            "host_memory_gib": [None] * k,
         }
         if chosen is not None and chosen_option is not None:
             row = chosen_option.to_dict()

@@ -389,8 +389,12 @@ def _candidates(table: OptionTable, state: PoolState) -> list[tuple[int, Binding
     for c in np.flatnonzero(table.fits_now).tolist():
         kind = int(pool.class_kind[c])
         t = int(pool.class_type[c])
+        # Nodes where the job's CPUs and host memory fit (None: wherever its GPUs do).
+        host_ok = table.host_nodes(c, state)
         if kind == KIND_WHOLE:
             ok = (pool.node_type == t) & (pool.node_mode == MODE_WHOLE) & (summary.node_free >= n)
+            if host_ok is not None:
+                ok &= host_ok
             for k in np.flatnonzero(ok).tolist():
                 a = int(pool.node_first[k])
                 b = a + int(pool.node_count[k])
@@ -408,6 +412,8 @@ def _candidates(table: OptionTable, state: PoolState) -> list[tuple[int, Binding
                 & (state.shared_count < pool.max_shared)
                 & (free >= need)
             )
+            if host_ok is not None:
+                ok &= host_ok[pool.gpu_node]
             for g in np.flatnonzero(ok).tolist():
                 node = pool.nodes[int(pool.gpu_node[g])].name
                 out.append((c, Binding((g,), node, None, int(free[g]))))

@@ -20,7 +20,7 @@ from scheduler.core.binding import Binding, Select
 from scheduler.core.decide import pending_decision, pending_from_batch, place, rejected_decision
 from scheduler.core.decision import Decision, Option
 from scheduler.core.options import OptionBatch
-from scheduler.core.pool import Pool
+from scheduler.core.pool import MIB_PER_GIB, MILLI_PER_CPU, Pool
 from scheduler.core.requests import PlacementRequest, RunningJob
 from scheduler.core.state import PoolState
 from scheduler.core.table import OptionTable
@@ -131,6 +131,9 @@ class _QueueWalk:
         self.live = list(running)
         # The reserved head job (id, start time, GPUs) and the state with its GPUs fenced off.
         self.head: tuple[str, float, tuple[int, ...]] | None = None
+        # What the reserved job needs of its node's CPUs and host memory beyond what the jobs
+        # there that end before its start free: (node, millicores, MiB).
+        self.head_hold: tuple[int, int, int] | None = None
         self.fenced: PoolState | None = None
         self.reserve_tried = False
         self.blocked_by: str | None = None
@@ -184,8 +187,10 @@ class _QueueWalk:
         assert self.head is not None and self.fenced is not None
         head_id, head_t, head_gpus = self.head
         binding = table.bind(idx, self.state)
-        est = self.policy.job_runtime(req, table.option(idx, binding, reason=""))
-        if not (self.now_s + est > head_t and set(binding.gpus) & set(head_gpus)):
+        opt = table.option(idx, binding, reason="")
+        est = self.policy.job_runtime(req, opt)
+        clash = bool(set(binding.gpus) & set(head_gpus)) or self.host_clash(opt)
+        if not (self.now_s + est > head_t and clash):
             return table, idx, binding
         ftable = self.batch.table(i, self.fenced)
         fidx = self.pick(ftable)
@@ -197,6 +202,40 @@ class _QueueWalk:
         # The fenced table's arrays match the real state except on the fence, so its pick is
         # valid on the real state too; bind it there.
         return ftable, fidx, ftable.bind(fidx, self.fenced)
+
+    def hold_for(self, head: Option, start_s: float) -> tuple[int, int, int] | None:
+        """(node, millicores, MiB) the reserved option needs at ``start_s`` beyond what the
+        jobs on its node that end by then free; None for an option without host figures."""
+        pool = self.state.pool
+        if not head.gpu_indices or head.cpus is None or head.host_memory_gib is None:
+            return None
+        k = int(pool.gpu_node[head.gpu_indices[0]])
+        cpu, host = 0, 0
+        for r in self.live:
+            o = r.option
+            on_node = bool(o.gpu_indices) and int(pool.gpu_node[o.gpu_indices[0]]) == k
+            if on_node and self.policy.running_end(r) <= start_s:
+                cpu += round((o.cpus or 0.0) * MILLI_PER_CPU)
+                host += round((o.host_memory_gib or 0.0) * MIB_PER_GIB)
+        need_cpu = round(head.cpus * MILLI_PER_CPU) - cpu
+        need_host = round(head.host_memory_gib * MIB_PER_GIB) - host
+        return k, max(need_cpu, 0), max(need_host, 0)
+
+    def host_clash(self, opt: Option) -> bool:
+        """Whether ``opt`` lands on the reserved job's node and takes CPUs or host memory the
+        reservation holds there."""
+        hold, state = self.head_hold, self.state
+        if hold is None or not opt.gpu_indices:
+            return False
+        k = hold[0]
+        pool = state.pool
+        if int(pool.gpu_node[opt.gpu_indices[0]]) != k:
+            return False
+        free_cpu = int(pool.node_cpu_milli[k] - state.node_cpu_milli[k]) - hold[1]
+        free_host = int(pool.node_host_mib[k] - state.node_host_mib[k]) - hold[2]
+        cpu = round((opt.cpus or 0.0) * MILLI_PER_CPU)
+        host = round((opt.host_memory_gib or 0.0) * MIB_PER_GIB)
+        return cpu > free_cpu or host > free_host
 
     def commit(
         self,
@@ -225,7 +264,7 @@ class _QueueWalk:
             end = self.now_s + (opt.runtime_s if opt.runtime_s is not None else math.inf)
             self.live.append(RunningJob(req.job_id, opt, self.now_s, end))
         if self.head is not None:
-            self.fenced = state.fenced(self.head[2])
+            self.fenced = state.fenced(self.head[2], self.head_hold)
         return d
 
     def hold(
@@ -254,7 +293,8 @@ class _QueueWalk:
         if self.backfill and self.head is None and reserve is not None:
             t, o = reserve
             self.head = (req.job_id, t, o.gpu_indices)
-            self.fenced = self.state.fenced(o.gpu_indices)
+            self.head_hold = self.hold_for(o, t)
+            self.fenced = self.state.fenced(o.gpu_indices, self.head_hold)
             d.reason += f"; reserved {o.label} on {o.node} from t={t:.0f}s"
         if self.fifo:
             self.blocked_by = req.job_id

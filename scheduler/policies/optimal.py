@@ -3,8 +3,9 @@
 It places as many of the pending jobs as the free capacity allows (first priority) at the
 least total cost (second), over every concrete slot: each whole-GPU node with enough idle GPUs,
 each open shared GPU (memory and job-count knapsacks), and each free MIG instance (slice
-bitmasks may not overlap). Solved with HiGHS. It is exponential in the worst case, so batches
-over ``max_jobs`` jobs or pools over ``max_gpus`` GPUs are refused.
+bitmasks may not overlap), within each node's free CPUs and host memory. Solved with HiGHS.
+It is exponential in the worst case, so batches over ``max_jobs`` jobs or pools over
+``max_gpus`` GPUs are refused.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import numpy as np
 from scheduler.core.binding import Binding
 from scheduler.core.decide import pending_decision, place, rejected_decision
 from scheduler.core.decision import Decision
+from scheduler.core.host import demand_at
 from scheduler.core.options import OptionBatch
-from scheduler.core.pool import KIND_MIG, KIND_SHARED, KIND_WHOLE, MODE_SHARED, MODE_WHOLE
+from scheduler.core.pool import KIND_MIG, KIND_SHARED, KIND_WHOLE, MODE_SHARED, MODE_WHOLE, Pool
 from scheduler.core.requests import PlacementRequest, RunningJob
 from scheduler.core.state import PoolState
 from scheduler.core.table import OptionTable
@@ -62,6 +64,7 @@ class OptimalPolicy(Policy):
         cols: list[tuple[int, int, int]] = []
         cost: list[float] = []
         need_of: list[int] = []
+        host_of: list[tuple[int, int, int]] = []  # per column: node, millicores, host MiB
         s = state.summary()
         free_mib = pool.capacity_mib - state.used_mib
         for j, table in enumerate(tables):
@@ -88,7 +91,10 @@ class OptimalPolicy(Policy):
                     cols.append((j, c, k))
                     cost.append(float(table.cost[c]))
                     need_of.append(need)
-        chosen = self._solve(pending, state, cols, cost, need_of) if cols else {}
+                    node = _slot_node(pool, kind, k)
+                    n_gpus = pending[j].n_gpus
+                    host_of.append((node, *demand_at(pool, c, n_gpus, table.ask, node, need)))
+        chosen = self._solve(pending, state, cols, cost, need_of, host_of) if cols else {}
 
         decisions: list[Decision] = []
         node_next: dict[int, list[int]] = {}
@@ -161,6 +167,7 @@ class OptimalPolicy(Policy):
         cols: list[tuple[int, int, int]],
         cost: list[float],
         need_of: list[int],
+        host_of: list[tuple[int, int, int]],
     ) -> dict[int, tuple[int, int]]:
         import highspy
 
@@ -175,8 +182,13 @@ class OptimalPolicy(Policy):
                 groups[key] = ({}, ub)
             return groups[key][0]
 
+        cpu_free = s.node_cpu_free
+        host_free = s.node_host_free
         for i, (j, c, k) in enumerate(cols):
             row(("job", j), 1.0)[i] = 1.0
+            node, cpu, host = host_of[i]
+            row(("cpu", node), float(cpu_free[node]))[i] = float(cpu)
+            row(("host", node), float(host_free[node]))[i] = float(host)
             kind = int(pool.class_kind[c])
             if kind == KIND_WHOLE:
                 n_gpus = pending[j].n_gpus
@@ -234,6 +246,15 @@ class OptimalPolicy(Policy):
             j, c, k = cols[i]
             out[j] = (c, k)
         return out
+
+
+def _slot_node(pool: Pool, kind: int, k: int) -> int:
+    """The node of an ILP slot: a node (whole), a GPU (shared) or a MIG candidate."""
+    if kind == KIND_WHOLE:
+        return k
+    if kind == KIND_SHARED:
+        return int(pool.gpu_node[k])
+    return int(pool.gpu_node[int(pool.cand_gpu[k])])
 
 
 def _quiet_highs() -> Any:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from scheduler.core.decision import Decision, Option
-from scheduler.core.pool import Pool, gib_to_mib_ceil
+from scheduler.core.pool import MIB_PER_GIB, MILLI_PER_CPU, Pool, gib_to_mib_ceil
 from scheduler.service.events import event
 from scheduler.service.store.keys import queue_name, rq_job_id
 from scheduler.service.store.protocol import Commit, Store
@@ -22,6 +22,7 @@ __all__ = [
     "COMMIT_CHUNK",
     "alloc_record",
     "build_commit",
+    "capacity_rows",
     "commit_chunks",
     "job_meta",
     "placed_event",
@@ -33,6 +34,27 @@ __all__ = [
 KIND_CODE = {"whole": 0, "mig": 1, "shared": 2}
 #: Commits per pipeline; the lease is renewed between chunks so a long batch keeps it.
 COMMIT_CHUNK = 500
+
+
+def capacity_rows(
+    pool: Pool,
+) -> tuple[list[tuple[int, int, int, int, int]], list[tuple[int, int, int]]]:
+    """What the store's capacity counters start from: per GPU (index, MiB, mode code,
+    max_shared_jobs, node index) and per node (index, millicores, host MiB)."""
+    gpus = [
+        (
+            g,
+            int(pool.capacity_mib[g]),
+            int(pool.gpu_mode[g]),
+            int(pool.max_shared[g]),
+            int(pool.gpu_node[g]),
+        )
+        for g in range(pool.n_gpus)
+    ]
+    nodes = [
+        (k, int(pool.node_cpu_milli[k]), int(pool.node_host_mib[k])) for k in range(len(pool.nodes))
+    ]
+    return gpus, nodes
 
 
 def slot(pool: Pool, opt: Option) -> tuple[int, int, int]:
@@ -92,6 +114,8 @@ def placement_record(
         reason=d.reason,
         runner_up=None if runner is None else runner.to_dict(),
         engine=engine,
+        cpus=opt.cpus,
+        host_memory_gib=opt.host_memory_gib,
     )
 
 
@@ -115,11 +139,16 @@ def record_option(rec: PlacementRecord) -> Option:
         reason="",
         mig_start=rec.mig_start,
         leftover_gib=rec.leftover_gib,
+        cpus=rec.cpus,
+        host_memory_gib=rec.host_memory_gib,
     )
 
 
 def alloc_record(rec: PlacementRecord) -> dict[str, Any]:
-    """The ``P:allocs`` entry: what the commit adds, what every release takes back."""
+    """The ``P:allocs`` entry: what the commit adds, what every release takes back.
+
+    ``cpu_milli`` and ``host_mib`` are charged to the node of the allocation's GPUs, exactly
+    as PoolState.allocate counts them (the option's figures are whole millicores and MiB)."""
     return {
         "attempt": rec.attempt,
         "kind": KIND_CODE[rec.kind],
@@ -127,6 +156,8 @@ def alloc_record(rec: PlacementRecord) -> dict[str, Any]:
         "used_mib": rec.used_mib,
         "reserved_mib": gib_to_mib_ceil(rec.reserved_gib),
         "mig_mask": rec.mig_mask,
+        "cpu_milli": 0 if rec.cpus is None else round(rec.cpus * MILLI_PER_CPU),
+        "host_mib": 0 if rec.host_memory_gib is None else round(rec.host_memory_gib * MIB_PER_GIB),
         "option": record_option(rec).to_dict(),
     }
 

@@ -88,6 +88,9 @@ def decode_request(
             submit_time_s=t,
             reserved_gib=floor,
             busy_frac=None if rr.busy_frac is None else _inf(rr.busy_frac),
+            cpus=rr.cpus,
+            host_memory_gib=rr.host_memory_gib,
+            host_memory_floor_gib=rr.host_memory_floor_gib,
         )
     except PlacementError as exc:
         raise InvalidRecord(str(exc)) from None

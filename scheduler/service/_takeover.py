@@ -78,17 +78,11 @@ class _Leadership(_Housekeeping):
         self._capver = -1
 
     def _take_over(self) -> None:
+        from scheduler.service._commit import capacity_rows
+
         config = self.pool.to_dict()
-        gpus = [
-            (
-                g,
-                int(self.pool.capacity_mib[g]),
-                int(self.pool.gpu_mode[g]),
-                int(self.pool.max_shared[g]),
-            )
-            for g in range(self.pool.n_gpus)
-        ]
-        got = self.store.init_pool(dumps(config), self.pool.name, gpus)
+        gpus, nodes = capacity_rows(self.pool)
+        got = self.store.init_pool(dumps(config), self.pool.name, gpus, nodes)
         if got == "busy":
             stored = self.store.pool_config()
             raise ServiceError(

@@ -178,6 +178,8 @@ def _replica_record(
         "requested_gpu": o.gpu,
         "priority": spec.priority,
         "deadline_s": None,
+        "cpus": spec.cpus,
+        "host_memory_gib": spec.host_memory_gib,
     }
     ts = repr(now)
     return {

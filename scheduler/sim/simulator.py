@@ -50,7 +50,7 @@ from scheduler.core.escalation import TableFn, escalate_oom
 from scheduler.core.loop import SchedulerCore
 from scheduler.core.options import option_table
 from scheduler.core.pool import KIND_NAMES, Pool
-from scheduler.core.requests import TYPE_INDEX, PlacementRequest, requested_type
+from scheduler.core.requests import TYPE_INDEX, PlacementRequest, host_floor_gib, requested_type
 from scheduler.core.rules import MAX_OOM_RETRIES, OOM_GROWTH, memory_limit_gib
 from scheduler.exceptions import SimulationError
 from scheduler.policies.base import Policy
@@ -191,9 +191,16 @@ class Simulator:
         vf, rf = draw_truth(model, self.seed, fps, ids) if n else (np.ones(0), np.ones(0))
         self.jobs: dict[str, _Job] = {}
         self._order: list[str] = []
+        # One vectorised pass for the predictor's host memory estimates (the live client does
+        # the same at submit).
+        host_floors = host_floor_gib(workload.specs)
         for i, spec in enumerate(workload.specs):
             req = PlacementRequest.from_table(
-                spec, predictions, i, submit_time_s=float(workload.arrival_s[i])
+                spec,
+                predictions,
+                i,
+                submit_time_s=float(workload.arrival_s[i]),
+                host_memory_floor_gib=host_floors[i],
             )
             req.requested_gpu = requested_type(
                 req.vram_upper_gib, req.n_gpus, workload.requested_gpu[i], pool

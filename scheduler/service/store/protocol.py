@@ -53,7 +53,11 @@ class Store(Protocol):
 
     # pool and capacity
     def init_pool(
-        self, config_json: str, name: str, gpus: Sequence[tuple[int, int, int, int]]
+        self,
+        config_json: str,
+        name: str,
+        gpus: Sequence[tuple[int, int, int, int, int]],
+        nodes: Sequence[tuple[int, int, int]] = (),
     ) -> str: ...
     def pool_config(self) -> dict[str, Any] | None: ...
     def gpu_state(self) -> dict[str, int]: ...

@@ -14,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from predictor.gpus import GPU_NAMES
 from predictor.limits import (
+    MAX_CPUS,
     MAX_GPUS,
+    MAX_HOST_MEMORY_GIB,
     MAX_PARALLEL,
     MAX_PRIORITY,
     MAX_RUNTIME_S,
@@ -89,6 +91,15 @@ class RequestRecord(BaseModel):
     requested_gpu: str | None = None
     priority: int = Field(default=0, ge=MIN_PRIORITY, le=MAX_PRIORITY)
     deadline_s: float | None = Field(default=None, ge=0, le=MAX_RUNTIME_S)
+    # Host resources: the spec's own figures (None: the node's share) and the predictor's host
+    # memory estimate under the share; absent in older records.
+    cpus: float | None = Field(default=None, ge=0.001, le=MAX_CPUS, allow_inf_nan=False)
+    host_memory_gib: float | None = Field(
+        default=None, gt=0, le=MAX_HOST_MEMORY_GIB, allow_inf_nan=False
+    )
+    host_memory_floor_gib: float = Field(
+        default=0.0, ge=0, le=MAX_HOST_MEMORY_GIB, allow_inf_nan=False
+    )
 
     @field_validator("gpu", "requested_gpu")
     @classmethod
@@ -168,6 +179,10 @@ class PlacementRecord(BaseModel):
     # A serving replica's engine values (``predictor.serving.ENGINE_PLACEHOLDERS``), for the
     # worker's placeholder substitution; None for batch jobs.
     engine: dict[str, str] | None = None
+    #: CPUs and host memory the attempt holds on its node (None: records from before they
+    #: were accounted, which hold none).
+    cpus: float | None = None
+    host_memory_gib: float | None = None
 
 
 _MAX_ENGINE_BYTES = 4096

@@ -191,11 +191,21 @@ class RedisStore:
     # -- pool and capacity --------------------------------------------------------------------
 
     def init_pool(
-        self, config_json: str, name: str, gpus: Sequence[tuple[int, int, int, int]]
+        self,
+        config_json: str,
+        name: str,
+        gpus: Sequence[tuple[int, int, int, int, int]],
+        nodes: Sequence[tuple[int, int, int]] = (),
     ) -> str:
+        """Publish the pool and start its capacity counters (unless the same pool is there):
+        ``gpus`` (index, MiB, mode code, max_shared_jobs, node index), ``nodes`` (index,
+        millicores, host MiB); ``scheduler.service._commit.capacity_rows`` builds both."""
         args: list[Any] = [self.prefix, pool_fingerprint(config_json), config_json, name]
+        args.append(len(gpus))
         for g in gpus:
             args += list(g)
+        for n in nodes:
+            args += list(n)
         return str(self._init_pool(args=args))
 
     def pool_config(self) -> dict[str, Any] | None:

@@ -20,6 +20,7 @@ from scheduler.core.loop import SchedulerCore
 from scheduler.core.pool import MIB_PER_GIB, Pool, load_pool
 from scheduler.core.requests import PlacementRequest
 from scheduler.policies.registry import get_policy
+from scheduler.service._commit import capacity_rows
 from scheduler.service.store.keys import queue_name, rq_job_id
 from scheduler.service.store.protocol import Commit
 from scheduler.service.store.records import dumps
@@ -63,11 +64,8 @@ def _write(redis_url: str) -> Scenario:
     decisions = {d.job_id: d for d in core.tick(1000.0)}
     store = RedisStore(__import__("redis").Redis.from_url(redis_url))
     config = pool.to_dict()
-    gpus = [
-        (g, int(pool.capacity_mib[g]), int(pool.gpu_mode[g]), int(pool.max_shared[g]))
-        for g in range(pool.n_gpus)
-    ]
-    store.init_pool(json.dumps(config, sort_keys=True), pool.name, gpus)
+    gpus, nodes = capacity_rows(pool)
+    store.init_pool(json.dumps(config, sort_keys=True), pool.name, gpus, nodes)
     now = time.time()
     records = []
     for k, s in enumerate(specs):

@@ -14,6 +14,31 @@ if fenced ~= '0' and (token == '' or redis.call('GET', P .. ':leader') ~= token)
 end
 local gk = P .. ':gpu'
 local d_used, d_mig, d_shared, seen_job = {}, {}, {}, {}
+local d_cpu, d_host = {}, {}
+
+-- The allocation's node has its CPUs and host memory free (all its GPUs on that one node).
+local function check_host(a)
+  local node = redis.call('HGET', gk, a.gpus[1] .. ':node')
+  if not node then return nil end
+  for _, g in ipairs(a.gpus) do
+    if redis.call('HGET', gk, g .. ':node') ~= node then
+      return 'err:GPUs ' .. a.gpus[1] .. ' and ' .. g .. ' are on different nodes'
+    end
+  end
+  local p = 'n' .. node .. ':'
+  local cpu = tonumber(redis.call('HGET', gk, p .. 'cpu') or '0') + (d_cpu[node] or 0)
+  local cap = tonumber(redis.call('HGET', gk, p .. 'cpu_cap') or '0')
+  if cpu + a.cpu_milli > cap then
+    return 'err:node ' .. node .. ' has ' .. (cap - cpu) .. ' millicores free, needs ' .. a.cpu_milli
+  end
+  local host = tonumber(redis.call('HGET', gk, p .. 'host') or '0') + (d_host[node] or 0)
+  local hcap = tonumber(redis.call('HGET', gk, p .. 'host_cap') or '0')
+  if host + a.host_mib > hcap then
+    return 'err:node ' .. node .. ' has ' .. (hcap - host) .. ' MiB host memory free, needs ' ..
+      a.host_mib
+  end
+  return nil
+end
 
 local function check(job, expected, raw)
   if seen_job[job] then return 'bad:job listed twice in one commit' end
@@ -52,6 +77,8 @@ local function check(job, expected, raw)
       if k >= mx or cap - u < a.used_mib then return 'err:shared GPU ' .. g .. ' is full' end
     end
   end
+  local why = check_host(a)
+  if why then return why end
   return a
 end
 
@@ -64,6 +91,11 @@ for j = 1, n do
     out[j] = a
   else
     seen_job[job] = true
+    local node = redis.call('HGET', gk, a.gpus[1] .. ':node')
+    if node then
+      d_cpu[node] = (d_cpu[node] or 0) + a.cpu_milli
+      d_host[node] = (d_host[node] or 0) + a.host_mib
+    end
     for _, g in ipairs(a.gpus) do
       d_used[g] = (d_used[g] or 0) + a.used_mib
       if a.kind == 1 then d_mig[g] = bit.bor(d_mig[g] or 0, a.mig_mask) end

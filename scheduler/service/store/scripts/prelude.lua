@@ -21,6 +21,11 @@ local function valid_alloc(raw)
   end
   if not int_in(a.mig_mask or 0, 0, MAX_MASK) then return 'mig_mask is out of range' end
   a.mig_mask = a.mig_mask or 0
+  -- Host resources on the allocation's node; absent in records from before they were counted.
+  if not int_in(a.cpu_milli or 0, 0, MAX_MIB) then return 'cpu_milli is out of range' end
+  if not int_in(a.host_mib or 0, 0, MAX_MIB) then return 'host_mib is out of range' end
+  a.cpu_milli = a.cpu_milli or 0
+  a.host_mib = a.host_mib or 0
   if type(a.gpus) ~= 'table' or #a.gpus == 0 then return 'allocation names no GPUs' end
   local seen = {}
   for _, g in ipairs(a.gpus) do
@@ -31,9 +36,18 @@ local function valid_alloc(raw)
   if a.kind ~= 0 and #a.gpus ~= 1 then return 'a MIG or shared allocation takes one GPU' end
   return a
 end
--- Add (sign 1) or take back (sign -1) what a checked allocation holds on its GPUs.
+-- The node of an allocation's GPUs (nil for a pool initialised before nodes were stored).
+local function alloc_node(a)
+  return redis.call('HGET', P .. ':gpu', a.gpus[1] .. ':node')
+end
+-- Add (sign 1) or take back (sign -1) what a checked allocation holds on its GPUs and node.
 local function add_alloc(a, sign)
   local gk = P .. ':gpu'
+  local node = alloc_node(a)
+  if node then
+    redis.call('HINCRBY', gk, 'n' .. node .. ':cpu', string.format('%d', sign * a.cpu_milli))
+    redis.call('HINCRBY', gk, 'n' .. node .. ':host', string.format('%d', sign * a.host_mib))
+  end
   for _, g in ipairs(a.gpus) do
     local p = g .. ':'
     redis.call('HINCRBY', gk, p .. 'used', string.format('%d', sign * a.used_mib))
@@ -54,6 +68,8 @@ local function recount()
   for _, f in ipairs(fields) do
     local g = string.match(f, '^(%d+):cap$')
     if g then redis.call('HSET', gk, g .. ':used', 0, g .. ':mig', 0, g .. ':shared', 0) end
+    local k = string.match(f, '^n(%d+):cpu_cap$')
+    if k then redis.call('HSET', gk, 'n' .. k .. ':cpu', 0, 'n' .. k .. ':host', 0) end
   end
   local all = redis.call('HGETALL', P .. ':allocs')
   for i = 1, #all, 2 do
