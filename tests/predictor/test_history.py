@@ -27,6 +27,14 @@ def test_fingerprint_ignores_name_and_length_but_not_config():
     assert fingerprint(a) != fingerprint(parse_spec({**SPEC, "command": ["python", "u.py"]}))
 
 
+def test_fingerprint_ignores_who_ran_it_and_what_it_waited_for():
+    # The client stamps every job with the OS user: one user's history must answer another's
+    # run, and a simulated worker must draw the simulator's truth for it.
+    a = parse_spec(SPEC)
+    b = parse_spec({**SPEC, "user": "alice", "team": "nlp", "depends_on": ["prep-0"]})
+    assert fingerprint(a) == fingerprint(b)
+
+
 def test_recent_window_high_percentile():
     runs = [_m(i, 100.0 if i == 0 else 20.0 + i) for i in range(6)]
     h = HistoryPredictor(window=5).fit(runs)
