@@ -3,11 +3,13 @@
 24 of the published peak-VRAM runs on catalogue GPUs are measured again by workers on two nodes
 (``n0`` and ``n1``, alternating) and appended to the history, as in
 ``tests/scheduler/service/test_retrain.py``. Honest cases, which the gate must accept: the same
-peaks (``agreeing``), the same peaks with ±5% measurement noise (``noise_5pct``), and 24
+peaks (``agreeing``), the same peaks with ±5% measurement noise (``noise_5pct``), and 20
 published runs the incumbent never saw, withheld from the published rows (``withheld_published``:
 new information, honestly measured). Broken cases, which it must reject: peaks doubled,
 tripled, times 0.4, contradictory (``n0`` 2×, ``n1`` 0.5×) and random (5× or 0.2× per row).
-A sweep of uniform factors (1.1× to 1.5×) shows where the gate starts to see a bias.
+A sweep of uniform factors (1.1× to 1.5×) shows where the gate starts to see a bias, and
+``NULL_DRAWS`` random honest withholdings of 24 runs measure how often it holds back honest rows
+(``null_draws``).
 
 Every case runs twice: on the 64 published peak-VRAM rows (the test's data) and on every
 published row (the service's default). The retraining process's own function runs in this
@@ -43,6 +45,10 @@ N = 24
 Factor = Callable[[int, str], float]  # (row number, node) -> multiplier of the published peak
 
 
+def _uniform(x: float) -> Factor:
+    return lambda i, node: x
+
+
 def _noise(i: int, node: str) -> float:
     return 1.0 + float(np.random.default_rng(1000 + i).uniform(-0.05, 0.05))
 
@@ -60,6 +66,9 @@ BROKEN: dict[str, Factor] = {
     "random_5x_0.2x": _random,
 }
 SWEEP = (1.1, 1.2, 1.3, 1.5)
+#: Random honest draws for the false-rejection rate: each withholds N random catalogue-GPU runs
+#: from the published rows and brings them back as history (new rows exchangeable with the old).
+NULL_DRAWS = 40
 
 
 def published_vram() -> list[dict[str, Any]]:
@@ -141,6 +150,25 @@ def _datasets(tmp: Path) -> dict[str, tuple[list[str], list[str], list[dict[str,
     }
 
 
+def null_draws(url: str, tmp: Path) -> dict[str, Any]:
+    """How often the gate holds back honest new rows (its false-rejection rate, <= ALPHA if the
+    rows are exchangeable): NULL_DRAWS random withholdings on the 64 peak-VRAM rows."""
+    vram = published_vram()
+    runs = [r for r in vram if isinstance(r.get("gpu"), str)]
+    reasons = []
+    for k in range(NULL_DRAWS):
+        pick = np.random.default_rng(k).choice(len(runs), size=N, replace=False)
+        ids = {runs[int(j)]["id"] for j in pick}
+        rest = _write(tmp / f"null-{k}.jsonl", [r for r in vram if r["id"] not in ids])
+        got = run_case(url, history_rows(lambda i, n: 1.0, [runs[int(j)] for j in pick]), [rest])
+        reasons.append({"accepted": got["accepted"], "reason": got["reason"]})
+    return {
+        "draws": NULL_DRAWS,
+        "rejected": sum(not r["accepted"] for r in reasons),
+        "decisions": reasons,
+    }
+
+
 def main() -> None:
     url = os.environ.get("SNUGFIT_REDIS_URL") or "redis://127.0.0.1:6379/0"
     tmp = Path(tempfile.mkdtemp(prefix="snugfit-bench-retrain-data-"))
@@ -148,7 +176,7 @@ def main() -> None:
     cases: dict[str, tuple[str, Factor]] = {
         **{k: ("accept", f) for k, f in HONEST.items()},
         **{k: ("reject", f) for k, f in BROKEN.items()},
-        **{f"sweep_{x}x": ("either", lambda i, n, x=x: x) for x in SWEEP},
+        **{f"sweep_{x}x": ("either", _uniform(x)) for x in SWEEP},
     }
     for data_name, (data, data_withheld, withheld) in _datasets(tmp).items():
         runs: dict[str, tuple[str, list[str], list[str]]] = {
@@ -163,6 +191,8 @@ def main() -> None:
             ok = want == "either" or got["accepted"] == (want == "accept")
             print(f"{data_name}/{name}: {'ok' if ok else 'WRONG'} {got['reason']} "
                   f"({got['seconds']} s)")  # fmt: skip
+    out["null_draws"] = null_draws(url, tmp)
+    print(f"honest random withholdings rejected: {out['null_draws']['rejected']} of {NULL_DRAWS}")
     shutil.rmtree(tmp, ignore_errors=True)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "retrain.json").write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")

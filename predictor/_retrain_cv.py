@@ -60,7 +60,7 @@ from .evaluation import TablePredictor, predicted_values
 from .gpus import GPU_NAMES
 from .measurements import Measurement
 
-__all__ = ["ALPHA", "PERMUTATIONS", "compare_retrained", "no_worse"]
+__all__ = ["ALPHA", "PERMUTATIONS", "compare_retrained", "consistency_p", "no_worse", "worse_p"]
 
 #: Family-wise level of the gate: the most often an honest retrain is held back.
 ALPHA = 0.05
@@ -101,10 +101,11 @@ def consistency_p(
     residual: np.ndarray, mine: np.ndarray, scores: np.ndarray, strata: np.ndarray
 ) -> float:
     """Test 1 (module doc) for one node: ``residual[mine]`` against ``residual[scores]``."""
+    if not mine.any():
+        return 1.0
     rng = np.random.default_rng(_SEED)
     observed = 0.0
     null = np.zeros(PERMUTATIONS)
-    k = int(mine.sum())
     for s in np.unique(strata[mine]):
         pool = (mine | scores) & (strata == s)
         ranks = _normalised_ranks(np.abs(residual[pool]))
@@ -113,7 +114,7 @@ def consistency_p(
         # Which of the stratum's rows are the node's, drawn again without replacement.
         draws = np.argsort(rng.random((PERMUTATIONS, ranks.size)), axis=1)[:, : is_mine.sum()]
         null += ranks[draws].sum(axis=1)
-    return float((1 + np.sum(null >= observed - 1e-12)) / (PERMUTATIONS + 1)) if k else 1.0
+    return float((1 + np.sum(null >= observed - 1e-12)) / (PERMUTATIONS + 1))
 
 
 def worse_p(diff: np.ndarray, groups: np.ndarray) -> float:
@@ -129,7 +130,10 @@ def _apes(d: _MetricData, corr: np.ndarray) -> np.ndarray:
     return np.abs(np.expm1(corr - d.y))
 
 
-def _figures(d: _MetricData, new_rows: np.ndarray, inc: np.ndarray, cand: np.ndarray, metric: str) -> dict[str, Any]:  # fmt: skip
+def _figures(
+    d: _MetricData, new_rows: np.ndarray, inc: np.ndarray, cand: np.ndarray, metric: str
+) -> dict[str, Any]:
+    """The figures :func:`compare_retrained` reports for one metric, the two tests included."""
     old = ~new_rows
     residual = d.y - inc
     scores = old & d.calibrate
@@ -150,7 +154,9 @@ def _figures(d: _MetricData, new_rows: np.ndarray, inc: np.ndarray, cand: np.nda
         "candidate_mape": _ape(d.y, cand),
         "old_incumbent_mape": _ape(d.y[old], inc[old]),
         "old_candidate_mape": _ape(d.y[old], cand[old]),
-        "calibration_median_abs_residual": float(np.median(np.abs(residual[scores]))),
+        "calibration_median_abs_residual": (
+            float(np.median(np.abs(residual[scores]))) if scores.any() else 0.0
+        ),
         "worse_p": worse_p(_apes(d, cand)[old] - _apes(d, inc)[old], d.groups[old]),
         "nodes": nodes,
     }
@@ -213,6 +219,7 @@ def no_worse(cv: Mapping[str, Mapping[str, Any]], alpha: float = ALPHA) -> tuple
         return False, f"rejected at p <= {level:.4f} ({n_tests} tests): " + "; ".join(failed)
     figures = ", ".join(
         f"{m} old rows {v['old_candidate_mape']:.2%} vs {v['old_incumbent_mape']:.2%} "
-        f"(p={v['worse_p']:.2f}), all rows {v['candidate_mape']:.2%}" for m, v in cv.items()
+        f"(p={v['worse_p']:.2f}), all rows {v['candidate_mape']:.2%}"
+        for m, v in cv.items()
     )
     return True, f"new rows consistent and candidate no worse at p > {level:.4f}: " + figures
