@@ -3,7 +3,8 @@ JOB.json``): never in the placement loop's process.
 
 It reads the published rows and the service's whole history list (``SNUGFIT_REDIS_URL``,
 from the environment so no password sits in a file), asks grouped CV whether a learned tier
-trained with the new history rows is no worse (:mod:`predictor._retrain_cv`), and only then
+trained with the new history rows is no worse (:mod:`predictor._retrain_cv`: two tests, one of
+the new rows against the incumbent's calibration per node, one of the old rows), and only then
 writes it to the active artifact path, keeping the one it replaces as
 ``learned.previous.json``. Either way it writes a result JSON the leader logs as a
 ``retrain`` event. Simulated rows never train, and OOM rows neither: their peak is only a lower

@@ -5,10 +5,12 @@ or every ``every_hours`` with at least one new row, whichever comes first, the l
 ``python -m scheduler.service._retrain_child`` and goes on placing: the step only checks
 whether the process has ended (``Popen.poll``). That process trains on the published rows
 plus the history, and replaces the active artifact (``$SNUGFIT_HOME/artifacts/learned.json``)
-only if grouped cross-validation says the result is no worse (:mod:`predictor._retrain_cv`);
-the artifact it replaces is kept as ``learned.previous.json``. Clients and the leader follow the
-active artifact (:meth:`predictor.tiered.TieredPredictor.refresh`), so the next prediction's
-``method`` names the new version (``learned:<version>``). A ``retrain`` event goes to the
+only if grouped cross-validation says the result is no worse (:mod:`predictor._retrain_cv`:
+each node's new rows consistent with the incumbent's calibrated residuals, and the candidate
+not significantly worse on the rows the incumbent had); the artifact it replaces is kept as
+``learned.previous.json``. Clients and the leader follow the active artifact
+(:meth:`predictor.tiered.TieredPredictor.refresh`), so the next prediction's ``method`` names
+the new version (``learned:<version>``). A ``retrain`` event goes to the
 placement log when it starts and when it ends, the second with the CV figures.
 
 The trigger's state sits next to the artifact (``retrain.json``: the real rows counted at the
