@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from scheduler.cli._options import redis_option
 from scheduler.cli.output import Output, output_options
 
 __all__ = [
@@ -26,13 +27,6 @@ __all__ = [
     "requeue_command",
     "text_table",
 ]
-
-_redis_opt = click.option(
-    "--redis",
-    "redis_url",
-    default=None,
-    help="Redis URL (default: $SNUGFIT_REDIS_URL, else embedded).",
-)
 
 
 def _client(url: str | None) -> Any:
@@ -98,7 +92,7 @@ def _split(values: tuple[str, ...]) -> list[str] | None:
     help="Only these states (default: pending, placed, running; `all` for every state).",
 )
 @click.option("-w", "--node", "nodes", multiple=True, help="Only jobs placed on these nodes.")
-@_redis_opt
+@redis_option
 @output_options(width=False, json_help="A JSON list of typed rows.")
 def queue_command(
     job_ids: tuple[str, ...],
@@ -175,7 +169,7 @@ def _vs(actual: float | None, predicted: float | None, unit: str) -> str:
 )
 @click.option("-u", "--user", "users", multiple=True, help="Only these users.")
 @click.option("--team", "teams", multiple=True, help="Only these teams.")
-@_redis_opt
+@redis_option
 @output_options(width=False, json_help="Typed JSON: jobs, groups and total.")
 def acct_command(
     job_ids: tuple[str, ...],
@@ -316,7 +310,7 @@ def _why(name: str, jid: str, answer: str) -> str:
 
 @click.command("hold")
 @click.argument("job_ids", nargs=-1, required=True)
-@_redis_opt
+@redis_option
 @output_options(table=False, json_help="A JSON list of {id, result, ok, error}.")
 def hold_command(job_ids: tuple[str, ...], redis_url: str | None, out: Output) -> None:
     """Keep pending jobs from being placed until `snugfit release`."""
@@ -325,7 +319,7 @@ def hold_command(job_ids: tuple[str, ...], redis_url: str | None, out: Output) -
 
 @click.command("release")
 @click.argument("job_ids", nargs=-1, required=True)
-@_redis_opt
+@redis_option
 @output_options(table=False, json_help="A JSON list of {id, result, ok, error}.")
 def release_command(job_ids: tuple[str, ...], redis_url: str | None, out: Output) -> None:
     """Let held jobs be placed again (they still wait for their dependencies)."""
@@ -334,7 +328,7 @@ def release_command(job_ids: tuple[str, ...], redis_url: str | None, out: Output
 
 @click.command("requeue")
 @click.argument("job_ids", nargs=-1, required=True)
-@_redis_opt
+@redis_option
 @output_options(table=False, json_help="A JSON list of {id, result, ok, error}.")
 def requeue_command(job_ids: tuple[str, ...], redis_url: str | None, out: Output) -> None:
     """Put jobs back to pending as a new attempt: a running one is stopped first; a finished,

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from scheduler.cli._options import store_options
 from scheduler.cli.output import Output, output_options
 
 __all__ = [
@@ -97,19 +98,6 @@ def load_record(store: Any, job_id: str) -> dict[str, Any]:
     return parse_record(raw)
 
 
-_url_option = click.option(
-    "--redis",
-    "--url",
-    "url",
-    envvar="SNUGFIT_REDIS_URL",
-    default=None,
-    help="Redis URL (default: $SNUGFIT_REDIS_URL, else the embedded server).",
-)
-_prefix_option = click.option(
-    "--prefix", default="snugfit", show_default=True, help="Key prefix of the cluster."
-)
-
-
 # ---------------------------------------------------------------------------------------------
 # snugfit log
 
@@ -132,8 +120,7 @@ _prefix_option = click.option(
     hidden=True,
     help="With -f: stop after this many seconds without a new event (tests, scripts).",
 )
-@_url_option
-@_prefix_option
+@store_options
 def log_command(
     follow: bool,
     job_id: str | None,
@@ -218,8 +205,7 @@ def _event_ts(event: Mapping[str, Any]) -> float:
 @click.command(name="explain")
 @click.argument("job_id")
 @output_options(json_help="Print the typed job record as JSON (every option spelled out).")
-@_url_option
-@_prefix_option
+@store_options
 def explain_command(job_id: str, out: Output, url: str | None, prefix: str) -> None:
     """Why a job went where it went: every option considered (SkyPilot-style), the VRAM
     breakdown, predicted vs actual once it ran, and why it is pending (Slurm-style Reason)."""
@@ -280,8 +266,7 @@ def _explain_deployment(store: Any, dep_id: str, out: Output) -> bool:
     help="A node whose worker heartbeat is older than this is shown as down (as the "
     "scheduler's --node-stale).",
 )
-@_url_option
-@_prefix_option
+@store_options
 def pool_command(out: Output, heartbeat_s: float, url: str | None, prefix: str) -> None:
     """Pool occupancy: per node and GPU what runs where, reserved vs used VRAM, MIG layout,
     CPUs and host memory per node, and free capacity by GPU type."""
