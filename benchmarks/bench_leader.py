@@ -10,7 +10,6 @@ A checkout of another commit on ``PYTHONPATH`` compares like with like (same scr
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -22,6 +21,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import redis  # noqa: E402
+from _common import write_result  # noqa: E402
 from bench_service import _submitter, start_redis  # noqa: E402
 
 from scheduler.core.pool import synthetic_pool  # noqa: E402
@@ -64,10 +64,7 @@ def main() -> None:
         "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
         "cpus": os.cpu_count(),
     }
-    out = REPO / "benchmarks" / "results" / "leader.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(json.dumps(doc, indent=1))
+    write_result("leader.json", doc)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from _common import write_result  # noqa: E402
 
 from scheduler.core.pool import Pool, synthetic_pool  # noqa: E402
 from scheduler.service.client import Client  # noqa: E402
@@ -301,10 +304,7 @@ def main() -> None:
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "results": results,
     }
-    out = REPO / "benchmarks" / "results" / "service.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(json.dumps(doc, indent=1))
+    write_result("service.json", doc)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import redis
 from scheduler.service.client import Client
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
-from tests.scheduler.dashboard._procs import procs, served_url, start, wait_for  # noqa: F401
+from tests.scheduler.dashboard._procs import served_url, start, wait_for
 
 
 def _chromium() -> str | None:
@@ -64,7 +64,7 @@ def _launch(p: Any) -> Any:
 def test_dashboard_in_headless_chromium(
     redis_url: str,
     tmp_path: Path,
-    procs: list[subprocess.Popen[bytes]],  # noqa: F811
+    procs: list[subprocess.Popen[bytes]],
 ) -> None:
     pool_file = tmp_path / "pool.toml"
     pool_file.write_text(POOL_TOML)

@@ -28,6 +28,7 @@ from scheduler.service.store.keys import TERMINAL_STATES, queue_name
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
 from tests.jobs import submit_stream
+from tests.procs import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 TWO_NODES = {
@@ -58,21 +59,6 @@ def snugfit(args: list[str], url: str, home: Path) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in started:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 @pytest.fixture
@@ -107,15 +93,6 @@ def private_url(tmp_path: Path) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait()
-
-
-def wait_for(cond: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def check_capacity(store: RedisStore, pool: Pool) -> None:
