@@ -16,6 +16,7 @@ import click
 __all__ = [
     "PoolFile",
     "ShippedFile",
+    "client_for",
     "measurement_files",
     "pool_option",
     "redis_option",
@@ -128,6 +129,15 @@ redis_option = click.option(
     default=None,
     help="Redis URL (default: $SNUGFIT_REDIS_URL, else embedded).",
 )
+
+
+def client_for(redis_url: str | None) -> Any:
+    """The :class:`~scheduler.service.client.Client` for a command's ``--redis`` value
+    (imported here, so ``--help`` and completion never load the service)."""
+    from scheduler.service.client import Client
+
+    return Client(redis_url)
+
 
 _url_option = click.option(
     "--redis",

@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from scheduler.cli._options import redis_option
+from scheduler.cli._options import client_for, redis_option
 from scheduler.cli.output import Output, output_options
 
 __all__ = [
@@ -27,12 +27,6 @@ __all__ = [
     "requeue_command",
     "text_table",
 ]
-
-
-def _client(url: str | None) -> Any:
-    from scheduler.service.client import Client
-
-    return Client(url)
 
 
 def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -112,7 +106,7 @@ def queue_command(
     if want and "all" in want:
         want = [s.value for s in JobState]
     try:
-        rows = _client(redis_url).queue(
+        rows = client_for(redis_url).queue(
             job_ids=list(job_ids) or None,
             states=want,
             users=_split(users),
@@ -187,7 +181,7 @@ def acct_command(
     from scheduler.exceptions import SchedulerError
 
     try:
-        got = _client(redis_url).acct(
+        got = client_for(redis_url).acct(
             since=since,
             until=until,
             by=by,
@@ -271,7 +265,7 @@ def _each(name: str, job_ids: tuple[str, ...], redis_url: str | None, out: Outpu
     from scheduler.exceptions import SchedulerError
 
     try:
-        got = getattr(_client(redis_url), name)(list(job_ids))
+        got = getattr(client_for(redis_url), name)(list(job_ids))
     except SchedulerError as exc:
         raise click.ClickException(str(exc)) from None
     bad = 0

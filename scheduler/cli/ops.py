@@ -19,12 +19,16 @@ from scheduler.cli._options import store_options
 from scheduler.cli.output import Output, output_options
 
 __all__ = [
+    "connect_store",
+    "decoded_allocations",
     "explain_command",
     "load_record",
     "log_command",
     "node_state_label",
+    "number",
     "parse_record",
     "pool_command",
+    "published_pool",
 ]
 
 _JSON_FIELDS = (
@@ -79,7 +83,9 @@ def parse_record(raw: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
-def _store(url: str | None, prefix: str) -> Any:
+def connect_store(url: str | None, prefix: str) -> Any:
+    """The cluster's store at ``url`` under ``prefix``; a connection error exits the command
+    with its message."""
     from scheduler.exceptions import ServiceError
     from scheduler.service.store.redis_store import open_store
 
@@ -87,6 +93,43 @@ def _store(url: str | None, prefix: str) -> Any:
         return open_store(url, prefix)
     except ServiceError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def published_pool(store: Any, prefix: str) -> dict[str, Any]:
+    """The pool the scheduler published (its config dict); exits the command when none is."""
+    config = store.pool_config()
+    if config is None:
+        raise click.ClickException(
+            f"no pool in Redis under {prefix}:pool; start `snugfit scheduler --pool FILE` "
+            "first (it publishes the pool)"
+        )
+    return config  # type: ignore[no-any-return]
+
+
+def number(v: Any) -> float | None:
+    """``v`` as a finite float (a number or a numeric string), else ``None``: a missing,
+    malformed or non-finite field shows as blank rather than failing the page."""
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def decoded_allocations(store: Any) -> dict[str, dict[str, Any]]:
+    """Job id -> its allocation, decoded; an entry that is not a JSON object is skipped, so a
+    corrupt one never hides the rest of the pool."""
+    out: dict[str, dict[str, Any]] = {}
+    for jid, raw in store.allocations().items():
+        try:
+            a = json.loads(raw)
+        except (ValueError, TypeError):
+            continue
+        if isinstance(a, dict):
+            out[jid] = a
+    return out
 
 
 def load_record(store: Any, job_id: str) -> dict[str, Any]:
@@ -135,7 +178,7 @@ def log_command(
     Events print in time order; -n N keeps the last N (of --job's events, with --job)."""
     from scheduler.cli.render import event_line
 
-    store = _store(url, prefix)
+    store = connect_store(url, prefix)
     key = store.keys.events
 
     def emit(event: Mapping[str, Any]) -> None:
@@ -214,7 +257,7 @@ def explain_command(job_id: str, out: Output, url: str | None, prefix: str) -> N
     from scheduler.core.decision import Decision
     from scheduler.exceptions import SchedulerError
 
-    store = _store(url, prefix)
+    store = connect_store(url, prefix)
     try:
         if store.get_job(job_id) is None and _explain_deployment(store, job_id, out):
             return
@@ -274,26 +317,14 @@ def pool_command(out: Output, heartbeat_s: float, url: str | None, prefix: str) 
     from scheduler.core.pool import Pool
     from scheduler.exceptions import SchedulerError
 
-    store = _store(url, prefix)
+    store = connect_store(url, prefix)
     try:
-        config = store.pool_config()
-        if config is None:
-            raise click.ClickException(
-                f"no pool in Redis under {prefix}:pool; start `snugfit scheduler --pool FILE` "
-                "first (it publishes the pool)"
-            )
+        config = published_pool(store, prefix)
         try:
             pool = Pool.from_dict(config)
         except SchedulerError as exc:
             raise click.ClickException(f"the stored pool is invalid: {exc}") from None
-        allocs: dict[str, dict[str, Any]] = {}
-        for jid, raw in store.allocations().items():
-            try:
-                a = json.loads(raw)
-            except (ValueError, TypeError):
-                continue
-            if isinstance(a, dict):
-                allocs[jid] = a
+        allocs = decoded_allocations(store)
         nodes = store.nodes()
         admin = store.node_admin()
     finally:

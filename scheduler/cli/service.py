@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from scheduler.cli._options import pool_option, redis_option
+from scheduler.cli._options import client_for, pool_option, redis_option
 from scheduler.cli.output import Output, output_options
 from scheduler.service.retrain import DEFAULT_RETRAIN_HOURS, DEFAULT_RETRAIN_ROWS
 
@@ -23,12 +23,6 @@ __all__ = [
     "status_command",
     "submit_command",
 ]
-
-
-def _client(url: str | None) -> Any:
-    from scheduler.service.client import Client
-
-    return Client(url)
 
 
 def _fail(exc: Exception) -> click.ClickException:
@@ -66,7 +60,7 @@ def submit_command(
     if chain and array is None:
         raise click.UsageError("--chain needs --array (e.g. --array 0-9 --chain)")
     try:
-        client = _client(redis_url)
+        client = client_for(redis_url)
         if array is not None:
             handles = client.submit_array(job_file, array, chain=chain, hold=hold)
         else:
@@ -134,7 +128,7 @@ def status_command(
     from scheduler.exceptions import SchedulerError
 
     try:
-        client = _client(redis_url)
+        client = client_for(redis_url)
         if job_id is not None:
             h = client.get(job_id)
             rec = h.record()
@@ -190,7 +184,7 @@ def cancel_command(job_id: str, redis_url: str | None, out: Output) -> None:
     from scheduler.exceptions import SchedulerError
 
     try:
-        got = _client(redis_url).cancel(job_id)
+        got = client_for(redis_url).cancel(job_id)
     except SchedulerError as exc:
         raise _fail(exc) from None
     if out.json:
@@ -220,7 +214,7 @@ def logs_command(job_id: str, follow: bool, redis_url: str | None, out: Output) 
     from scheduler.exceptions import SchedulerError
 
     try:
-        client = _client(redis_url)
+        client = client_for(redis_url)
         if follow:
             raise SystemExit(follow_logs(client, job_id, out))
         print_logs(client, job_id, out)
