@@ -184,20 +184,8 @@ def test_sigkill_worker_mid_job_reclaims_and_reruns_once(
     svc = SchedulerService(store, pool)
     svc.step()
     home = tmp_path / "home"
-    slow = [
-        "worker",
-        "--node",
-        "n1",
-        "--pool",
-        str(pool_file),
-        "--simulate",
-        "--time-scale",
-        "1",
-        "--lease",
-        "1.5",
-        "--heartbeat",
-        "0.2",
-    ]
+    worker = ["worker", "--node", "n1", "--pool", str(pool_file), "--simulate"]
+    slow = [*worker, "--time-scale", "1", "--lease", "1.5", "--heartbeat", "0.2"]
     victim = snugfit(slow, private_url, home)
     procs.append(victim)
     wait_for(lambda: h.status() == "running", 30, "the job to start")
@@ -212,19 +200,7 @@ def test_sigkill_worker_mid_job_reclaims_and_reruns_once(
     assert h.placement is not None and h.placement.attempt == 2
     assert json.loads(store.allocations()[h.id])["attempt"] == 2
     assert store.finish(h.id, 1, "succeeded", "{}", "") == "stale"
-    fast = [
-        "worker",
-        "--node",
-        "n1",
-        "--pool",
-        str(pool_file),
-        "--simulate",
-        "--time-scale",
-        "0.001",
-        "--heartbeat",
-        "0.1",
-        "--burst",
-    ]
+    fast = [*worker, "--time-scale", "0.001", "--heartbeat", "0.1", "--burst"]
     rescuer = snugfit(fast, private_url, home)
     procs.append(rescuer)
     assert rescuer.wait(timeout=60) == 0
