@@ -302,29 +302,25 @@ def _why(name: str, jid: str, answer: str) -> str:
     return f"it is already {answer}; nothing to requeue"
 
 
-@click.command("hold")
-@click.argument("job_ids", nargs=-1, required=True)
-@redis_option
-@output_options(table=False, json_help="A JSON list of {id, result, ok, error}.")
-def hold_command(job_ids: tuple[str, ...], redis_url: str | None, out: Output) -> None:
-    """Keep pending jobs from being placed until `snugfit release`."""
-    _each("hold", job_ids, redis_url, out)
+def _each_command(name: str, help: str) -> click.Command:
+    """``snugfit NAME ID...``: the client's ``NAME`` on each job, one result per id."""
+
+    @click.command(name, help=help)
+    @click.argument("job_ids", nargs=-1, required=True)
+    @redis_option
+    @output_options(table=False, json_help="A JSON list of {id, result, ok, error}.")
+    def command(job_ids: tuple[str, ...], redis_url: str | None, out: Output) -> None:
+        _each(name, job_ids, redis_url, out)
+
+    return command
 
 
-@click.command("release")
-@click.argument("job_ids", nargs=-1, required=True)
-@redis_option
-@output_options(table=False, json_help="A JSON list of {id, result, ok, error}.")
-def release_command(job_ids: tuple[str, ...], redis_url: str | None, out: Output) -> None:
-    """Let held jobs be placed again (they still wait for their dependencies)."""
-    _each("release", job_ids, redis_url, out)
-
-
-@click.command("requeue")
-@click.argument("job_ids", nargs=-1, required=True)
-@redis_option
-@output_options(table=False, json_help="A JSON list of {id, result, ok, error}.")
-def requeue_command(job_ids: tuple[str, ...], redis_url: str | None, out: Output) -> None:
-    """Put jobs back to pending as a new attempt: a running one is stopped first; a finished,
-    failed or cancelled one starts over."""
-    _each("requeue", job_ids, redis_url, out)
+hold_command = _each_command("hold", "Keep pending jobs from being placed until `snugfit release`.")
+release_command = _each_command(
+    "release", "Let held jobs be placed again (they still wait for their dependencies)."
+)
+requeue_command = _each_command(
+    "requeue",
+    "Put jobs back to pending as a new attempt: a running one is stopped first; a finished, "
+    "failed or cancelled one starts over.",
+)

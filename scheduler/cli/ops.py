@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
@@ -43,6 +43,11 @@ _JSON_FIELDS = (
 )
 _FLOAT_FIELDS = ("submitted_at", "updated_at", "started_at", "finished_at", "reserved_gib")
 _INT_FIELDS = ("attempt", "max_retries", "lost", "moved", "ooms", "max_oom_retries")
+_DECODERS: tuple[tuple[tuple[str, ...], Callable[[str], Any]], ...] = (
+    (_JSON_FIELDS, json.loads),
+    (_FLOAT_FIELDS, float),
+    (_INT_FIELDS, int),
+)
 _PAGE = 1000
 _BLOCK_MS = 1000
 
@@ -52,27 +57,14 @@ def parse_record(raw: Mapping[str, str]) -> dict[str, Any]:
     (and are listed under ``_unreadable``) so one corrupt field never hides the rest."""
     out: dict[str, Any] = dict(raw)
     bad: list[str] = []
-    for k in _JSON_FIELDS:
-        if k in raw:
-            try:
-                out[k] = json.loads(raw[k])
-            except (ValueError, TypeError):
-                out[k] = None
-                bad.append(k)
-    for k in _FLOAT_FIELDS:
-        if k in raw:
-            try:
-                out[k] = float(raw[k])
-            except (ValueError, TypeError):
-                out[k] = None
-                bad.append(k)
-    for k in _INT_FIELDS:
-        if k in raw:
-            try:
-                out[k] = int(raw[k])
-            except (ValueError, TypeError):
-                out[k] = None
-                bad.append(k)
+    for fields, decode in _DECODERS:
+        for k in fields:
+            if k in raw:
+                try:
+                    out[k] = decode(raw[k])
+                except (ValueError, TypeError):
+                    out[k] = None
+                    bad.append(k)
     # keys.py's ``simulated`` field, or the same label on the placement / outcome records.
     out["simulated"] = raw.get("simulated") == "1" or any(
         isinstance(out.get(k), dict) and out[k].get("simulated") is True
