@@ -15,7 +15,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import redis  # noqa: E402
-from bench_service import start_redis  # noqa: E402
+from _common import private_redis  # noqa: E402
 from starlette.testclient import TestClient  # noqa: E402
 
 from scheduler.core.pool import load_pool  # noqa: E402
@@ -43,36 +42,31 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks/results/dashboard.json")
     args = ap.parse_args()
     pool = load_pool(REPO / "datasets/pools/mixed.toml")
-    with tempfile.TemporaryDirectory() as tmp:
-        proc, url = start_redis(Path(tmp))
-        try:
-            store = RedisStore(redis.Redis.from_url(url))
-            specs = [
-                {"id": f"job-{i}", "model": "llama-3.1-70b", "task": "inference",
-                 "batch_size": 8, "input_len": 512, "output_len": 128, "num_requests": 100,
-                 "n_gpus": 2, "tensor_parallel": 2}
-                for i in range(args.jobs)
-            ]  # fmt: skip
-            Client(store=store).submit_many(specs)
-            SchedulerService(store, pool).step()
-            states = {s: store.count(s) for s in ("pending", "placed", "rejected")}
-            web = TestClient(create_app(store))
-            timings = {}
-            for path in (*PATHS, "/job/job-0", f"/job/job-{args.jobs - 1}"):
-                got = []
-                for _ in range(args.repeat):
-                    t0 = time.perf_counter()
-                    resp = web.get(path)
-                    got.append(time.perf_counter() - t0)
-                    assert resp.status_code == 200, (path, resp.status_code)
-                timings[path] = {
-                    "median_ms": round(1000 * statistics.median(got), 1),
-                    "max_ms": round(1000 * max(got), 1),
-                }
-            queue = web.get("/api/queue").json()
-        finally:
-            proc.terminate()
-            proc.wait()
+    with private_redis() as url:
+        store = RedisStore(redis.Redis.from_url(url))
+        specs = [
+            {"id": f"job-{i}", "model": "llama-3.1-70b", "task": "inference",
+             "batch_size": 8, "input_len": 512, "output_len": 128, "num_requests": 100,
+             "n_gpus": 2, "tensor_parallel": 2}
+            for i in range(args.jobs)
+        ]  # fmt: skip
+        Client(store=store).submit_many(specs)
+        SchedulerService(store, pool).step()
+        states = {s: store.count(s) for s in ("pending", "placed", "rejected")}
+        web = TestClient(create_app(store))
+        timings = {}
+        for path in (*PATHS, "/job/job-0", f"/job/job-{args.jobs - 1}"):
+            got = []
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                resp = web.get(path)
+                got.append(time.perf_counter() - t0)
+                assert resp.status_code == 200, (path, resp.status_code)
+            timings[path] = {
+                "median_ms": round(1000 * statistics.median(got), 1),
+                "max_ms": round(1000 * max(got), 1),
+            }
+        queue = web.get("/api/queue").json()
     out = {
         "jobs": args.jobs,
         "pool": pool.name,

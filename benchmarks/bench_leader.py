@@ -10,10 +10,8 @@ A checkout of another commit on ``PYTHONPATH`` compares like with like (same scr
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -22,7 +20,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import redis  # noqa: E402
-from bench_service import _submitter, start_redis  # noqa: E402
+from _common import private_redis, write_result  # noqa: E402
+from bench_service import _submitter  # noqa: E402
 
 from scheduler.core.pool import synthetic_pool  # noqa: E402
 from scheduler.service.leader import SchedulerService  # noqa: E402
@@ -34,23 +33,18 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=4000)
     args = ap.parse_args()
     pool = synthetic_pool(8192, seed=0)
-    with tempfile.TemporaryDirectory() as tmp:
-        proc, url = start_redis(Path(tmp))
-        try:
-            store = RedisStore(redis.Redis.from_url(url))
-            _submitter(url, args.jobs, 1000, None, 0)
-            svc = SchedulerService(store, pool, window=5000, placement_lease_s=1e9)
-            load0 = os.getloadavg()[0]
-            c0, t0 = time.process_time(), time.perf_counter()
-            while store.count("placed") < args.jobs:
-                s = svc.step()
-                if s.ingested == 0 and s.placed == 0:
-                    break
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            placed = store.count("placed")
-        finally:
-            proc.terminate()
-            proc.wait()
+    with private_redis() as url:
+        store = RedisStore(redis.Redis.from_url(url))
+        _submitter(url, args.jobs, 1000, None, 0)
+        svc = SchedulerService(store, pool, window=5000, placement_lease_s=1e9)
+        load0 = os.getloadavg()[0]
+        c0, t0 = time.process_time(), time.perf_counter()
+        while store.count("placed") < args.jobs:
+            s = svc.step()
+            if s.ingested == 0 and s.placed == 0:
+                break
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        placed = store.count("placed")
     doc = {
         "benchmark": "leader",
         "command": " ".join([".venv/bin/python", "benchmarks/bench_leader.py", *sys.argv[1:]]),
@@ -64,10 +58,7 @@ def main() -> None:
         "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
         "cpus": os.cpu_count(),
     }
-    out = REPO / "benchmarks" / "results" / "leader.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(json.dumps(doc, indent=1))
+    write_result("leader.json", doc)
 
 
 if __name__ == "__main__":

@@ -20,33 +20,17 @@ from typing import Any
 
 from predictor.serving import plan, plan_frontiers, replica_throughput
 from predictor.spec import parse_spec
+from scheduler.cli.report_serving import DEMO_DEPLOYMENTS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
+# The demo report's two deployments (one definition, so the report charts what this measures),
+# and the 70B one again with FP4 weights allowed.
 DEPLOYMENTS: dict[str, dict[str, Any]] = {
-    "chat-8b": {
-        "model": "llama-3.1-8b",
-        "task": "serve",
-        "request_rate": 2.0,
-        "input_len": 512,
-        "output_len": 256,
-        "slo_ttft_s": 0.5,
-        "slo_tpot_s": 0.05,
-    },
-    "llama-70b-bf16-fp8": {
-        "model": "llama-3.3-70b",
-        "task": "serve",
-        "request_rate": 20.0,
-        "input_len": 1024,
-        "output_len": 256,
-        "allowed_weight_dtypes": ["bf16", "fp8"],
-    },
+    "chat-8b": DEMO_DEPLOYMENTS["chat-8b"],
+    "llama-70b-bf16-fp8": DEMO_DEPLOYMENTS["llama-70b"],
     "llama-70b-fp4-allowed": {
-        "model": "llama-3.3-70b",
-        "task": "serve",
-        "request_rate": 20.0,
-        "input_len": 1024,
-        "output_len": 256,
+        **DEMO_DEPLOYMENTS["llama-70b"],
         "allowed_weight_dtypes": ["bf16", "fp8", "fp4"],
     },
 }

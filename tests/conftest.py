@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -93,3 +94,13 @@ def redis_client(redis_url: str) -> Iterator[object]:
     client = redis.Redis.from_url(redis_url)
     yield client
     client.close()
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes a test starts (append them); stopped and reaped when it ends."""
+    from tests.procs import stop_all
+
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    stop_all(started)

@@ -1,8 +1,33 @@
-"""Job specs shared by the service, fault and worker tests."""
+"""Job specs and model architectures shared by the service, fault, worker, simulator and
+traced-tier tests."""
 
 from __future__ import annotations
 
 from typing import Any
+
+#: A two-layer llama small enough to trace on a CPU in seconds (the traced tier's tests).
+TINY_LLAMA: dict[str, Any] = {
+    "name": "tiny-llama",
+    "n_layers": 2,
+    "hidden_size": 64,
+    "n_heads": 4,
+    "n_kv_heads": 2,
+    "head_dim": 16,
+    "intermediate_size": 128,
+    "vocab_size": 1000,
+}
+
+#: 70B in fp8, batch 1: ~70 GiB per GPU predicted at TP=1, so one H100 holds the prediction
+#: and a true peak above it OOMs (the OOM-escalation tests).
+BIG_70B_FP8: dict[str, Any] = {
+    "model": "llama-3.1-70b",
+    "task": "inference",
+    "weight_dtype": "fp8",
+    "batch_size": 1,
+    "input_len": 512,
+    "output_len": 64,
+    "num_requests": 4,
+}
 
 
 def inference_spec(i: int | str = 0, command: list[str] | None = None, **kw: Any) -> dict[str, Any]:

@@ -17,20 +17,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..prediction import BREAKDOWN_KEYS
 from ..spec import JobSpec
 from ._allocator import CachingAllocator
 
 __all__ = ["CATEGORIES", "TraceSummary", "shard_factors", "summarise"]
 
 GIB = float(1 << 30)
-CATEGORIES: tuple[str, ...] = (
-    "weights",
-    "gradients",
-    "optimizer",
-    "activations",
-    "kv_cache",
-    "logits",
-)
+# The traced categories: the contract's breakdown keys but ``overhead``, which no trace sees
+# (the CUDA context and NCCL buffers are added afterwards, in _api.py).
+CATEGORIES: tuple[str, ...] = tuple(k for k in BREAKDOWN_KEYS if k != "overhead")
 
 
 @dataclass(frozen=True)

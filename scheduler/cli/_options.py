@@ -13,7 +13,16 @@ from typing import Any
 
 import click
 
-__all__ = ["PoolFile", "ShippedFile", "measurement_files", "pool_option", "shipped_pools"]
+__all__ = [
+    "PoolFile",
+    "ShippedFile",
+    "client_for",
+    "measurement_files",
+    "pool_option",
+    "redis_option",
+    "shipped_pools",
+    "store_options",
+]
 
 
 def shipped_pools() -> dict[str, Path]:
@@ -109,3 +118,41 @@ measurement_files = click.option(
     type=ShippedFile(),
     help="Measurement JSONL file(s); default: datasets/measured/*.jsonl.",
 )
+
+
+#: ``--redis``: the service's Redis, passed to the client as ``redis_url`` (``connect`` falls
+#: back to the embedded server when neither the option nor the variable is set).
+redis_option = click.option(
+    "--redis",
+    "redis_url",
+    envvar="SNUGFIT_REDIS_URL",
+    default=None,
+    help="Redis URL (default: $SNUGFIT_REDIS_URL, else embedded).",
+)
+
+
+def client_for(redis_url: str | None) -> Any:
+    """The :class:`~scheduler.service.client.Client` for a command's ``--redis`` value
+    (imported here, so ``--help`` and completion never load the service)."""
+    from scheduler.service.client import Client
+
+    return Client(redis_url)
+
+
+_url_option = click.option(
+    "--redis",
+    "--url",
+    "url",
+    envvar="SNUGFIT_REDIS_URL",
+    default=None,
+    help="Redis URL (default: $SNUGFIT_REDIS_URL, else the embedded server).",
+)
+_prefix_option = click.option(
+    "--prefix", default="snugfit", show_default=True, help="Key prefix of the cluster."
+)
+
+
+def store_options(f: Any) -> Any:
+    """``--redis``/``--url`` (as ``url``) and ``--prefix``: the commands that open the store
+    directly (``open_store(url, prefix)``) rather than through the client."""
+    return _url_option(_prefix_option(f))

@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from scheduler.cli._options import store_options
+
 __all__ = ["dashboard_command", "start_with_metrics"]
 
 
@@ -24,15 +26,7 @@ __all__ = ["dashboard_command", "start_with_metrics"]
     show_default=True,
     help="Port to serve on (0 picks a free one and prints it).",
 )
-@click.option(
-    "--redis",
-    "--url",
-    "url",
-    envvar="SNUGFIT_REDIS_URL",
-    default=None,
-    help="Redis URL (default: $SNUGFIT_REDIS_URL, else the embedded server).",
-)
-@click.option("--prefix", default="snugfit", show_default=True, help="Key prefix of the cluster.")
+@store_options
 @click.option(
     "--node-stale",
     type=click.FloatRange(min=0.1),

@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from scheduler.cli._options import redis_option
 from scheduler.cli.output import dumps_json
 
 __all__ = ["command", "diagnose"]
@@ -172,13 +173,7 @@ def _render(d: dict[str, Any]) -> str:
 
 
 @click.command(name="doctor")
-@click.option(
-    "--redis",
-    "redis_url",
-    envvar="SNUGFIT_REDIS_URL",
-    default=None,
-    help="Redis URL (default: env / embedded).",
-)
+@redis_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
 def command(redis_url: str | None, as_json: bool) -> None:
     """Show the Redis topology, persistence, ACL user and RQ queues, with warnings."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from scheduler.cli._options import client_for, redis_option
 from scheduler.cli.output import Output, output_options
 
 __all__ = [
@@ -26,19 +27,6 @@ __all__ = [
     "requeue_command",
     "text_table",
 ]
-
-_redis_opt = click.option(
-    "--redis",
-    "redis_url",
-    default=None,
-    help="Redis URL (default: $SNUGFIT_REDIS_URL, else embedded).",
-)
-
-
-def _client(url: str | None) -> Any:
-    from scheduler.service.client import Client
-
-    return Client(url)
 
 
 def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -98,7 +86,7 @@ def _split(values: tuple[str, ...]) -> list[str] | None:
     help="Only these states (default: pending, placed, running; `all` for every state).",
 )
 @click.option("-w", "--node", "nodes", multiple=True, help="Only jobs placed on these nodes.")
-@_redis_opt
+@redis_option
 @output_options(width=False, json_help="A JSON list of typed rows.")
 def queue_command(
     job_ids: tuple[str, ...],
@@ -118,7 +106,7 @@ def queue_command(
     if want and "all" in want:
         want = [s.value for s in JobState]
     try:
-        rows = _client(redis_url).queue(
+        rows = client_for(redis_url).queue(
             job_ids=list(job_ids) or None,
             states=want,
             users=_split(users),
@@ -175,7 +163,7 @@ def _vs(actual: float | None, predicted: float | None, unit: str) -> str:
 )
 @click.option("-u", "--user", "users", multiple=True, help="Only these users.")
 @click.option("--team", "teams", multiple=True, help="Only these teams.")
-@_redis_opt
+@redis_option
 @output_options(width=False, json_help="Typed JSON: jobs, groups and total.")
 def acct_command(
     job_ids: tuple[str, ...],
@@ -193,7 +181,7 @@ def acct_command(
     from scheduler.exceptions import SchedulerError
 
     try:
-        got = _client(redis_url).acct(
+        got = client_for(redis_url).acct(
             since=since,
             until=until,
             by=by,
@@ -277,7 +265,7 @@ def _each(name: str, job_ids: tuple[str, ...], redis_url: str | None, out: Outpu
     from scheduler.exceptions import SchedulerError
 
     try:
-        got = getattr(_client(redis_url), name)(list(job_ids))
+        got = getattr(client_for(redis_url), name)(list(job_ids))
     except SchedulerError as exc:
         raise click.ClickException(str(exc)) from None
     bad = 0
@@ -314,29 +302,25 @@ def _why(name: str, jid: str, answer: str) -> str:
     return f"it is already {answer}; nothing to requeue"
 
 
-@click.command("hold")
-@click.argument("job_ids", nargs=-1, required=True)
-@_redis_opt
-@output_options(table=False, json_help="A JSON list of {id, result, ok, error}.")
-def hold_command(job_ids: tuple[str, ...], redis_url: str | None, out: Output) -> None:
-    """Keep pending jobs from being placed until `snugfit release`."""
-    _each("hold", job_ids, redis_url, out)
+def _each_command(name: str, help: str) -> click.Command:
+    """``snugfit NAME ID...``: the client's ``NAME`` on each job, one result per id."""
+
+    @click.command(name, help=help)
+    @click.argument("job_ids", nargs=-1, required=True)
+    @redis_option
+    @output_options(table=False, json_help="A JSON list of {id, result, ok, error}.")
+    def command(job_ids: tuple[str, ...], redis_url: str | None, out: Output) -> None:
+        _each(name, job_ids, redis_url, out)
+
+    return command
 
 
-@click.command("release")
-@click.argument("job_ids", nargs=-1, required=True)
-@_redis_opt
-@output_options(table=False, json_help="A JSON list of {id, result, ok, error}.")
-def release_command(job_ids: tuple[str, ...], redis_url: str | None, out: Output) -> None:
-    """Let held jobs be placed again (they still wait for their dependencies)."""
-    _each("release", job_ids, redis_url, out)
-
-
-@click.command("requeue")
-@click.argument("job_ids", nargs=-1, required=True)
-@_redis_opt
-@output_options(table=False, json_help="A JSON list of {id, result, ok, error}.")
-def requeue_command(job_ids: tuple[str, ...], redis_url: str | None, out: Output) -> None:
-    """Put jobs back to pending as a new attempt: a running one is stopped first; a finished,
-    failed or cancelled one starts over."""
-    _each("requeue", job_ids, redis_url, out)
+hold_command = _each_command("hold", "Keep pending jobs from being placed until `snugfit release`.")
+release_command = _each_command(
+    "release", "Let held jobs be placed again (they still wait for their dependencies)."
+)
+requeue_command = _each_command(
+    "requeue",
+    "Put jobs back to pending as a new attempt: a running one is stopped first; a finished, "
+    "failed or cancelled one starts over.",
+)

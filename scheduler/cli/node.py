@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from scheduler.cli._options import store_options
 from scheduler.cli.output import Output, output_options
 
 __all__ = ["node_command"]
@@ -19,32 +20,15 @@ _ACTIONS = {"cordon": "cordoned", "drain": "draining", "uncordon": None}
 @click.command("node")
 @click.argument("action", type=click.Choice(sorted(_ACTIONS)))
 @click.argument("name")
-@click.option(
-    "--redis",
-    "--url",
-    "url",
-    envvar="SNUGFIT_REDIS_URL",
-    default=None,
-    help="Redis URL (default: $SNUGFIT_REDIS_URL, else the embedded server).",
-)
-@click.option("--prefix", default="snugfit", show_default=True, help="Key prefix of the cluster.")
+@store_options
 @output_options(table=False, json_help="Print {node, action, admin_state} as JSON.")
 def node_command(action: str, name: str, url: str | None, prefix: str, out: Output) -> None:
     """Cordon, drain or uncordon the node NAME (as in the pool file)."""
-    from scheduler.exceptions import ServiceError
-    from scheduler.service.store.redis_store import open_store
+    from scheduler.cli.ops import connect_store, published_pool
 
+    store = connect_store(url, prefix)
     try:
-        store = open_store(url, prefix)
-    except ServiceError as exc:
-        raise click.ClickException(str(exc)) from None
-    try:
-        config = store.pool_config()
-        if config is None:
-            raise click.ClickException(
-                f"no pool in Redis under {prefix}:pool; start `snugfit scheduler --pool FILE` "
-                "first (it publishes the pool)"
-            )
+        config = published_pool(store, prefix)
         names = [str(n.get("name")) for n in config.get("nodes", [])]
         if name not in names:
             raise click.ClickException(

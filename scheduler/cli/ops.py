@@ -10,20 +10,25 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import click
 
+from scheduler.cli._options import store_options
 from scheduler.cli.output import Output, output_options
 
 __all__ = [
+    "connect_store",
+    "decoded_allocations",
     "explain_command",
     "load_record",
     "log_command",
     "node_state_label",
+    "number",
     "parse_record",
     "pool_command",
+    "published_pool",
 ]
 
 _JSON_FIELDS = (
@@ -38,6 +43,11 @@ _JSON_FIELDS = (
 )
 _FLOAT_FIELDS = ("submitted_at", "updated_at", "started_at", "finished_at", "reserved_gib")
 _INT_FIELDS = ("attempt", "max_retries", "lost", "moved", "ooms", "max_oom_retries")
+_DECODERS: tuple[tuple[tuple[str, ...], Callable[[str], Any]], ...] = (
+    (_JSON_FIELDS, json.loads),
+    (_FLOAT_FIELDS, float),
+    (_INT_FIELDS, int),
+)
 _PAGE = 1000
 _BLOCK_MS = 1000
 
@@ -47,27 +57,14 @@ def parse_record(raw: Mapping[str, str]) -> dict[str, Any]:
     (and are listed under ``_unreadable``) so one corrupt field never hides the rest."""
     out: dict[str, Any] = dict(raw)
     bad: list[str] = []
-    for k in _JSON_FIELDS:
-        if k in raw:
-            try:
-                out[k] = json.loads(raw[k])
-            except (ValueError, TypeError):
-                out[k] = None
-                bad.append(k)
-    for k in _FLOAT_FIELDS:
-        if k in raw:
-            try:
-                out[k] = float(raw[k])
-            except (ValueError, TypeError):
-                out[k] = None
-                bad.append(k)
-    for k in _INT_FIELDS:
-        if k in raw:
-            try:
-                out[k] = int(raw[k])
-            except (ValueError, TypeError):
-                out[k] = None
-                bad.append(k)
+    for fields, decode in _DECODERS:
+        for k in fields:
+            if k in raw:
+                try:
+                    out[k] = decode(raw[k])
+                except (ValueError, TypeError):
+                    out[k] = None
+                    bad.append(k)
     # keys.py's ``simulated`` field, or the same label on the placement / outcome records.
     out["simulated"] = raw.get("simulated") == "1" or any(
         isinstance(out.get(k), dict) and out[k].get("simulated") is True
@@ -78,7 +75,9 @@ def parse_record(raw: Mapping[str, str]) -> dict[str, Any]:
     return out
 
 
-def _store(url: str | None, prefix: str) -> Any:
+def connect_store(url: str | None, prefix: str) -> Any:
+    """The cluster's store at ``url`` under ``prefix``; a connection error exits the command
+    with its message."""
     from scheduler.exceptions import ServiceError
     from scheduler.service.store.redis_store import open_store
 
@@ -88,6 +87,43 @@ def _store(url: str | None, prefix: str) -> Any:
         raise click.ClickException(str(exc)) from None
 
 
+def published_pool(store: Any, prefix: str) -> dict[str, Any]:
+    """The pool the scheduler published (its config dict); exits the command when none is."""
+    config = store.pool_config()
+    if config is None:
+        raise click.ClickException(
+            f"no pool in Redis under {prefix}:pool; start `snugfit scheduler --pool FILE` "
+            "first (it publishes the pool)"
+        )
+    return config  # type: ignore[no-any-return]
+
+
+def number(v: Any) -> float | None:
+    """``v`` as a finite float (a number or a numeric string), else ``None``: a missing,
+    malformed or non-finite field shows as blank rather than failing the page."""
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def decoded_allocations(store: Any) -> dict[str, dict[str, Any]]:
+    """Job id -> its allocation, decoded; an entry that is not a JSON object is skipped, so a
+    corrupt one never hides the rest of the pool."""
+    out: dict[str, dict[str, Any]] = {}
+    for jid, raw in store.allocations().items():
+        try:
+            a = json.loads(raw)
+        except (ValueError, TypeError):
+            continue
+        if isinstance(a, dict):
+            out[jid] = a
+    return out
+
+
 def load_record(store: Any, job_id: str) -> dict[str, Any]:
     raw = store.get_job(job_id)
     if raw is None:
@@ -95,19 +131,6 @@ def load_record(store: Any, job_id: str) -> dict[str, Any]:
             f"no job with id {job_id!r} in {store.keys.prefix}:*; list jobs with `snugfit status`"
         )
     return parse_record(raw)
-
-
-_url_option = click.option(
-    "--redis",
-    "--url",
-    "url",
-    envvar="SNUGFIT_REDIS_URL",
-    default=None,
-    help="Redis URL (default: $SNUGFIT_REDIS_URL, else the embedded server).",
-)
-_prefix_option = click.option(
-    "--prefix", default="snugfit", show_default=True, help="Key prefix of the cluster."
-)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,8 +155,7 @@ _prefix_option = click.option(
     hidden=True,
     help="With -f: stop after this many seconds without a new event (tests, scripts).",
 )
-@_url_option
-@_prefix_option
+@store_options
 def log_command(
     follow: bool,
     job_id: str | None,
@@ -148,7 +170,7 @@ def log_command(
     Events print in time order; -n N keeps the last N (of --job's events, with --job)."""
     from scheduler.cli.render import event_line
 
-    store = _store(url, prefix)
+    store = connect_store(url, prefix)
     key = store.keys.events
 
     def emit(event: Mapping[str, Any]) -> None:
@@ -218,8 +240,7 @@ def _event_ts(event: Mapping[str, Any]) -> float:
 @click.command(name="explain")
 @click.argument("job_id")
 @output_options(json_help="Print the typed job record as JSON (every option spelled out).")
-@_url_option
-@_prefix_option
+@store_options
 def explain_command(job_id: str, out: Output, url: str | None, prefix: str) -> None:
     """Why a job went where it went: every option considered (SkyPilot-style), the VRAM
     breakdown, predicted vs actual once it ran, and why it is pending (Slurm-style Reason)."""
@@ -228,7 +249,7 @@ def explain_command(job_id: str, out: Output, url: str | None, prefix: str) -> N
     from scheduler.core.decision import Decision
     from scheduler.exceptions import SchedulerError
 
-    store = _store(url, prefix)
+    store = connect_store(url, prefix)
     try:
         if store.get_job(job_id) is None and _explain_deployment(store, job_id, out):
             return
@@ -280,8 +301,7 @@ def _explain_deployment(store: Any, dep_id: str, out: Output) -> bool:
     help="A node whose worker heartbeat is older than this is shown as down (as the "
     "scheduler's --node-stale).",
 )
-@_url_option
-@_prefix_option
+@store_options
 def pool_command(out: Output, heartbeat_s: float, url: str | None, prefix: str) -> None:
     """Pool occupancy: per node and GPU what runs where, reserved vs used VRAM, MIG layout,
     CPUs and host memory per node, and free capacity by GPU type."""
@@ -289,26 +309,14 @@ def pool_command(out: Output, heartbeat_s: float, url: str | None, prefix: str) 
     from scheduler.core.pool import Pool
     from scheduler.exceptions import SchedulerError
 
-    store = _store(url, prefix)
+    store = connect_store(url, prefix)
     try:
-        config = store.pool_config()
-        if config is None:
-            raise click.ClickException(
-                f"no pool in Redis under {prefix}:pool; start `snugfit scheduler --pool FILE` "
-                "first (it publishes the pool)"
-            )
+        config = published_pool(store, prefix)
         try:
             pool = Pool.from_dict(config)
         except SchedulerError as exc:
             raise click.ClickException(f"the stored pool is invalid: {exc}") from None
-        allocs: dict[str, dict[str, Any]] = {}
-        for jid, raw in store.allocations().items():
-            try:
-                a = json.loads(raw)
-            except (ValueError, TypeError):
-                continue
-            if isinstance(a, dict):
-                allocs[jid] = a
+        allocs = decoded_allocations(store)
         nodes = store.nodes()
         admin = store.node_admin()
     finally:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from scheduler.cli.ops import number
+
 __all__ = [
     "JobRow",
     "ReportData",
@@ -89,12 +91,12 @@ def rows_from_records(
     out: list[JobRow] = []
     for rec in records:
         placement = rec.get("placement")
-        started = _num(rec.get("started_at"))
+        started = number(rec.get("started_at"))
         if not isinstance(placement, Mapping) or started is None:
             continue
-        finished = _num(rec.get("finished_at"))
+        finished = number(rec.get("finished_at"))
         outcome = rec.get("outcome") if isinstance(rec.get("outcome"), Mapping) else {}
-        end = finished if finished is not None else _num(rec.get("updated_at")) or started
+        end = finished if finished is not None else number(rec.get("updated_at")) or started
         decision = rec.get("decision")
         chosen = _chosen_option(decision) if isinstance(decision, Mapping) else None
         out.append(
@@ -107,9 +109,9 @@ def rows_from_records(
                 start_s=(started - t0) * time_scale,
                 end_s=(max(end, started) - t0) * time_scale,
                 reserved_gib=float(placement.get("reserved_gib") or 0.0),
-                predicted_gib=_num(chosen.get("vram_gib")) if chosen else None,
-                actual_gib=_num(outcome.get("peak_vram_gib")) if outcome else None,
-                cost_usd=_num(placement.get("cost_usd")),
+                predicted_gib=number(chosen.get("vram_gib")) if chosen else None,
+                actual_gib=number(outcome.get("peak_vram_gib")) if outcome else None,
+                cost_usd=number(placement.get("cost_usd")),
                 state=str(rec.get("state", "?")),
                 label=str(placement.get("label", "")),
             )
@@ -123,14 +125,6 @@ def _chosen_option(decision: Mapping[str, Any]) -> Mapping[str, Any] | None:
     if isinstance(idx, int) and 0 <= idx < len(opts) and isinstance(opts[idx], Mapping):
         return opts[idx]  # type: ignore[no-any-return]
     return None
-
-
-def _num(v: Any) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,8 +15,8 @@ from typing import Any
 
 __all__ = ["DEMO_DEPLOYMENTS", "demo_serving_html", "frontier_svg", "serving_html", "usd_svg"]
 
-#: The two deployments the demo report charts: an 8B chat and a 70B deployment, as in
-#: benchmarks/bench_plan.py.
+#: The two deployments the demo report charts: an 8B chat and a 70B deployment (also measured
+#: by benchmarks/bench_plan.py).
 DEMO_DEPLOYMENTS: dict[str, dict[str, Any]] = {
     "chat-8b": {
         "model": "llama-3.1-8b",

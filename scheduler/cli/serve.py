@@ -10,17 +10,10 @@ from typing import Any
 
 import click
 
+from scheduler.cli._options import redis_option
 from scheduler.cli.output import dumps_json
 
 __all__ = ["render_deployment", "serve_command"]
-
-_redis_opt = click.option(
-    "--redis",
-    "redis_url",
-    envvar="SNUGFIT_REDIS_URL",
-    default=None,
-    help="Redis URL (default: $SNUGFIT_REDIS_URL, else embedded).",
-)
 
 
 def _deployments(url: str | None) -> Any:
@@ -87,7 +80,7 @@ def serve_command() -> None:
     required=True,
     help="New request rate, req/s; the replica count is re-planned (0 scales to zero).",
 )
-@_redis_opt
+@redis_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def scale_command(deployment_id: str, rate: float, redis_url: str | None, as_json: bool) -> None:
     """Re-plan DEPLOYMENT_ID's replica count for --rate and add or remove replicas."""
@@ -118,7 +111,7 @@ def scale_command(deployment_id: str, rate: float, redis_url: str | None, as_jso
 
 @serve_command.command("status")
 @click.argument("deployment_id", required=False)
-@_redis_opt
+@redis_option
 @click.option("--json", "as_json", is_flag=True, help="Print the deployment(s) as JSON.")
 def status_command(deployment_id: str | None, redis_url: str | None, as_json: bool) -> None:
     """Show one deployment (replicas, cost, engine values), or list every deployment."""

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from scheduler.cli._options import pool_option
+from scheduler.cli._options import client_for, pool_option, redis_option
 from scheduler.cli.output import Output, output_options
 from scheduler.service.retrain import DEFAULT_RETRAIN_HOURS, DEFAULT_RETRAIN_ROWS
 
@@ -24,20 +24,6 @@ __all__ = [
     "submit_command",
 ]
 
-_redis_opt = click.option(
-    "--redis",
-    "redis_url",
-    envvar="SNUGFIT_REDIS_URL",
-    default=None,
-    help="Redis URL (default: $SNUGFIT_REDIS_URL, else embedded).",
-)
-
-
-def _client(url: str | None) -> Any:
-    from scheduler.service.client import Client
-
-    return Client(url)
-
 
 def _fail(exc: Exception) -> click.ClickException:
     return click.ClickException(str(exc))
@@ -45,7 +31,7 @@ def _fail(exc: Exception) -> click.ClickException:
 
 @click.command("submit")
 @click.argument("job_file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@_redis_opt
+@redis_option
 @click.option("--json", "as_json", is_flag=True, help="Print the job ids as JSON.")
 @click.option(
     "-a",
@@ -74,7 +60,7 @@ def submit_command(
     if chain and array is None:
         raise click.UsageError("--chain needs --array (e.g. --array 0-9 --chain)")
     try:
-        client = _client(redis_url)
+        client = client_for(redis_url)
         if array is not None:
             handles = client.submit_array(job_file, array, chain=chain, hold=hold)
         else:
@@ -133,7 +119,7 @@ def _fits_nowhere(client: Any, ids: list[str]) -> list[str]:
 @click.command("status")
 @click.argument("job_id", required=False)
 @click.option("--state", default=None, help="Only jobs in this state.")
-@_redis_opt
+@redis_option
 @click.option("--json", "as_json", is_flag=True, help="Print the record(s) as JSON.")
 def status_command(
     job_id: str | None, state: str | None, redis_url: str | None, as_json: bool
@@ -142,7 +128,7 @@ def status_command(
     from scheduler.exceptions import SchedulerError
 
     try:
-        client = _client(redis_url)
+        client = client_for(redis_url)
         if job_id is not None:
             h = client.get(job_id)
             rec = h.record()
@@ -190,7 +176,7 @@ def _or_dash(v: object) -> str:
 
 @click.command("cancel")
 @click.argument("job_id")
-@_redis_opt
+@redis_option
 @output_options(table=False, json_help="Print {id, result} as JSON.")
 def cancel_command(job_id: str, redis_url: str | None, out: Output) -> None:
     """Cancel a job (a running one is stopped by its worker)."""
@@ -198,7 +184,7 @@ def cancel_command(job_id: str, redis_url: str | None, out: Output) -> None:
     from scheduler.exceptions import SchedulerError
 
     try:
-        got = _client(redis_url).cancel(job_id)
+        got = client_for(redis_url).cancel(job_id)
     except SchedulerError as exc:
         raise _fail(exc) from None
     if out.json:
@@ -216,7 +202,7 @@ def cancel_command(job_id: str, redis_url: str | None, out: Output) -> None:
     help="Keep printing new output until the job ends (waits for a job that has not started; "
     "exit status 0 if it succeeded, 1 otherwise; Ctrl-C stops following).",
 )
-@_redis_opt
+@redis_option
 @output_options(
     table=False,
     json_help="JSON: {id, state, attempt, text}; with -f one object per line (kind output, "
@@ -228,7 +214,7 @@ def logs_command(job_id: str, follow: bool, redis_url: str | None, out: Output) 
     from scheduler.exceptions import SchedulerError
 
     try:
-        client = _client(redis_url)
+        client = client_for(redis_url)
         if follow:
             raise SystemExit(follow_logs(client, job_id, out))
         print_logs(client, job_id, out)
@@ -251,7 +237,7 @@ def _retrain_policy(redis_url: str | None, rows: int, hours: float, data: tuple[
 @click.command("scheduler")
 @pool_option()
 @click.option("--policy", default="rightsize", show_default=True)
-@_redis_opt
+@redis_option
 @click.option(
     "--lease-ttl",
     type=float,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from scheduler.cli._options import pool_option
+from scheduler.cli._options import pool_option, redis_option
 
 __all__ = ["worker_command"]
 
@@ -35,13 +35,7 @@ __all__ = ["worker_command"]
     help="Seed of the simulated truth (--simulate), as `snugfit simulate --seed` uses it "
     "(default $SNUGFIT_TRUTH_SEED or 0).",
 )
-@click.option(
-    "--redis",
-    "redis_url",
-    envvar="SNUGFIT_REDIS_URL",
-    default=None,
-    help="Redis URL (default: env / embedded).",
-)
+@redis_option
 @click.option(
     "--lease",
     type=float,

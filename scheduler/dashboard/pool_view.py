@@ -8,12 +8,10 @@ figure does not exist. The page says so.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler.cli.ops import node_state_label
+from scheduler.cli.ops import decoded_allocations, node_state_label, number
 from scheduler.cli.render import free_by_type, option_label
 from scheduler.core.mig import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES
 from scheduler.core.pool import MIB_PER_GIB, MODE_MIG, Pool
@@ -21,18 +19,6 @@ from scheduler.exceptions import SchedulerError
 from scheduler.service.nodes import node_statuses
 
 __all__ = ["pool_data"]
-
-
-def _allocations(store: Any) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for jid, raw in store.allocations().items():
-        try:
-            a = json.loads(raw)
-        except (ValueError, TypeError):
-            continue
-        if isinstance(a, dict):
-            out[jid] = a
-    return out
 
 
 def pool_data(store: Any, *, now: float, stale_s: float = 15.0) -> dict[str, Any]:
@@ -47,7 +33,7 @@ def pool_data(store: Any, *, now: float, stale_s: float = 15.0) -> dict[str, Any
         pool = Pool.from_dict(config)
     except SchedulerError as exc:
         return {"name": None, "n_gpus": 0, "nodes": [], "free_by_type": {}, "error": str(exc)}
-    allocs = _allocations(store)
+    allocs = decoded_allocations(store)
     registered = store.nodes()
     statuses = node_statuses(
         [n.name for n in pool.nodes], registered, store.node_admin(), now=now, stale_s=stale_s
@@ -113,7 +99,7 @@ def _gpu(
                 "label": option_label(o),
                 "kind": o.get("kind"),
                 "reserved_gib": round(int(a.get("reserved_mib", 0)) / MIB_PER_GIB, 3),
-                "used_gib": _finite(o.get("vram_gib")),
+                "used_gib": number(o.get("vram_gib")),
                 "mig_profile": o.get("mig_profile"),
                 "mig_start": o.get("mig_start"),
                 "mig_mask": int(a.get("mig_mask") or 0),
@@ -162,11 +148,3 @@ def _mig_layout(slots: list[dict[str, Any]], mask: int) -> dict[str, Any]:
         "compute_slices": MIG_COMPUTE_SLICES,
         "memory_slices": MIG_MEMORY_SLICES,
     }
-
-
-def _finite(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None

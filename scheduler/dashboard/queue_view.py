@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from scheduler.cli.ops import number
 from scheduler.cli.render import option_label, pending_reason
 from scheduler.core.decision import Decision
 from scheduler.dashboard.pending import pending_decisions
@@ -151,10 +152,10 @@ def job_row(
         rec["placement"] if isinstance(rec.get("placement"), dict) else None
     )
     outcome = rec.get("outcome") if isinstance(rec.get("outcome"), dict) else None
-    submitted = _num(rec.get("submitted_at"))
-    started = _num(rec.get("started_at"))
-    finished = _num(rec.get("finished_at"))
-    runtime = _num(place.get("runtime_s")) if place else None
+    submitted = number(rec.get("submitted_at"))
+    started = number(rec.get("started_at"))
+    finished = number(rec.get("finished_at"))
+    runtime = number(place.get("runtime_s")) if place else None
     elapsed = remaining = None
     if state == "running" and started is not None:
         elapsed = max(now - started, 0.0) / scale
@@ -187,8 +188,8 @@ def job_row(
         "elapsed_s": elapsed,
         "runtime_s": runtime,
         "remaining_s": remaining,
-        "cost_usd": _num(place.get("cost_usd")) if place else None,
-        "peak_vram_gib": _num(outcome.get("peak_vram_gib")) if outcome else None,
+        "cost_usd": number(place.get("cost_usd")) if place else None,
+        "peak_vram_gib": number(outcome.get("peak_vram_gib")) if outcome else None,
         "reason": _reason(rec, state, derived),
         "method": rec.get("method"),
         "simulated": bool(rec.get("simulated")),
@@ -209,13 +210,3 @@ def _reason(rec: Mapping[str, Any], state: str, derived: Decision | None) -> str
     if state == "placed":
         return "placed; waiting for the node's worker to start it"
     return str(rec.get("reason") or "")
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or v is None:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None

@@ -19,16 +19,16 @@ page that refreshes every few seconds costs one short ``XRANGE`` per refresh.
 from __future__ import annotations
 
 import bisect
-import math
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from predictor.gpus import GPU_NAMES, get_gpu
+from scheduler.cli.ops import number
+from scheduler.service.accounting import gpu_share
 
-__all__ = ["BilledAttempt", "UsageTail", "gpu_share", "usage_series"]
+__all__ = ["BilledAttempt", "UsageTail", "usage_series"]
 
 _CHUNK = 5000
 # Attempts remembered between their placement and their end (running jobs, with headroom).
@@ -85,16 +85,16 @@ class UsageTail:
             self._open.pop(key, None)
             return
         o = self._open.get(key)
-        ts = _num(e.get("ts"))
+        ts = number(e.get("ts"))
         if o is None or kind not in _ENDS or ts is None:
             return
         out = e.get("outcome") if isinstance(e.get("outcome"), dict) else None
-        held = _num(out.get("runtime_s")) if out else None
+        held = number(out.get("runtime_s")) if out else None
         if kind in ("finished", "oom") or held is not None:
             del self._open[key]
         if held is None:
             return  # no measured outcome (a lost lease, a cancel before it started)
-        rt, cost = _num(o.get("runtime_s")), _num(o.get("cost_usd"))
+        rt, cost = number(o.get("runtime_s")), number(o.get("cost_usd"))
         if cost is None or rt is None:
             return
         billed = cost * held / rt if rt > 0 else 0.0
@@ -106,20 +106,6 @@ class UsageTail:
             ),
             key=lambda b: b.ended_at,
         )
-
-
-def gpu_share(opt: Mapping[str, Any]) -> float:
-    """GPUs an option holds: its GPU count, a MIG slice's share of the GPU's memory, or a
-    shared GPU's reserved share."""
-    kind = opt.get("kind")
-    cap, res = _num(opt.get("capacity_gib")), _num(opt.get("reserved_gib"))
-    if kind == "mig" and cap:
-        name = str(opt.get("gpu_type"))
-        full = get_gpu(name).memory_gib if name in GPU_NAMES else None
-        return min(1.0, cap / full) if full else 1.0
-    if kind == "shared" and cap and res is not None:
-        return min(1.0, res / cap)
-    return float(opt.get("n_gpus") or 1)
 
 
 def usage_series(billed: list[BilledAttempt], *, max_points: int = 240) -> dict[str, Any]:
@@ -160,13 +146,3 @@ def usage_series(billed: list[BilledAttempt], *, max_points: int = 240) -> dict[
         for t in types:
             out["cost_by_type"][t].append(by_type[t])
     return out
-
-
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or v is None:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None

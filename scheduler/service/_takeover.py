@@ -11,11 +11,9 @@ import time
 import uuid
 from typing import Any
 
-from pydantic import ValidationError
-
 from scheduler.exceptions import ServiceError
 from scheduler.service._housekeeping import _Housekeeping
-from scheduler.service.store.records import PlacementRecord, dumps
+from scheduler.service.store.records import current_placements, dumps
 
 __all__: list[str] = []
 
@@ -104,16 +102,7 @@ class _Leadership(_Housekeeping):
             ids = self.store.job_ids("placed")
         if not ids:
             return 0
-        rows = self.store.get_fields(ids, ["placement", "attempt"])
-        found: list[tuple[str, PlacementRecord]] = []
-        for jid, (raw, attempt) in zip(ids, rows, strict=True):
-            try:
-                p = PlacementRecord.model_validate_json(raw or "")
-            except ValidationError:
-                continue
-            if attempt is None or int(attempt) != p.attempt:
-                continue
-            found.append((jid, p))
+        found = current_placements(self.store, ids)
         if rebuild:
             for jid, p in sorted(found, key=lambda jp: jp[1].placed_at):
                 self._placed[jid] = (p.attempt, p.placed_at)

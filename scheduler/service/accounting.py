@@ -41,6 +41,7 @@ __all__ = [
     "accounting",
     "charge_attempt",
     "charges",
+    "gpu_share",
     "parse_when",
 ]
 
@@ -110,7 +111,9 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, int | float) and math.isfinite(v) else None
 
 
-def _share(opt: Mapping[str, Any]) -> float:
+def gpu_share(opt: Mapping[str, Any]) -> float:
+    """GPUs a placed option holds: its GPU count, a MIG slice's share of the GPU's memory, or
+    a shared GPU's reserved share (also what the dashboard's usage chart charges)."""
     n = int(opt.get("n_gpus") or 1)
     kind = opt.get("kind")
     cap, res = _num(opt.get("capacity_gib")), _num(opt.get("reserved_gib"))
@@ -137,7 +140,7 @@ def charge_attempt(placed: Mapping[str, Any], end: Mapping[str, Any]) -> Charge:
     cost = None
     if pred_cost is not None and runtime is not None:
         cost = pred_cost * runtime / pred_rt if pred_rt else (0.0 if runtime == 0 else None)
-    share = _share(opt)
+    share = gpu_share(opt)
     return Charge(
         job_id=str(end.get("job_id")),
         attempt=int(end.get("attempt") or 0),

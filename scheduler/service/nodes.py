@@ -26,13 +26,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from pydantic import ValidationError
-
 from scheduler.core.fence import node_gpus
 from scheduler.core.pool import Pool
 from scheduler.service.events import event
 from scheduler.service.store.protocol import Store
-from scheduler.service.store.records import PlacementRecord
+from scheduler.service.store.records import current_placements
 
 __all__ = [
     "DEFAULT_NODE_STALE_S",
@@ -190,15 +188,10 @@ def move_off(
     ids = store.job_ids("placed")
     if not ids:
         return [], []
-    rows = store.get_fields(ids, ["placement", "attempt"])
     moved: list[str] = []
     events: list[dict[str, Any]] = []
-    for jid, (raw, att) in zip(ids, rows, strict=True):
-        try:
-            p = PlacementRecord.model_validate_json(raw or "")
-        except ValidationError:
-            continue
-        if p.node not in nodes or att is None or int(att) != p.attempt:
+    for jid, p in current_placements(store, ids):
+        if p.node not in nodes:
             continue
         reason = f"moved before it started: {statuses[p.node].reason}"
         got = store.requeue(jid, p.attempt, reason=reason, counter="moved", from_states="placed")

@@ -12,8 +12,6 @@ from typing import Any
 
 import pytest
 import redis
-from rq import SimpleWorker
-from rq.serializers import JSONSerializer
 
 from predictor.analytical import predict_table
 from predictor.history import fingerprint_dict
@@ -23,22 +21,13 @@ from scheduler.core.pool import Pool
 from scheduler.service.client import Client
 from scheduler.service.leader import SchedulerService
 from scheduler.service.store.redis_store import RedisStore
+from tests.jobs import BIG_70B_FP8
+from tests.rq_drain import drain
 from workers.simulated import true_factors
 from workers.worker import NodeWorker
 
 POOL = Pool.from_dict({"name": "one", "nodes": [{"name": "n1", "gpu": "H100-80GB", "count": 2}]})
-# 70B in fp8: ~70 GiB per GPU predicted at TP=1 (analytical), so one H100 holds the prediction.
-BIG = {
-    "id": "big",
-    "model": "llama-3.1-70b",
-    "task": "inference",
-    "weight_dtype": "fp8",
-    "batch_size": 1,
-    "input_len": 512,
-    "output_len": 64,
-    "num_requests": 4,
-    "max_tensor_parallel": 2,
-}
+BIG = {"id": "big", **BIG_70B_FP8, "max_tensor_parallel": 2}
 OOM = "torch.OutOfMemoryError: CUDA out of memory."
 
 
@@ -67,21 +56,6 @@ def _worker(store: RedisStore, tmp_path: Path, pool: Pool, **kw: Any) -> NodeWor
     return w
 
 
-def _drain(w: NodeWorker) -> None:
-    from workers.execute import set_context
-
-    set_context(w.ctx)
-    try:
-        SimpleWorker(
-            [w.queue],
-            connection=w.store.raw,
-            serializer=JSONSerializer,
-            job_class=w.rq_worker().job_class,
-        ).work(burst=True)
-    finally:
-        set_context(None)
-
-
 def _seed_that_ooms_at_tp1_only() -> int:
     """A truth seed whose draw puts the job over an H100 at TP=1 and well inside its TP=2
     reservation (~50 GiB per GPU): the simulated truth is seeded, so this is deterministic."""
@@ -101,7 +75,7 @@ def test_oom_at_tp1_is_requeued_at_tp2_and_finishes(store: RedisStore, tmp_path:
     svc.step()
     first = h.placement
     assert first is not None and first.gpu_indices and len(first.gpu_indices) == 1
-    _drain(w)  # the simulated run OOMs with all of one H100
+    drain(w)  # the simulated run OOMs with all of one H100
     rec = h.record()
     assert h.status() == "pending" and rec["ooms"] == "1"
     reason = h.reason or ""
@@ -125,7 +99,7 @@ def test_oom_at_tp1_is_requeued_at_tp2_and_finishes(store: RedisStore, tmp_path:
     second = h.placement
     assert second is not None and second.attempt == 2 and len(second.gpu_indices) == 2
     assert second.reserved_gib >= float(rec["reserved_gib"])
-    _drain(w)
+    drain(w)
     assert h.status() == "succeeded", h.reason
     assert store.alloc_ids() == []
     # The history keeps each layout apart: an OOM floor for TP=1, a measured run for TP=2.
@@ -148,10 +122,10 @@ def test_the_command_is_told_its_new_degree(store: RedisStore, tmp_path: Path) -
     svc = SchedulerService(store, POOL)
     w = _worker(store, tmp_path, POOL, simulate=False, nvml=None)
     svc.step()
-    _drain(w)
+    drain(w)
     assert h.status() == "pending" and "requeued at TP=2" in (h.reason or "")
     svc.step()
-    _drain(w)
+    drain(w)
     assert h.status() == "succeeded", h.reason
     assert "tp=2 n=2 env=2 cvd=0,1" in h.logs()
 
@@ -173,7 +147,7 @@ def test_nothing_bigger_at_any_permitted_degree_fails_at_once(
     h = Client(store=store, table_fn=_predict).submit(BIG | {"command": cmd})
     SchedulerService(store, pool).step()
     assert h.placement is not None and h.placement.node == "n1"
-    _drain(_worker(store, tmp_path, pool, simulate=False, nvml=None))
+    drain(_worker(store, tmp_path, pool, simulate=False, nvml=None))
     assert h.status() == "failed"
     reason = h.reason or ""
     assert "nothing bigger exists, nor at a higher tensor parallel degree" in reason
@@ -194,6 +168,6 @@ def test_a_predictor_that_breaks_still_records_the_outcome(
     SchedulerService(store, POOL).step()
     w = _worker(store, tmp_path, POOL, simulate=False, nvml=None)
     w.ctx.predict = broken
-    _drain(w)
+    drain(w)
     assert h.status() == "failed" and "nothing bigger exists" in (h.reason or "")
     assert store.alloc_ids() == []

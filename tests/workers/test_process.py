@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.procs import wait_for
 from workers.process import ProcessRun
 
 # A job whose child escapes the process group (setsid) and ignores SIGTERM: only a subreaper
@@ -43,15 +44,6 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rfind(b")") + 2 :].split()[0] != b"Z"
-
-
-def wait_for(cond, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def pids_from(path: Path) -> list[int]:

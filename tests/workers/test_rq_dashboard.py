@@ -30,7 +30,8 @@ from scheduler.service.leader import SchedulerService
 from scheduler.service.store.keys import queue_name, rq_job_id
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
-from tests.scheduler.service.test_faults import procs, snugfit, wait_for, write_pool  # noqa: F401
+from tests.procs import wait_for
+from tests.scheduler.service.test_faults import snugfit, write_pool
 from tests.workers.test_rq_registries import POOL, _waits_for
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -67,7 +68,7 @@ def _get(url: str) -> tuple[int, str]:
 def test_readme_dashboard_command_shows_a_running_job(
     tmp_path: Path,
     redis_url: str,
-    procs: list[Any],  # noqa: F811
+    procs: list[Any],
 ) -> None:
     exe = os.environ.get("RQ_DASHBOARD") or shutil.which("rq-dashboard")
     if not exe:

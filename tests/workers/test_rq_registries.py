@@ -27,7 +27,8 @@ from scheduler.service.leader import SchedulerService
 from scheduler.service.store.keys import queue_name, rq_job_id
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
-from tests.scheduler.service.test_faults import procs, snugfit, wait_for, write_pool  # noqa: F401
+from tests.procs import wait_for
+from tests.scheduler.service.test_faults import snugfit, write_pool
 from workers._rq_worker import rq_outcome
 
 POOL = {"name": "one", "nodes": [{"name": "n1", "gpu": "H100-80GB", "count": 4}]}
@@ -47,7 +48,7 @@ def _waits_for(path: Path, code: int) -> list[str]:
 def test_rq_registries_follow_the_run(
     tmp_path: Path,
     redis_url: str,
-    procs: list[subprocess.Popen[bytes]],  # noqa: F811
+    procs: list[subprocess.Popen[bytes]],
 ) -> None:
     conn = redis.Redis.from_url(redis_url)
     store = RedisStore(conn)

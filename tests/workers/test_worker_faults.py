@@ -20,7 +20,6 @@ from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
 from tests.scheduler.service.test_faults import (  # noqa: F401 (fixtures)
     private_url,
-    procs,
     snugfit,
     wait_for,
     write_pool,
@@ -52,7 +51,7 @@ JOB = textwrap.dedent(
 def test_kill_9_of_a_worker_leaves_no_job_process_and_no_overlap(
     private_url: str,  # noqa: F811
     tmp_path: Path,
-    procs: list,  # noqa: F811
+    procs: list,
     kills: int,
 ) -> None:
     nodes = [{"name": "n1", "gpu": "H100-80GB", "count": kills}]

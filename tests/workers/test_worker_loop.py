@@ -16,7 +16,8 @@ from scheduler.service.leader import SchedulerService
 from scheduler.service.store.keys import queue_name
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
-from tests.scheduler.service.test_faults import procs, snugfit, wait_for, write_pool  # noqa: F401
+from tests.procs import wait_for
+from tests.scheduler.service.test_faults import snugfit, write_pool
 
 POOL = {"name": "one", "nodes": [{"name": "n1", "gpu": "H100-80GB", "count": 2}]}
 
@@ -31,7 +32,7 @@ def _worker(tmp_path: Path, url: str) -> subprocess.Popen[bytes]:
 def test_idle_worker_stops_on_sigterm(
     tmp_path: Path,
     redis_url: str,
-    procs: list[subprocess.Popen[bytes]],  # noqa: F811
+    procs: list[subprocess.Popen[bytes]],
 ) -> None:
     store = RedisStore(redis.Redis.from_url(redis_url))
     w = _worker(tmp_path, redis_url)
@@ -47,7 +48,7 @@ def test_idle_worker_stops_on_sigterm(
 def test_job_stranded_in_rq_intermediate_list_is_put_back_and_runs(
     tmp_path: Path,
     redis_url: str,
-    procs: list[subprocess.Popen[bytes]],  # noqa: F811
+    procs: list[subprocess.Popen[bytes]],
 ) -> None:
     store = RedisStore(redis.Redis.from_url(redis_url))
     client = Client(store=store)

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from predictor.gpus import GPU_NAMES
 from predictor.limits import (
@@ -24,7 +25,17 @@ from predictor.limits import (
     MIN_PRIORITY,
 )
 
-__all__ = ["OutcomeRecord", "PlacementRecord", "RequestRecord", "dumps", "parse_engine"]
+if TYPE_CHECKING:
+    from scheduler.service.store.protocol import Store
+
+__all__ = [
+    "OutcomeRecord",
+    "PlacementRecord",
+    "RequestRecord",
+    "current_placements",
+    "dumps",
+    "parse_engine",
+]
 
 
 def _finite_or_none(v: Any) -> Any:
@@ -223,3 +234,21 @@ class OutcomeRecord(BaseModel):
     reason: str = ""
     worker: str | None = None
     node: str | None = None
+
+
+def current_placements(store: Store, ids: Sequence[str]) -> list[tuple[str, PlacementRecord]]:
+    """``(job id, placement)`` of the jobs ``ids`` whose stored placement is valid and belongs
+    to their current attempt: a stale attempt's record, or one that fails validation (or an
+    attempt field that is not an integer), is skipped, so what follows never acts on an
+    attempt that is over."""
+    found: list[tuple[str, PlacementRecord]] = []
+    rows = store.get_fields(ids, ["placement", "attempt"])
+    for jid, (raw, attempt) in zip(ids, rows, strict=True):
+        try:
+            p = PlacementRecord.model_validate_json(raw or "")
+            current = attempt is not None and int(attempt) == p.attempt
+        except (ValidationError, ValueError):
+            continue
+        if current:
+            found.append((jid, p))
+    return found

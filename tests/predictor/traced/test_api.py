@@ -17,17 +17,9 @@ from predictor.traced import (
     trace_specs,
     unsupported_reason,
 )
+from tests.jobs import TINY_LLAMA
 
-TINY: dict[str, Any] = {
-    "name": "tiny-llama",
-    "n_layers": 2,
-    "hidden_size": 64,
-    "n_heads": 4,
-    "n_kv_heads": 2,
-    "head_dim": 16,
-    "intermediate_size": 128,
-    "vocab_size": 1000,
-}
+TINY = TINY_LLAMA
 
 
 @pytest.mark.parametrize(

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from scheduler.cli.report import JobRow, ReportData, render_report, rows_from_records, write_report
+from tests.browser import chromium
 
 
 def _rows() -> list[JobRow]:
@@ -74,18 +74,10 @@ def test_empty_report_still_renders() -> None:
     assert html.count('class="chart empty"') == 3
 
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
-@pytest.mark.skipif(_chromium() is None, reason="chromium is not installed")
+@pytest.mark.skipif(chromium() is None, reason="chromium is not installed")
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     path = write_report(tmp_path / "report.html", _data())
-    browser = _chromium()
+    browser = chromium()
     assert browser is not None
     base = [
         browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",

@@ -8,17 +8,9 @@ from predictor.spec import parse_spec
 from predictor.traced import TraceCache, fingerprint
 from scheduler.cli.predict import predict_command
 from scheduler.cli.trace import trace_command
+from tests.jobs import TINY_LLAMA
 
-TINY = {
-    "name": "tiny-llama",
-    "n_layers": 2,
-    "hidden_size": 64,
-    "n_heads": 4,
-    "n_kv_heads": 2,
-    "head_dim": 16,
-    "intermediate_size": 128,
-    "vocab_size": 1000,
-}
+TINY = TINY_LLAMA
 
 
 def test_trace_reports_excluded_jobs_without_tracing(tmp_path, monkeypatch):

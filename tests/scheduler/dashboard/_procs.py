@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+from tests.procs import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 _URL = re.compile(r"(?:dashboard): (http://127\.0\.0\.1:\d+/)")
@@ -33,15 +30,6 @@ def start(args: list[str], url: str, home: Path, log: Path) -> subprocess.Popen[
         )
 
 
-def wait_for(cond: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def served_url(proc: subprocess.Popen[bytes], log: Path, timeout: float = 60.0) -> str:
     """The dashboard URL ``proc`` printed to ``log`` (fails if it exits first)."""
     found: list[str] = []
@@ -56,18 +44,3 @@ def served_url(proc: subprocess.Popen[bytes], log: Path, timeout: float = 60.0) 
 
     wait_for(printed, timeout, f"a dashboard URL in {log}")
     return found[0]
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in started:
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()

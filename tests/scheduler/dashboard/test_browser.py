@@ -5,7 +5,6 @@ DevTools protocol by Playwright. Without Chromium (or Playwright) it skips and s
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,20 +15,12 @@ import redis
 
 from scheduler.service.client import Client
 from scheduler.service.store.redis_store import RedisStore
+from tests.browser import chromium
 from tests.jobs import inference_spec as spec
-from tests.scheduler.dashboard._procs import procs, served_url, start, wait_for  # noqa: F401
-
-
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
+from tests.scheduler.dashboard._procs import served_url, start, wait_for
 
 pytestmark = pytest.mark.skipif(
-    _chromium() is None,
+    chromium() is None,
     reason="chromium is not installed: the dashboard's browser test drives Debian's headless "
     "`chromium` (apt-get install chromium; .ci/run installs it)",
 )
@@ -55,7 +46,7 @@ _WAIT_MS = 60_000
 
 def _launch(p: Any) -> Any:
     return p.chromium.launch(
-        executable_path=_chromium(),
+        executable_path=chromium(),
         headless=True,
         args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"],
     )
@@ -64,7 +55,7 @@ def _launch(p: Any) -> Any:
 def test_dashboard_in_headless_chromium(
     redis_url: str,
     tmp_path: Path,
-    procs: list[subprocess.Popen[bytes]],  # noqa: F811
+    procs: list[subprocess.Popen[bytes]],
 ) -> None:
     pool_file = tmp_path / "pool.toml"
     pool_file.write_text(POOL_TOML)

@@ -20,7 +20,7 @@ from scheduler.service.client import Client
 from scheduler.service.leader import SchedulerService
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
-from tests.scheduler.dashboard._procs import procs, served_url, start  # noqa: F401
+from tests.scheduler.dashboard._procs import served_url, start
 
 POOL = Pool.from_dict({"name": "one", "nodes": [{"name": "n1", "gpu": "H100-80GB", "count": 2}]})
 
@@ -28,7 +28,7 @@ POOL = Pool.from_dict({"name": "one", "nodes": [{"name": "n1", "gpu": "H100-80GB
 def test_dashboard_command_serves_on_loopback_and_stops_on_sigterm(
     redis_url: str,
     tmp_path: Path,
-    procs: list[subprocess.Popen[bytes]],  # noqa: F811
+    procs: list[subprocess.Popen[bytes]],
 ) -> None:
     store = RedisStore(redis.Redis.from_url(redis_url))
     Client(store=store).submit(spec(0))

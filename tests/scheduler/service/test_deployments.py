@@ -11,8 +11,6 @@ from typing import Any
 
 import pytest
 import redis
-from rq import SimpleWorker
-from rq.serializers import JSONSerializer
 
 from predictor.serving import ENGINE_PLACEHOLDERS
 from scheduler.core.pool import Pool
@@ -22,6 +20,7 @@ from scheduler.service.deployments import DeploymentHandle, expire_due, hostable
 from scheduler.service.leader import SchedulerService
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec
+from tests.rq_drain import drain
 from workers.worker import NodeWorker
 
 POOL = Pool.from_dict(
@@ -149,7 +148,7 @@ def test_cancel_stops_running_replicas_and_releases_capacity(
 
     t = threading.Thread(target=cancel_when_running)
     t.start()
-    _drain(w)  # an until-cancelled replica runs until the cancel stops it
+    drain(w)  # an until-cancelled replica runs until the cancel stops it
     t.join()
     assert got == ["cancelled"]
     view = h.view()
@@ -176,7 +175,7 @@ def test_simulated_replica_runs_its_duration(
         log_path=tmp_path / "log.jsonl",
     )
     t0 = time.monotonic()
-    _drain(w)
+    drain(w)
     assert time.monotonic() - t0 >= 0.5  # 2 s x 0.25, exactly (no truth factor)
     assert job.status() == "succeeded"
     assert job.outcome is not None and job.outcome.runtime_s == pytest.approx(2.0)
@@ -232,21 +231,6 @@ def test_plan_for_pool_keeps_only_options_the_pool_hosts() -> None:
         assert "is not in the pool" in reason
     only_b200 = Pool.from_dict({"name": "b", "nodes": [{"name": "b", "gpu": "B200-180GB"}]})
     assert all(o.gpu == "B200-180GB" for o in plan_for_pool(spec, only_b200)[0].options)
-
-
-def _drain(w: NodeWorker) -> None:
-    from workers.execute import set_context
-
-    set_context(w.ctx)
-    try:
-        SimpleWorker(
-            [w.queue],
-            connection=w.store.raw,
-            serializer=JSONSerializer,
-            job_class=w.rq_worker().job_class,
-        ).work(burst=True)
-    finally:
-        set_context(None)
 
 
 def test_a_mig_replica_gets_its_planned_slice(redis_url: str) -> None:

@@ -26,6 +26,7 @@ from scheduler.service.client import Client
 from scheduler.service.store.keys import TERMINAL_STATES
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
+from tests.procs import stop_all
 from tests.scheduler.service._sentinel_cluster import SentinelCluster, wait_for
 from tests.scheduler.service.test_faults import TWO_NODES, check_capacity, write_pool
 
@@ -169,15 +170,7 @@ def _run(tmp_path: Path, cluster: SentinelCluster, n_failovers: int) -> dict[str
         assert len(doctor["replicas"]) == 1 and doctor["master"]["role"] == "master"
         assert {q["name"] for q in doctor["rq_queues"]} >= {"snugfit:node:n1", "snugfit:node:n2"}
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_all(procs)
     result = {
         "acknowledged": len(acked),
         "lost": lost,

@@ -28,6 +28,7 @@ from scheduler.service.store.keys import TERMINAL_STATES, queue_name
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
 from tests.jobs import submit_stream
+from tests.procs import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 TWO_NODES = {
@@ -58,21 +59,6 @@ def snugfit(args: list[str], url: str, home: Path) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-
-
-@pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    for p in started:
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 @pytest.fixture
@@ -107,15 +93,6 @@ def private_url(tmp_path: Path) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait()
-
-
-def wait_for(cond: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def check_capacity(store: RedisStore, pool: Pool) -> None:
@@ -207,20 +184,8 @@ def test_sigkill_worker_mid_job_reclaims_and_reruns_once(
     svc = SchedulerService(store, pool)
     svc.step()
     home = tmp_path / "home"
-    slow = [
-        "worker",
-        "--node",
-        "n1",
-        "--pool",
-        str(pool_file),
-        "--simulate",
-        "--time-scale",
-        "1",
-        "--lease",
-        "1.5",
-        "--heartbeat",
-        "0.2",
-    ]
+    worker = ["worker", "--node", "n1", "--pool", str(pool_file), "--simulate"]
+    slow = [*worker, "--time-scale", "1", "--lease", "1.5", "--heartbeat", "0.2"]
     victim = snugfit(slow, private_url, home)
     procs.append(victim)
     wait_for(lambda: h.status() == "running", 30, "the job to start")
@@ -235,19 +200,7 @@ def test_sigkill_worker_mid_job_reclaims_and_reruns_once(
     assert h.placement is not None and h.placement.attempt == 2
     assert json.loads(store.allocations()[h.id])["attempt"] == 2
     assert store.finish(h.id, 1, "succeeded", "{}", "") == "stale"
-    fast = [
-        "worker",
-        "--node",
-        "n1",
-        "--pool",
-        str(pool_file),
-        "--simulate",
-        "--time-scale",
-        "0.001",
-        "--heartbeat",
-        "0.1",
-        "--burst",
-    ]
+    fast = [*worker, "--time-scale", "0.001", "--heartbeat", "0.1", "--burst"]
     rescuer = snugfit(fast, private_url, home)
     procs.append(rescuer)
     assert rescuer.wait(timeout=60) == 0

@@ -21,7 +21,8 @@ from scheduler.service.leader import SchedulerService
 from scheduler.service.nodes import node_statuses
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
-from tests.scheduler.service.test_faults import procs, snugfit, wait_for, write_pool  # noqa: F401
+from tests.procs import wait_for
+from tests.scheduler.service.test_faults import snugfit, write_pool
 
 REPO = Path(__file__).resolve().parents[3]
 # "cheap" is cheaper for the test job, so placement picks it whenever it is open.
@@ -160,7 +161,7 @@ def test_worker_for_a_node_not_in_the_pool_exits_at_once(tmp_path: Path, redis_u
 def test_sigstopped_worker_its_queued_job_runs_elsewhere_with_no_retry_used(
     tmp_path: Path,
     redis_url: str,
-    procs: list[subprocess.Popen[bytes]],  # noqa: F811
+    procs: list[subprocess.Popen[bytes]],
 ) -> None:
     """Real worker processes: the cheap node's worker is frozen (SIGSTOP: no heartbeat, its
     queue unread) right after a job is placed there; the job runs on the other node."""

@@ -22,11 +22,10 @@ from scheduler.service.store.records import PlacementRecord
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
 from tests.jobs import submit_stream
-from tests.scheduler.service.test_faults import (  # noqa: F401
+from tests.scheduler.service.test_faults import (
     TWO_NODES,
     _free_port,
     _ping,
-    procs,
     snugfit,
     wait_for,
     write_pool,
@@ -162,7 +161,7 @@ def test_run_survives_redis_going_away_and_resigns_quietly(tmp_path: Path) -> No
 
 def test_five_redis_restarts_under_submissions(
     tmp_path: Path,
-    procs: list[subprocess.Popen[bytes]],  # noqa: F811
+    procs: list[subprocess.Popen[bytes]],
 ) -> None:
     server = _Server(tmp_path / "redis")
     (tmp_path / "redis").mkdir()

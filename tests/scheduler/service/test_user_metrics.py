@@ -13,6 +13,17 @@ from tests.jobs import inference_spec as spec
 from tests.scheduler.service._simpool import SimPool
 
 
+def _total(t: Telemetry, metric: str) -> float:
+    """The sum of a counter's ``_total`` samples over every label set."""
+    return sum(
+        s.value
+        for m in t.registry.collect()
+        if m.name == metric
+        for s in m.samples
+        if s.name.endswith("_total")
+    )
+
+
 def test_user_series_are_bounded_and_sum_to_the_accounting(
     store: RedisStore, tmp_path: Path
 ) -> None:
@@ -36,19 +47,6 @@ def test_user_series_are_bounded_and_sum_to_the_accounting(
     assert v("snugfit_user_placements_total", "other", "a") == 1  # u2, team a
     assert v("snugfit_user_placements_total", "other", "other") == 2  # u3, u4: team b
     acct = client.acct()["total"]
-    cost = sum(
-        s.value
-        for m in t.registry.collect()
-        if m.name == "snugfit_user_cost_usd"
-        for s in m.samples
-        if s.name.endswith("_total")
-    )
-    hours = sum(
-        s.value
-        for m in t.registry.collect()
-        if m.name == "snugfit_user_gpu_hours"
-        for s in m.samples
-        if s.name.endswith("_total")
-    )
+    cost, hours = _total(t, "snugfit_user_cost_usd"), _total(t, "snugfit_user_gpu_hours")
     assert cost == pytest.approx(acct["cost_usd"]) and cost > 0
     assert hours == pytest.approx(acct["gpu_hours"]) and hours > 0

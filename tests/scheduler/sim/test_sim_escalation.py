@@ -16,18 +16,10 @@ from scheduler.policies.registry import get_policy
 from scheduler.sim.simulator import Simulator
 from scheduler.sim.truth import ResidualModel
 from scheduler.sim.workload import Workload
+from tests.jobs import BIG_70B_FP8
 
 POOL = {"name": "p", "nodes": [{"name": "n", "gpu": "H100-80GB", "count": 2}]}
-# 70B in fp8: ~70 GiB per GPU predicted at TP=1, so one H100 holds the prediction.
-BIG = {
-    "model": "llama-3.1-70b",
-    "task": "inference",
-    "weight_dtype": "fp8",
-    "batch_size": 1,
-    "input_len": 512,
-    "output_len": 64,
-    "num_requests": 4,
-}
+BIG = BIG_70B_FP8
 
 
 def _truth(vram_factor: float) -> ResidualModel:
