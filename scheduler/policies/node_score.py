@@ -103,8 +103,7 @@ def _gpu_milli_free(state: PoolState) -> np.ndarray:
 def _option_tag(pool: Pool, option: Option) -> int:
     if option.kind == "whole":
         return tag_of(option.n_gpus, MILLI_PER_GPU)
-    cap = float(pool.capacity_mib[option.gpu_indices[0]])
-    return tag_of(1, min(MILLI_PER_GPU - 1, math.ceil(option.reserved_gib * 1024 * 1000 / cap)))
+    return tag_of(1, _option_milli(pool, option))
 
 
 def node_view(state: PoolState, *, tags: bool = True) -> NodeView:
