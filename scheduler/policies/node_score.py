@@ -282,10 +282,14 @@ class NodeScorePolicy(Policy):
             if idx.size == 0:
                 continue
             cpu, host = demand(pool, c, req.n_gpus, req.host_ask, need)
-            # Share-sized asks differ by node; score each group of equal asks at once.
-            groups = np.unique(np.stack([cpu[idx], host[idx]], 1), axis=0)
-            for g_cpu, g_host in groups.tolist():
-                sub = idx[(cpu[idx] == g_cpu) & (host[idx] == g_host)]
+            cpu, host = cpu[idx], host[idx]
+            if (cpu == cpu[0]).all() and (host == host[0]).all():
+                groups = [(int(cpu[0]), int(host[0]))]  # own figures: one ask everywhere
+            else:
+                # Share-sized asks differ by node; score each group of equal asks at once.
+                groups = np.unique(np.stack([cpu, host], 1), axis=0).tolist()
+            for g_cpu, g_host in groups:
+                sub = idx[(cpu == g_cpu) & (host == g_host)]
                 pod = PodShape(int(g_cpu), int(g_host), req.n_gpus, milli)
                 score, gpu = scorer(view, sub, pod, self._rng)
                 top = np.flatnonzero(score == score.max())

@@ -31,7 +31,7 @@ GPU's free share standing in for the simulator's "merge" dimension extension).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -234,7 +234,13 @@ def replay(
         n_failed=failed,
         wall_s=time.perf_counter() - t0,
         placed_node=placed,
+        extras={"engine": "replay"},
     )
+
+
+#: One seed of a replay engine: this module's :func:`replay`, or the core path
+#: (:func:`scheduler.sim.openb.core_replay.replay_core`).
+Runner = Callable[[OpenbCluster, OpenbWorkload, str, int, float], "OpenbResult"]
 
 
 def replay_seeds(
@@ -243,22 +249,28 @@ def replay_seeds(
     policy: str | OpenbPolicy,
     seeds: Sequence[int],
     demand_ratio: float = TARGET_DEMAND_RATIO,
+    runner: Runner | None = None,
 ) -> dict[str, Any]:
-    """Mean over seeds of the allocation curve (0..130% in 1-point steps) and the headline."""
+    """Mean over seeds of the allocation curve (0..130% in 1-point steps) and the headline;
+    ``runner`` replays one seed (default: this module's :func:`replay`)."""
+    run: Runner = runner if runner is not None else replay
     grid = np.arange(0, round(demand_ratio * 100) + 1)
     curves = []
     unalloc = []
     walls = []
     failed = []
+    extras: dict[str, Any] = {}
     for s in seeds:
-        r = replay(cluster, pods, policy, s, demand_ratio)
+        r = run(cluster, pods, str(policy), s, demand_ratio)
+        extras = r.extras
         curves.append(r.allocation_at(grid.astype(float)))
         unalloc.append(r.unallocated_gpu_pct_at_end)
         walls.append(r.wall_s)
         failed.append(r.n_failed)
     mean_curve = np.mean(curves, axis=0)
     return {
-        "policy": OpenbPolicy(policy).value,
+        "policy": str(policy),
+        **extras,
         "seeds": list(seeds),
         "n_nodes": len(cluster.names),
         "n_gpus": int(cluster.n_gpu.sum()),
