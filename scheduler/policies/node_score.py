@@ -132,8 +132,8 @@ def node_view(state: PoolState, *, tags: bool = True) -> NodeView:
 class NodeScorePolicy(Policy):
     """Place each job, in queue order, on the node its scorer ranks highest (module docstring).
 
-    ``seed`` draws the node order that breaks ties (and the Random scorer's draws); None keeps
-    the pool's node order. Jobs that cannot start do not block later ones.
+    ``seed`` draws the node order that breaks ties (and seeds the Random scorer's draws); None
+    keeps the pool's node order. Jobs that cannot start do not block later ones.
     """
 
     score_label: ClassVar[str] = "score"
@@ -151,7 +151,9 @@ class NodeScorePolicy(Policy):
         """``node_rank`` (a permutation of the pool's nodes) and ``rng`` override the ones
         drawn from ``seed``: the openb replay passes its own, so both paths draw alike."""
         self.seed = seed
-        self._rng = rng if rng is not None else np.random.default_rng(seed)
+        # Given: drawn on across calls (the replay's stream). Else each call draws from
+        # (seed, state version), so the same inputs give the same decisions.
+        self._rng = rng
         self._fixed_rank = None if node_rank is None else np.asarray(node_rank, np.int64)
         self._rank: dict[int, np.ndarray] = {}
         # The view left by the last call, reused while the state has not moved since.
@@ -205,6 +207,9 @@ class NodeScorePolicy(Policy):
         scorer = self.scorer(pending, running, state.pool)
         view = self._view_of(state)
         rank = self.node_rank(state.pool)
+        rng = self._rng
+        if rng is None:
+            rng = np.random.default_rng([self.seed or 0, state.version])
         out: list[Decision] = []
         for i in range(len(pending)):
             if not batch.fits_empty_any(i):
@@ -214,7 +219,7 @@ class NodeScorePolicy(Policy):
                 out.append(pending_decision(batch.table(i, state), policy=policy, now_s=now_s))
                 continue
             table = batch.table(i, state)
-            best = self._best(table, state, view, scorer, rank)
+            best = self._best(table, state, view, scorer, rank, rng)
             if best is None:
                 out.append(pending_decision(table, policy=policy, now_s=now_s))
                 continue
@@ -264,6 +269,7 @@ class NodeScorePolicy(Policy):
         view: NodeView,
         scorer: Scorer,
         rank: np.ndarray,
+        rng: np.random.Generator,
     ) -> tuple[int, Binding, float] | None:
         """(class, binding, score) of the best-scored candidate node over the classes that fit
         now; None when no node passes the scorer's own fit test."""
@@ -291,7 +297,7 @@ class NodeScorePolicy(Policy):
             for g_cpu, g_host in groups:
                 sub = idx[(cpu == g_cpu) & (host == g_host)]
                 pod = PodShape(int(g_cpu), int(g_host), req.n_gpus, milli)
-                score, gpu = scorer(view, sub, pod, self._rng)
+                score, gpu = scorer(view, sub, pod, rng)
                 top = np.flatnonzero(score == score.max())
                 j = int(top[np.argmin(rank[sub[top]])])
                 k = int(sub[j])
