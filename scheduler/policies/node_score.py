@@ -12,7 +12,11 @@ the same way. Candidates are the nodes where the job fits now on every resource,
 class; the highest score wins, ties go to the node that comes first in the node order (the
 pool's, or a random permutation drawn from ``seed``, as the paper's simulator renames nodes).
 A shared job lands on the GPU the scorer picks; a whole-GPU job on the node's first idle GPUs;
-a MIG job on the slice the core's profile rules pick on the chosen node. Across option
+a MIG job on the slice the core's profile rules pick on the chosen node. On a shared node that
+also serves whole GPUs (``whole_gpus``) one-GPU jobs take shares and only gangs take whole
+GPUs, as pods do on a Kubernetes GPU-share node. A job that asks no GPU memory at all is a
+CPU-only job (:func:`cpu_only`): it holds a 0 MiB slot on a shared GPU and scores as a pod
+without GPUs. Across option
 classes the best score wins, then the cheaper class.
 
 FGD's target workload is either given (``classes``: the trace's pod shapes, as the replay uses)
@@ -87,12 +91,25 @@ STRANDING_WEIGHT = 2.0
 
 def job_milli(pool: Pool, c: int, need_mib: int) -> int:
     """The job's milli-GPU per GPU on class ``c``: 1000 for whole GPUs, else its slot's memory
-    (shared: the reservation; MIG: the slice) over the GPU's, rounded up."""
+    (shared: the reservation; MIG: the slice) over the GPU's, rounded up. A shared slot of
+    0 MiB is 0: a CPU-only job (see :func:`cpu_only`)."""
     if int(pool.class_kind[c]) == KIND_WHOLE:
         return MILLI_PER_GPU
     gpu_cap = int(pool.type_capacity_mib[int(pool.class_type[c])])
     slot = need_mib if int(pool.class_kind[c]) == KIND_SHARED else int(pool.class_capacity_mib[c])
-    return min(MILLI_PER_GPU, max(1, -(-slot * MILLI_PER_GPU // gpu_cap)))
+    return min(MILLI_PER_GPU, -(-slot * MILLI_PER_GPU // gpu_cap))
+
+
+def cpu_only(request: PlacementRequest) -> bool:
+    """Whether the job asks no GPU memory anywhere: a CPU-only job (an openb CPU-only pod).
+
+    The pool model has no GPU-less job, so such a job holds a 0 MiB slot on a shared GPU of
+    its node: it takes CPUs, host memory and one of the GPU's ``max_shared_jobs`` slots, and
+    no GPU capacity. These policies place it only there, as a GPU-less pod.
+    """
+    res = request.reservation_gib()
+    finite = res[np.isfinite(res)]
+    return bool(finite.size) and bool((finite <= 0).all())
 
 
 def _gpu_milli_free(state: PoolState) -> np.ndarray:
@@ -277,11 +294,18 @@ class NodeScorePolicy(Policy):
         now = state.summary()
         req = table.request
         found: list[tuple[float, float, int, int, Binding]] = []
+        no_gpu = cpu_only(req)
         for c in np.flatnonzero(table.fits_now).tolist():
+            kind = int(pool.class_kind[c])
+            if no_gpu and kind != KIND_SHARED:
+                continue
             need = int(table.need_mib[c])
             ok = fit_nodes(pool, now, c, req.n_gpus, need, req.host_ask)
+            if kind == KIND_WHOLE and req.n_gpus == 1:
+                # On a shared node that also serves whole GPUs a one-GPU job takes a share (up
+                # to the GPU's whole memory), so scorers see its real milli-GPU.
+                ok &= pool.node_mode != MODE_SHARED
             milli = job_milli(pool, c, need)
-            kind = int(pool.class_kind[c])
             if kind == KIND_SHARED:
                 ok &= view.gpu_free.max(1) >= milli
             idx = np.flatnonzero(ok)
@@ -296,7 +320,7 @@ class NodeScorePolicy(Policy):
                 groups = np.unique(np.stack([cpu, host], 1), axis=0).tolist()
             for g_cpu, g_host in groups:
                 sub = idx[(cpu == g_cpu) & (host == g_host)]
-                pod = PodShape(int(g_cpu), int(g_host), req.n_gpus, milli)
+                pod = PodShape(int(g_cpu), int(g_host), 0 if no_gpu else req.n_gpus, milli)
                 score, gpu = scorer(view, sub, pod, rng)
                 top = np.flatnonzero(score == score.max())
                 j = int(top[np.argmin(rank[sub[top]])])
@@ -336,9 +360,14 @@ def _binding(
         idle = np.flatnonzero(~state.busy[a:b] & (state.used_mib[a:b] == 0))[:n] + a
         return Binding(tuple(int(g) for g in idle), name, None, int(pool.class_capacity_mib[c]))
     if kind == KIND_SHARED:
-        if slot < 0:  # the scorer did not pick a GPU: the fullest with room
-            free = _gpu_milli_free_rows(state, a, int(pool.node_count[k]))
-            milli = job_milli(pool, c, need_mib)
+        n = int(pool.node_count[k])
+        milli = job_milli(pool, c, need_mib)
+        if slot < 0 and milli == 0:  # CPU-only: the open GPU with the fewest jobs
+            count = state.shared_count[a : a + n]
+            open_ = count < pool.max_shared[a : a + n]
+            slot = int(np.argmin(np.where(open_, count, np.iinfo(np.int32).max)))
+        elif slot < 0:  # the scorer did not pick a GPU: the fullest with room
+            free = _gpu_milli_free_rows(state, a, n)
             slot = int(np.argmin(np.where(free >= milli, free, MILLI_PER_GPU + 1)))
         g = a + slot
         return Binding((g,), name, None, int(pool.capacity_mib[g] - state.used_mib[g]))

@@ -5,23 +5,28 @@ Mapping (each openb node is one pool node):
 
 - CPU and memory: ``cpus = cpu_milli / 1000``, ``host_memory_gib = memory_mib / 1024``, so the
   pool's millicores and MiB are the trace's, bit for bit.
-- GPUs: ``count = gpu``, in ``shared`` mode, every GPU of one catalogue type (``gpu_type``,
-  default A100-40GB). The pool model knows five GPU types and the trace seven models, and no
-  openb scorer reads the model, so the model is kept beside the pool (:attr:`OpenbPool.models`)
-  rather than mapped onto a type; only the ``gpuspec`` pod lists constrain it.
+- GPUs: ``count = gpu``, in ``shared`` mode with ``whole_gpus`` (idle GPUs also go whole, to
+  multi-GPU pods), every GPU of one catalogue type (``gpu_type``, default A100-40GB). The pool
+  model knows five GPU types and the trace seven models, and no openb scorer reads the model,
+  so the model is kept beside the pool (:attr:`OpenbPool.models`) rather than mapped onto a
+  type; only the ``gpuspec`` pod lists constrain it.
 - Milli-GPU: a pod asking ``m`` milli-GPU per GPU reserves ``floor(m * capacity / 1000)`` MiB on
-  a GPU of ``capacity`` MiB. Rounding down keeps the MiB test exact as long as one milli-GPU is
-  more MiB than ``max_shared_jobs`` (40,960 / 1000 = 40.96 > 40): the rounding losses of the
-  pods on one GPU then stay under one milli-GPU, so pods fit a GPU in MiB exactly when their
-  milli-GPU sum is at most 1000, and a GPU's free MiB floored back to milli-GPU is exactly 1000
-  minus that sum.
-- Whole GPUs: a pod with ``gpu_milli = 1000`` on one GPU reserves the whole GPU's memory on a
-  shared GPU, which takes the GPU as a whole would.
+  a GPU of ``capacity`` MiB. Rounding down keeps the MiB test exact while one milli-GPU is more
+  MiB than the pods that can share a GPU (the trace's smallest share is 50 milli-GPU, so at
+  most 20; 40,960 / 1000 = 40.96 MiB per milli-GPU): their rounding losses stay under one
+  milli-GPU, so pods fit a GPU in MiB exactly when their milli-GPU sum is at most 1000, and a
+  GPU's free MiB floored back to milli-GPU is exactly 1000 minus that sum.
+- Whole GPUs: a one-GPU pod with ``gpu_milli = 1000`` reserves all of one GPU's memory as a
+  share (the node-scoring policies keep one-GPU jobs on shares on such nodes); a multi-GPU pod
+  takes idle GPUs whole.
+- CPU-only pods: the pool model has no GPU-less job, so one holds a 0 MiB slot on a shared GPU
+  of its node (:func:`scheduler.policies.node_score.cpu_only`): CPUs, memory and one of the
+  GPU's ``max_shared_jobs`` = 48 slots, no GPU capacity. The trace's CPU-only pods ask at least
+  8 CPUs, so at most 16 fit a node, and no GPU runs out of slots before its node's CPUs.
+- A pod asking 0 CPU or 0 memory asks 1 millicore or 1 MiB (the core's asks are positive).
 
-What does not map yet: multi-GPU pods (a shared option holds one GPU; the pool model has no node
-that hands out both shares and whole multi-GPU gangs), CPU-only pods (a placement request asks
-at least one GPU), and ``gpu_spec`` constraints (one catalogue type for all models). The
-functions here say so by name instead of dropping such pods.
+What does not map: ``gpu_spec`` constraints (one catalogue type for all models);
+:func:`core_supported` names such pods instead of dropping them.
 """
 
 from __future__ import annotations
@@ -49,9 +54,9 @@ __all__ = [
 
 DEFAULT_GPU_TYPE = "A100-40GB"
 
-# Above the most pods of the trace's smallest share (50 milli-GPU: 20 per GPU), and below the
-# MiB per milli-GPU of the smallest catalogue GPU (40.96), which keeps the MiB test exact.
-DEFAULT_MAX_SHARED_JOBS = 40
+# The pool model's most: room for the trace's smallest shares (20 x 50 milli-GPU) beside the
+# CPU-only pods that hold 0 MiB slots on the same GPU.
+DEFAULT_MAX_SHARED_JOBS = 48
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +91,7 @@ def openb_pool(
             "gpu": gpu_type,
             "count": int(cluster.n_gpu[k]),
             "mode": "shared",
+            "whole_gpus": True,
             "max_shared_jobs": max_shared_jobs,
             "cpus": int(cluster.cpu_milli[k]) / MILLI_PER_CPU,
             "host_memory_gib": int(cluster.memory_mib[k]) / MIB_PER_GIB,
@@ -100,10 +106,8 @@ def openb_pool(
 
 
 def core_supported(pods: OpenbWorkload) -> np.ndarray:
-    """Per pod, whether the core path can place it: one GPU (share or whole), no GPU model
-    constraint, non-zero CPU and memory (module docstring for the rest)."""
-    no_spec = np.array([not s for s in pods.gpu_spec], bool)
-    return (pods.num_gpu == 1) & no_spec & (pods.cpu_milli > 0) & (pods.memory_mib > 0)
+    """Per pod, whether the core path can place it: no GPU model constraint (``gpu_spec``)."""
+    return np.array([not s for s in pods.gpu_spec], bool)
 
 
 def openb_requests(
@@ -115,32 +119,33 @@ def openb_requests(
     if not ok.all():
         i = int(np.flatnonzero(~ok)[0])
         raise TraceError(
-            f"pod {i}: num_gpu={int(pods.num_gpu[i])}, gpu_spec={sorted(pods.gpu_spec[i])}, "
-            f"cpu_milli={int(pods.cpu_milli[i])}, memory_mib={int(pods.memory_mib[i])} cannot "
-            "go through the core yet (one GPU, no gpu_spec, CPU and memory > 0); filter the "
-            "list with core_supported() or use the legacy replay"
+            f"pod {i}: gpu_spec={'|'.join(sorted(pods.gpu_spec[i]))!r} cannot go through the "
+            "core yet (the pool carries one GPU type, not the trace's models); filter the list "
+            "with core_supported() or use the legacy replay"
         )
     pool = opool.pool
     t = GPU_NAMES.index(opool.gpu_type)
     cap = int(pool.type_capacity_mib[t])
     vram = np.full(len(GPU_NAMES), np.inf)
     out: list[PlacementRequest] = []
+    runtime = np.where(np.arange(len(GPU_NAMES)) == t, 1.0, np.inf)
     for i in range(len(pods)):
         v = vram.copy()
-        # Whole MiB, so the core's round-up to a MiB keeps it (module docstring).
-        v[t] = (int(pods.gpu_milli[i]) * cap // MILLI_PER_GPU) / MIB_PER_GIB
+        num = int(pods.num_gpu[i])
+        # Whole MiB, so the core's round-up to a MiB keeps it (module docstring); CPU-only: 0.
+        v[t] = (int(pods.gpu_milli[i]) * cap // MILLI_PER_GPU) / MIB_PER_GIB if num else 0.0
         out.append(
             PlacementRequest(
                 job_id=ids[i] if ids is not None else f"pod-{i}",
                 vram_gib=v,
                 vram_upper_gib=v,
-                runtime_s=np.where(np.isfinite(v), 1.0, np.inf),
-                runtime_upper_s=np.where(np.isfinite(v), 1.0, np.inf),
-                n_gpus=1,
+                runtime_s=runtime,
+                runtime_upper_s=runtime,
+                n_gpus=max(1, num),
                 gpu=opool.gpu_type,
                 requested_gpu=opool.gpu_type,
-                cpus=int(pods.cpu_milli[i]) / MILLI_PER_CPU,
-                host_memory_gib=int(pods.memory_mib[i]) / MIB_PER_GIB,
+                cpus=max(1, int(pods.cpu_milli[i])) / MILLI_PER_CPU,
+                host_memory_gib=max(1, int(pods.memory_mib[i])) / MIB_PER_GIB,
             )
         )
     return out
