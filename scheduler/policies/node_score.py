@@ -120,6 +120,8 @@ def _gpu_milli_free(state: PoolState) -> np.ndarray:
 def _option_tag(pool: Pool, option: Option) -> int:
     if option.kind == "whole":
         return tag_of(option.n_gpus, MILLI_PER_GPU)
+    if option.reserved_gib <= 0:  # a CPU-only job's 0 MiB slot: no GPU, no tag
+        return -1
     return tag_of(1, _option_milli(pool, option))
 
 
