@@ -34,7 +34,7 @@ import numpy as np
 
 from scheduler.core.binding import Binding
 from scheduler.core.decide import pending_decision, place, rejected_decision
-from scheduler.core.host import demand, fit_nodes
+from scheduler.core.host import class_nodes, demand, gpu_nodes_now
 from scheduler.core.options import OptionBatch
 from scheduler.core.pool import KIND_MIG, KIND_SHARED, KIND_WHOLE, MODE_SHARED, MODE_WHOLE, Pool
 from scheduler.exceptions import PolicyError
@@ -234,10 +234,11 @@ class NodeScorePolicy(Policy):
             if not batch.fits_empty_any(i):
                 out.append(rejected_decision(batch.table(i, state), policy=policy, now_s=now_s))
                 continue
-            if not batch.fits_now_any(i, state):
-                out.append(pending_decision(batch.table(i, state), policy=policy, now_s=now_s))
-                continue
+            # The table says what fits now (GPUs and host), so no separate fits-now pass.
             table = batch.table(i, state)
+            if not table.fits_now.any():
+                out.append(pending_decision(table, policy=policy, now_s=now_s))
+                continue
             best = self._best(table, state, view, scorer, rank, rng)
             if best is None:
                 out.append(pending_decision(table, policy=policy, now_s=now_s))
@@ -301,22 +302,34 @@ class NodeScorePolicy(Policy):
             kind = int(pool.class_kind[c])
             if no_gpu and kind != KIND_SHARED:
                 continue
-            need = int(table.need_mib[c])
-            ok = fit_nodes(pool, now, c, req.n_gpus, need, req.host_ask)
+            members = class_nodes(pool)[c]
             if kind == KIND_WHOLE and req.n_gpus == 1:
                 # On a shared node that also serves whole GPUs a one-GPU job takes a share (up
                 # to the GPU's whole memory), so scorers see its real milli-GPU.
-                ok &= pool.node_mode != MODE_SHARED
+                members = members & (pool.node_mode != MODE_SHARED)
+                if not members.any():
+                    continue
+            need = int(table.need_mib[c])
             milli = job_milli(pool, c, need)
+            ask = req.host_ask
+            cpu_a: np.ndarray
+            host_a: np.ndarray
+            if ask.cpu_milli >= 0 and ask.host_mib >= 0:
+                # The job's own figures: one ask on every node (the openb pods' case).
+                cpu_a, host_a = np.asarray(ask.cpu_milli), np.asarray(ask.host_mib)
+            else:
+                cpu_a, host_a = demand(pool, c, req.n_gpus, ask, need)
+            ok = gpu_nodes_now(pool, now, c, req.n_gpus, need) & members
+            ok &= (cpu_a <= now.node_cpu_free) & (host_a <= now.node_host_free)
             if kind == KIND_SHARED:
                 ok &= view.gpu_free.max(1) >= milli
             idx = np.flatnonzero(ok)
             if idx.size == 0:
                 continue
-            cpu, host = demand(pool, c, req.n_gpus, req.host_ask, need)
-            cpu, host = cpu[idx], host[idx]
-            if (cpu == cpu[0]).all() and (host == host[0]).all():
-                groups = [(int(cpu[0]), int(host[0]))]  # own figures: one ask everywhere
+            cpu = np.broadcast_to(cpu_a, ok.shape)[idx]
+            host = np.broadcast_to(host_a, ok.shape)[idx]
+            if cpu_a.ndim == 0 or ((cpu == cpu[0]).all() and (host == host[0]).all()):
+                groups = [(int(cpu[0]), int(host[0]))]
             else:
                 # Share-sized asks differ by node; score each group of equal asks at once.
                 groups = np.unique(np.stack([cpu, host], 1), axis=0).tolist()
