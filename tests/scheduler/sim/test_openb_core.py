@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +84,8 @@ def test_pool_from_the_node_list_keeps_every_node_resource(cluster) -> None:
     assert pool.node_cpu_milli.tolist() == cluster.cpu_milli.tolist()
     assert pool.node_host_mib.tolist() == cluster.memory_mib.tolist()
     assert {n.mode for n in pool.nodes} == {"shared"}
-    assert {n.max_shared_jobs for n in pool.nodes} == {40}
+    assert {n.max_shared_jobs for n in pool.nodes} == {48}
+    assert {n.whole_gpus for n in pool.nodes} == {True}
     assert op.models == ("G2", "G2", "T4", "V100M32")
 
 
@@ -163,9 +165,15 @@ def test_cpu_only_and_multi_gpu_pods_take_what_they_ask(cluster, tmp_path: Path)
     assert int(state.node_cpu_milli[k]) >= 30000
     assert int(state.used_mib[cpu.gpu_indices[0]]) == int(state.reserved_mib[cpu.gpu_indices[0]])
     state.assert_consistent()
-    # No other 8-GPU gang fits while the gang holds one 8-GPU node and the share the other.
-    again = openb_requests(pods.take(np.array([2])), op, ids=["gang2"])
-    assert get_policy(PolicyName.FGD_NODE).schedule(again, state, 0.0)[0].state == "pending"
+    # Gangs take whole idle nodes only: as many more fit as 8-GPU nodes are still all idle.
+    idle = ~state.busy & (state.used_mib == 0)
+    free_nodes = sum(
+        1 for n in op.pool.nodes if n.count == 8 and idle[n.first_gpu : n.first_gpu + 8].all()
+    )
+    more = openb_requests(pods.take(np.full(free_nodes + 1, 2)), op, ids=None)
+    more = [replace(r, job_id=f"gang-{i}") for i, r in enumerate(more)]
+    states = [d.state for d in get_policy(PolicyName.FGD_NODE).schedule(more, state, 0.0)]
+    assert states == ["placed"] * free_nodes + ["pending"]
 
 
 @pytest.mark.parametrize("name", NODE_SCORERS)
