@@ -33,6 +33,7 @@ __all__ = [
     "MAX_SPEC_GPU_MILLI",
     "MILLI_PER_GPU",
     "N_TAGS",
+    "STRANDING_WEIGHT",
     "NodeView",
     "PodShape",
     "Scorer",
@@ -60,6 +61,12 @@ MAX_SPEC_CPU_MILLI = 128_000
 
 
 MAX_SPEC_GPU_MILLI = 8_000
+
+
+# FGD-strand's weight on the stranded-capacity decrease, relative to FGD's fragmentation
+# decrease (both in milli-GPU). Chosen on openb `default` with a few seeds; the result is flat
+# between 0.5 and 8, so it is not a fine-tuned constant.
+STRANDING_WEIGHT = 2.0
 
 
 @dataclass

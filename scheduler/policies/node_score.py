@@ -41,6 +41,7 @@ from scheduler.exceptions import PolicyError
 from scheduler.policies._node_scorers import (
     MILLI_PER_GPU,
     N_TAGS,
+    STRANDING_WEIGHT,
     NodeView,
     PodShape,
     Scorer,
@@ -82,11 +83,6 @@ __all__ = [
     "job_milli",
     "node_view",
 ]
-
-# FGD-strand's weight on the stranded-capacity decrease, relative to FGD's fragmentation
-# decrease (both in milli-GPU). Chosen on openb `default` with a few seeds; the result is flat
-# between 0.5 and 8, so it is not a fine-tuned constant.
-STRANDING_WEIGHT = 2.0
 
 
 def job_milli(pool: Pool, c: int, need_mib: int) -> int:

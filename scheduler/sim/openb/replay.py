@@ -16,9 +16,12 @@ simulator, ``TunePodsByNodeTotalResource`` and ``SortClusterPods``):
 
 Node choice follows the simulator's score plugins (integer k8s scores 0..100, ties broken by
 a per-seed random node order, as the simulator does after renaming nodes with a random
-prefix); the GPU inside the node follows each policy's
-GPU-selection method. Scorers here are openb-specific: they see CPU as well as GPU, which our
-pool model does not carry. The FGD maths is shared with :mod:`scheduler.policies.fgd`.
+prefix); the GPU inside the node follows each policy's GPU-selection method. The scorers are
+:mod:`scheduler.policies._node_scorers`, the same code the live policies
+(:mod:`scheduler.policies.node_score`) and the replay through ``SchedulerCore``
+(:mod:`scheduler.sim.openb.core_replay`) run; this module is the vectorised reference that
+path is checked against (same placements pod for pod), and the only one for the ``gpuspec``
+lists, whose GPU-model constraints the pool does not carry.
 
 ``fgdstrand`` is ours: FGD plus the decrease of stranded GPU capacity
 (:mod:`scheduler.policies._stranding_maths`), GPUs a node will not be able to use because the
@@ -43,6 +46,7 @@ from scheduler.policies._node_scorers import (
     MAX_GPUS_PER_NODE,
     MILLI_PER_GPU,
     N_TAGS,
+    STRANDING_WEIGHT,
     NodeView,
     PodShape,
     Scorer,
@@ -65,11 +69,6 @@ from scheduler.sim.openb.trace import (
 )
 
 __all__ = ["STRANDING_WEIGHT", "OpenbPolicy", "OpenbResult", "replay", "replay_seeds"]
-
-# FGD-strand's weight on the stranded-capacity decrease, relative to FGD's fragmentation
-# decrease (both in milli-GPU). Chosen on `default` with a few seeds; the result is flat
-# between 0.5 and 8, so it is not a fine-tuned constant.
-STRANDING_WEIGHT = 2.0
 
 
 class OpenbPolicy(StrEnum):
