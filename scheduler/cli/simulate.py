@@ -36,13 +36,13 @@ def simulate_command() -> None:
     default="auto",
     show_default=True,
     help="core: snugfit's SchedulerCore and live policies on a pool built from the node list "
-    "(one-GPU pods only, so far); replay: the vectorised re-implementation (every pod); auto: "
+    "(every pod but gpu_spec ones); replay: the vectorised reference replay (every pod); auto: "
     "core when every pod of the list maps onto it, else replay.",
 )
 @click.option(
     "--core-pods-only",
     is_flag=True,
-    help="Drop the pods the core path cannot place yet (CPU-only, multi-GPU, gpu_spec) first.",
+    help="Drop the pods the core path cannot place yet (gpu_spec ones) first.",
 )
 @output_options(table=False, json_help="Print one JSON object.")
 def openb_command(
