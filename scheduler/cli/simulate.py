@@ -26,16 +26,43 @@ def simulate_command() -> None:
     multiple=True,
     default=("fgd",),
     show_default=True,
-    help="fgdstrand (ours), fgd, bestfit, random, dotproduct, gpupacking or gpuclustering; "
-    "repeatable.",
+    help="rightsize (runs fgdstrand, ours, on openb pools), fgdstrand, fgd, bestfit, random, "
+    "dotproduct, gpupacking or gpuclustering; repeatable.",
 )
 @click.option("--seeds", type=int, default=10, show_default=True, help="Seeds 42, 43, ...")
+@click.option(
+    "--engine",
+    type=click.Choice(["auto", "core", "replay"]),
+    default="auto",
+    show_default=True,
+    help="core: snugfit's SchedulerCore and live policies on a pool built from the node list "
+    "(every pod but gpu_spec ones); replay: the vectorised reference replay (every pod); auto: "
+    "core when every pod of the list maps onto it, else replay.",
+)
+@click.option(
+    "--core-pods-only",
+    is_flag=True,
+    help="Drop the pods the core path cannot place yet (gpu_spec ones) first.",
+)
 @output_options(table=False, json_help="Print one JSON object.")
 def openb_command(
-    nodes: Path | None, pods: Path | None, policies: tuple[str, ...], seeds: int, out: Output
+    nodes: Path | None,
+    pods: Path | None,
+    policies: tuple[str, ...],
+    seeds: int,
+    engine: str,
+    core_pods_only: bool,
+    out: Output,
 ) -> None:
-    """Replay the Alibaba openb trace to 130% arrived GPU demand (FGD paper protocol)."""
+    """Replay the Alibaba openb trace to 130% arrived GPU demand (FGD paper protocol).
+
+    Simulated: no pod runs; unallocated GPU % is of the simulated cluster.
+    """
+    import numpy as np
+
     from scheduler.exceptions import SchedulerError
+    from scheduler.sim.openb.core_replay import CORE_POLICY, replay_core
+    from scheduler.sim.openb.pool import core_supported
     from scheduler.sim.openb.replay import replay_seeds
     from scheduler.sim.openb.trace import DEFAULT_NODES_CSV, DEFAULT_PODS_CSV, load_nodes, load_pods
 
@@ -44,8 +71,25 @@ def openb_command(
     try:
         cluster = load_nodes(nodes or DEFAULT_NODES_CSV)
         workload = load_pods(pods or DEFAULT_PODS_CSV)
+        ok = core_supported(workload)
+        if core_pods_only:
+            workload = workload.take(np.flatnonzero(ok))
+            ok = ok[ok]
+        use_core = engine == "core" or (engine == "auto" and bool(ok.all()))
         seed_list = list(range(42, 42 + seeds))
-        results = [replay_seeds(cluster, workload, p, seed_list) for p in policies]
+        results = []
+        for p in policies:
+            if use_core:
+                r = replay_seeds(cluster, workload, p, seed_list, runner=replay_core)
+            else:
+                # The replay has no rightsize: on openb pools rightsize delegates to fgdstrand.
+                run_as = CORE_POLICY[p].value if p == "rightsize" else p
+                r = replay_seeds(cluster, workload, run_as, seed_list)
+                r["policy"], r["delegated_to"] = p, run_as
+                if not ok.all():
+                    r["core_unsupported_pods"] = int((~ok).sum())
+            r["simulated"] = True
+            results.append(r)
     except SchedulerError as exc:
         raise click.ClickException(str(exc)) from None
     if out.json:
@@ -55,7 +99,8 @@ def openb_command(
         click.echo(
             f"{r['policy']:>14}: unallocated GPUs at 130% demand = "
             f"{r['unallocated_gpu_pct_at_130']:.2f}% (±{r['unallocated_gpu_pct_std']:.2f}, "
-            f"{len(r['seeds'])} seeds, {r['wall_s_per_seed']:.1f} s/seed)"
+            f"{len(r['seeds'])} seeds, {r['wall_s_per_seed']:.1f} s/seed, "
+            f"{r.get('engine', 'replay')}, simulated)"
         )
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from predictor.gpus import GPU_NAMES
-from scheduler.core.pool import MIB_PER_GIB, MODE_SHARED, MODE_WHOLE, Pool
+from scheduler.core.pool import MIB_PER_GIB, MODE_SHARED, Pool
 
 _N_TYPES = len(GPU_NAMES)
 
@@ -32,7 +32,7 @@ def node_max_size(pool: Pool) -> np.ndarray:
     cached = pool._empty.get("type_max_node")
     if cached is None:
         cached = np.zeros(_N_TYPES, np.int64)
-        whole = pool.node_mode == MODE_WHOLE
+        whole = pool.node_whole
         np.maximum.at(cached, pool.node_type[whole].astype(np.int64), pool.node_count[whole])
         pool._empty["type_max_node"] = cached
     return cached  # type: ignore[no-any-return]

@@ -9,7 +9,7 @@ import numpy as np
 
 from scheduler.core._classes import class_cands, shared_gpus
 from scheduler.core.mig import popcount15
-from scheduler.core.pool import KIND_SHARED, KIND_WHOLE, MODE_WHOLE, Pool
+from scheduler.core.pool import KIND_SHARED, KIND_WHOLE, Pool
 from scheduler.core.state import PoolState
 
 __all__ = ["Binding", "Select", "bind", "shared_gpu"]
@@ -67,7 +67,7 @@ def bind(
     t = int(pool.class_type[c])
     if kind == KIND_WHOLE:
         s = state.summary()
-        ok = (pool.node_type == t) & (pool.node_mode == MODE_WHOLE) & (s.node_free >= n)
+        ok = (pool.node_type == t) & pool.node_whole & (s.node_free >= n)
         if nodes_ok is not None:
             ok &= nodes_ok
         nodes = np.flatnonzero(ok)

@@ -94,6 +94,8 @@ def class_nodes(pool: Pool) -> np.ndarray:
             kind = int(pool.class_kind[c])
             if kind == KIND_MIG:
                 cached[c, pool.gpu_node[pool.cand_gpu[cands[c]]]] = True
+            elif kind == KIND_WHOLE:
+                cached[c] = (pool.node_type == pool.class_type[c]) & pool.node_whole
             else:
                 cached[c] = (pool.node_type == pool.class_type[c]) & (
                     pool.node_mode == mode_of_kind[kind]

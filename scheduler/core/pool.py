@@ -90,6 +90,9 @@ class NodeConfig(BaseModel):
     # applied to every GPU. Dynamic: the string "dynamic".
     mig: Literal["dynamic"] | list[list[str]] | list[str] | None = None
     max_shared_jobs: int = Field(default=4, ge=1, le=48)
+    # Shared nodes only: idle GPUs may also go whole, to whole-GPU jobs and gangs (as a
+    # Kubernetes GPU-share node serves both; the openb trace's nodes are such nodes).
+    whole_gpus: bool = False
     # Host resources; omitted: the GPU type's typical figure per GPU x count
     # (scheduler/core/_host_defaults.py, from NVIDIA's DGX datasheets).
     cpus: float | None = Field(default=None, ge=0.001, le=MAX_CPUS, allow_inf_nan=False)
@@ -133,6 +136,7 @@ class Node:
     max_shared_jobs: int = 1
     cpus: float = 0.0
     host_memory_gib: float = 0.0
+    whole_gpus: bool = False
 
     @property
     def gpu_indices(self) -> range:
@@ -141,6 +145,11 @@ class Node:
     @property
     def mig_dynamic(self) -> bool:
         return self.mode == "mig" and self.mig_layout is None
+
+    @property
+    def serves_whole(self) -> bool:
+        """Whether whole-GPU options may land here (whole nodes, and shared ones that say so)."""
+        return self.mode == "whole" or self.whole_gpus
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,6 +180,7 @@ class Pool:
     node_count: np.ndarray
     node_cpu_milli: np.ndarray  # int64 CPU capacity in millicores
     node_host_mib: np.ndarray  # int64 host memory capacity, MiB
+    node_whole: np.ndarray  # bool: whole-GPU options may land here (Node.serves_whole)
     # MIG candidate instances (static layout entries and every valid dynamic placement)
     cand_gpu: np.ndarray
     cand_mask: np.ndarray  # int64 15-bit occupancy mask
@@ -218,6 +228,11 @@ class Pool:
                     f"node {nc.name!r}: 'mig' is set but mode is {nc.mode!r}; set mode = \"mig\" "
                     "or remove the mig key"
                 )
+            if nc.whole_gpus and nc.mode != "shared":
+                raise PoolError(
+                    f'node {nc.name!r}: whole_gpus = true needs mode = "shared" (got '
+                    f"{nc.mode!r}); a whole node serves whole GPUs already"
+                )
             cpus_per_gpu, host_per_gpu = HOST_PER_GPU[nc.gpu]
             nodes.append(
                 Node(
@@ -234,6 +249,7 @@ class Pool:
                         if nc.host_memory_gib is not None
                         else host_per_gpu * nc.count
                     ),
+                    whole_gpus=nc.whole_gpus,
                 )
             )
             first += nc.count
@@ -261,6 +277,8 @@ class Pool:
                 )
             if n.mode == "shared":
                 d["max_shared_jobs"] = n.max_shared_jobs
+                if n.whole_gpus:
+                    d["whole_gpus"] = True
             d["cpus"] = n.cpus
             d["host_memory_gib"] = n.host_memory_gib
             nodes.append(d)
@@ -307,7 +325,7 @@ class Pool:
         """Index arrays the state summary reads, computed once per pool."""
         cached = self._empty.get("indices")
         if cached is None:
-            whole_nodes = np.flatnonzero(self.node_mode == MODE_WHOLE)
+            whole_nodes = np.flatnonzero(self.node_whole)
             shared = np.flatnonzero(self.gpu_mode == MODE_SHARED)
             cached = {
                 "whole_nodes": whole_nodes,
@@ -395,6 +413,7 @@ def _build(
         node_host_mib=np.array(
             [math.floor(n.host_memory_gib * MIB_PER_GIB + 1e-6) for n in nodes], np.int64
         ),
+        node_whole=np.array([n.serves_whole for n in nodes], bool),
         **cands,
         **classes,
     )
@@ -430,6 +449,7 @@ def _option_classes(
             used.update(p for gpu in n.mig_layout for p, _ in gpu)
     for t, tname in enumerate(GPU_NAMES):
         modes = {n.mode for n in nodes if n.gpu_type == tname}
+        modes |= {"whole" for n in nodes if n.gpu_type == tname and n.whole_gpus}
         price = float(prices[t])
         for kind_name, kind in (("whole", KIND_WHOLE), ("shared", KIND_SHARED)):
             if kind_name in modes:

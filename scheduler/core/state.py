@@ -316,7 +316,11 @@ class PoolState:
             )
         res = gib_to_mib_ceil(option.reserved_gib)
         mode = MODE_CODES[option.kind]
-        if (p.gpu_mode[idx] != mode).any():
+        # Shared nodes with whole_gpus take whole-GPU options too.
+        on_mode = p.gpu_mode[idx] == mode
+        if mode == MODE_WHOLE:
+            on_mode |= p.node_whole[p.gpu_node[idx]]
+        if not on_mode.all():
             node = p.nodes[int(p.gpu_node[gpus[0]])]
             raise PlacementError(
                 f"job {job_id!r}: a {option.kind} option cannot go on node {node.name!r} "
@@ -381,7 +385,14 @@ class PoolState:
             option, mode, gpus, used, res, mask, k_node, cpu, host, bool(over)
         )
         self.version += 1
-        self._dirty |= 1 << mode
+        self._dirty |= self._touches(mode, gpus[0])
+
+    def _touches(self, kind: int, gpu: int) -> int:
+        """The summary parts an allocation of ``kind`` on ``gpu`` makes stale: on a shared
+        node that also serves whole GPUs, whole and shared supply move together."""
+        if kind != MODE_MIG and bool(self.pool.node_whole[self.pool.gpu_node[gpu]]):
+            return _DIRTY_WHOLE | _DIRTY_SHARED
+        return 1 << kind
 
     def _host_take(
         self, option: Option, job_id: str, gpu: int, mode: int, res_mib: int
@@ -439,7 +450,7 @@ class PoolState:
         else:
             self.shared_count[a.gpus[0]] -= 1
         self.version += 1
-        self._dirty |= 1 << a.kind
+        self._dirty |= self._touches(a.kind, a.gpus[0])
         return a.option
 
     @classmethod

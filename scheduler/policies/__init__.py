@@ -18,6 +18,14 @@ _EXPORTS: dict[str, str] = {
     "EasyBackfillPolicy": "scheduler.policies.easy_backfill",
     "FgdPolicy": "scheduler.policies.fgd",
     "OptimalPolicy": "scheduler.policies.optimal",
+    "NodeScorePolicy": "scheduler.policies.node_score",
+    "FgdNodePolicy": "scheduler.policies.node_score",
+    "FgdStrandPolicy": "scheduler.policies.node_score",
+    "BestFitNodePolicy": "scheduler.policies.node_score",
+    "DotProductPolicy": "scheduler.policies.node_score",
+    "GpuPackingPolicy": "scheduler.policies.node_score",
+    "GpuClusteringPolicy": "scheduler.policies.node_score",
+    "RandomNodePolicy": "scheduler.policies.node_score",
 }
 
 __all__ = sorted(_EXPORTS)

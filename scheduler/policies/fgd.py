@@ -380,7 +380,7 @@ def _candidates(table: OptionTable, state: PoolState) -> list[tuple[int, Binding
     room; MIG: the core's own binding (slices are placed by the profile rules).
     """
     from scheduler.core.binding import Binding
-    from scheduler.core.pool import KIND_SHARED, KIND_WHOLE, MODE_SHARED, MODE_WHOLE
+    from scheduler.core.pool import KIND_SHARED, KIND_WHOLE, MODE_SHARED
 
     pool = state.pool
     summary = state.summary()
@@ -392,7 +392,7 @@ def _candidates(table: OptionTable, state: PoolState) -> list[tuple[int, Binding
         # Nodes where the job's CPUs and host memory fit (None: wherever its GPUs do).
         host_ok = table.host_nodes(c, state)
         if kind == KIND_WHOLE:
-            ok = (pool.node_type == t) & (pool.node_mode == MODE_WHOLE) & (summary.node_free >= n)
+            ok = (pool.node_type == t) & pool.node_whole & (summary.node_free >= n)
             if host_ok is not None:
                 ok &= host_ok
             for k in np.flatnonzero(ok).tolist():

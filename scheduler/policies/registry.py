@@ -20,6 +20,15 @@ class PolicyName(StrEnum):
     EASY_BACKFILL = "easy_backfill"
     FGD = "fgd"
     OPTIMAL = "optimal"
+    # The openb node scorers (scheduler/policies/node_score.py): they score nodes on CPU as
+    # well as GPU, as the FGD paper's simulator does.
+    FGD_NODE = "fgd_node"
+    FGD_STRAND = "fgdstrand"
+    BESTFIT_NODE = "bestfit_node"
+    DOTPRODUCT = "dotproduct"
+    GPUPACKING = "gpupacking"
+    GPUCLUSTERING = "gpuclustering"
+    RANDOM = "random"
 
 
 # name -> "module:Class"; modules import lazily so the ILP solver loads only when asked for.
@@ -31,6 +40,13 @@ _REGISTRY: dict[PolicyName, str] = {
     PolicyName.EASY_BACKFILL: "scheduler.policies.easy_backfill:EasyBackfillPolicy",
     PolicyName.FGD: "scheduler.policies.fgd:FgdPolicy",
     PolicyName.OPTIMAL: "scheduler.policies.optimal:OptimalPolicy",
+    PolicyName.FGD_NODE: "scheduler.policies.node_score:FgdNodePolicy",
+    PolicyName.FGD_STRAND: "scheduler.policies.node_score:FgdStrandPolicy",
+    PolicyName.BESTFIT_NODE: "scheduler.policies.node_score:BestFitNodePolicy",
+    PolicyName.DOTPRODUCT: "scheduler.policies.node_score:DotProductPolicy",
+    PolicyName.GPUPACKING: "scheduler.policies.node_score:GpuPackingPolicy",
+    PolicyName.GPUCLUSTERING: "scheduler.policies.node_score:GpuClusteringPolicy",
+    PolicyName.RANDOM: "scheduler.policies.node_score:RandomNodePolicy",
 }
 
 

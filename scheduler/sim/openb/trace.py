@@ -13,6 +13,14 @@ import numpy as np
 
 from scheduler.exceptions import TraceError
 
+# The simulator's units and normalisers live with the scorers that use them; re-exported here.
+from scheduler.policies._node_scorers import (
+    MAX_GPUS_PER_NODE,
+    MAX_SPEC_CPU_MILLI,
+    MAX_SPEC_GPU_MILLI,
+    MILLI_PER_GPU,
+)
+
 __all__ = [
     "DEFAULT_NODES_CSV",
     "DEFAULT_PODS_CSV",
@@ -27,19 +35,6 @@ __all__ = [
     "load_pods",
     "tune_workload",
 ]
-
-
-MILLI_PER_GPU = 1000
-
-
-MAX_GPUS_PER_NODE = 8
-
-
-# Normalisers the simulator's scorers use (gpushareutils.MaxSpecCpu / MaxSpecGpu).
-MAX_SPEC_CPU_MILLI = 128_000
-
-
-MAX_SPEC_GPU_MILLI = 8_000
 
 
 TARGET_DEMAND_RATIO = 1.3

@@ -1,0 +1,127 @@
+"""The openb replay through snugfit's own scheduler: the pool built from the node list
+(:mod:`scheduler.sim.openb.pool`), one :class:`~scheduler.core.loop.SchedulerCore` tick per
+arriving pod, and the live policies of the registry (:mod:`scheduler.policies.node_score`).
+
+Same protocol and the same draws as :func:`scheduler.sim.openb.replay.replay`: the seed tunes the
+workload, then draws the node order that breaks ties, then feeds the Random scorer. A pod the
+policy leaves pending has failed (pods never retry in the protocol) and is cancelled.
+
+Policy names are the replay's; ``fgd`` and ``bestfit`` run the node-scoring policies
+``fgd_node`` and ``bestfit_node`` (the live ``fgd`` and ``bestfit`` rank by GPU memory and do
+not see CPU). ``rightsize`` delegates to ``fgdstrand`` here: rightsize ranks options by price,
+and an openb pool has one GPU type at one price, so price says nothing; the openb objective
+(GPU capacity allocated) is what ``fgdstrand``, our best scorer, optimises.
+
+Only pods :func:`~scheduler.sim.openb.pool.core_supported` accepts go through (one GPU, no
+``gpu_spec``); :func:`replay_core` refuses others by name.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from scheduler.core.clock import VirtualClock
+from scheduler.core.loop import SchedulerCore
+from scheduler.exceptions import TraceError
+from scheduler.policies._stranding_maths import demand_ratios
+from scheduler.policies.base import Policy
+from scheduler.policies.fgd import typical_task_classes
+from scheduler.policies.registry import PolicyName, get_policy
+from scheduler.sim.openb.pool import OpenbPool, openb_pool, openb_requests
+from scheduler.sim.openb.replay import OpenbResult
+from scheduler.sim.openb.trace import (
+    TARGET_DEMAND_RATIO,
+    OpenbCluster,
+    OpenbWorkload,
+    tune_workload,
+)
+
+__all__ = ["CORE_POLICY", "replay_core"]
+
+#: The registry policy each openb policy name runs on the core path.
+CORE_POLICY: dict[str, PolicyName] = {
+    "fgd": PolicyName.FGD_NODE,
+    "fgdstrand": PolicyName.FGD_STRAND,
+    "bestfit": PolicyName.BESTFIT_NODE,
+    "random": PolicyName.RANDOM,
+    "dotproduct": PolicyName.DOTPRODUCT,
+    "gpupacking": PolicyName.GPUPACKING,
+    "gpuclustering": PolicyName.GPUCLUSTERING,
+    "rightsize": PolicyName.FGD_STRAND,
+}
+
+
+def _policy(
+    name: str, pods: OpenbWorkload, node_rank: np.ndarray, rng: np.random.Generator
+) -> Policy:
+    try:
+        key = CORE_POLICY[name]
+    except KeyError:
+        raise TraceError(
+            f"unknown openb policy {name!r}; choose one of {', '.join(CORE_POLICY)}"
+        ) from None
+    opts: dict[str, Any] = {"node_rank": node_rank, "rng": rng}
+    if key in (PolicyName.FGD_NODE, PolicyName.FGD_STRAND):
+        # Target workload = the trace's own pods (before tuning), CPU-only pods included.
+        opts["classes"] = typical_task_classes(pods.cpu_milli, pods.gpu_milli, pods.num_gpu)
+    if key is PolicyName.FGD_STRAND:
+        opts["ratios"] = demand_ratios(
+            pods.cpu_milli, pods.memory_mib, pods.num_gpu, pods.gpu_milli
+        )
+    return get_policy(key, **opts)
+
+
+def replay_core(
+    cluster: OpenbCluster,
+    pods: OpenbWorkload,
+    policy: str,
+    seed: int,
+    demand_ratio: float = TARGET_DEMAND_RATIO,
+    opool: OpenbPool | None = None,
+) -> OpenbResult:
+    """Replay one seed through the core; ``extras`` names the registry policy that ran."""
+    t0 = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    capacity = cluster.gpu_capacity_milli
+    if capacity <= 0:
+        raise TraceError("the node list has no GPUs; use a node csv with a non-zero `gpu` column")
+    workload = tune_workload(pods, capacity, demand_ratio, rng)
+    node_rank = rng.permutation(len(cluster.names))
+    opool = opool if opool is not None else openb_pool(cluster)
+    requests = openb_requests(workload, opool)
+    pol = _policy(policy, pods, node_rank, rng)
+    core = SchedulerCore(opool.pool.state(), pol, VirtualClock())
+    node_of = {n.name: k for k, n in enumerate(opool.pool.nodes)}
+    n_pods = len(requests)
+    allocated = np.zeros(n_pods)
+    placed = np.full(n_pods, -1, np.int64)
+    milli = workload.total_gpu_milli
+    alloc, failed = 0, 0
+    for i, req in enumerate(requests):
+        core.submit(req)
+        (d,) = core.tick(float(i))
+        if d.state == "placed":
+            opt = d.chosen_option
+            assert opt is not None and opt.node is not None
+            placed[i] = node_of[opt.node]
+            alloc += int(milli[i])
+        else:
+            failed += 1
+            if d.state == "pending":
+                core.cancel(req.job_id)
+        allocated[i] = alloc
+    demand = np.cumsum(milli).astype(float)
+    return OpenbResult(
+        policy=policy,
+        seed=seed,
+        arrived_pct=100.0 * demand / capacity,
+        allocated_pct=100.0 * allocated / capacity,
+        n_pods=n_pods,
+        n_failed=failed,
+        wall_s=time.perf_counter() - t0,
+        placed_node=placed,
+        extras={"engine": "core", "registry_policy": CORE_POLICY[policy].value},
+    )
