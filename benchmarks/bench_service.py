@@ -237,7 +237,9 @@ def bench_rss(url: str, pending: int) -> dict[str, Any]:
     store.r.flushdb()
     _submitter(url, pending, 2000, None, 0)
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        p = mp.Process(target=_rss_child, args=(url, f.name))
+        # Spawned, not forked: a forked child's high-water mark would count the pages it
+        # inherits from this process after the throughput and latency runs.
+        p = mp.get_context("spawn").Process(target=_rss_child, args=(url, f.name))
         p.start()
         p.join()
         got = json.loads(Path(f.name).read_text())
