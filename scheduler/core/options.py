@@ -39,6 +39,7 @@ from predictor.gpus import GPU_NAMES
 from scheduler.core._classes import class_masks
 from scheduler.core.binding import Select
 from scheduler.core.decision import Option
+from scheduler.core.gang import gang_mask, plan_gang
 from scheduler.core.host import (
     HostAsk,
     demand,
@@ -86,6 +87,7 @@ class OptionBatch:
         "_chunk",
         "_ck",
         "_exact_any",
+        "_gang_rows",
         "_hi",
         "_lo",
         "_rows",
@@ -99,6 +101,7 @@ class OptionBatch:
         "empty_room",
         "finite",
         "fits_empty",
+        "gang",
         "host_empty",
         "host_exact",
         "kind_ok",
@@ -110,6 +113,7 @@ class OptionBatch:
         "runtime",
         "select",
         "size_mib",
+        "tensor_parallel",
         "why_excluded",
     )
 
@@ -169,14 +173,37 @@ class OptionBatch:
         demand = np.where(is_whole, n[:, None], np.where(is_shared, need, 1))
         empty = pool.empty_summary() if empty_state is None else empty_state.summary()
         empty_room = empty.class_supply >= demand
+        # Jobs larger than any node of a type: a multi-node gang there (scheduler.core.gang).
+        gang = gang_mask(pool, n) & cap_ok & finite & pinned_ok & allowed
+        tp = np.fromiter((r.tensor_parallel for r in requests), np.int64, n_jobs)
+        for i, c in zip(*np.nonzero(gang), strict=True):
+            plan = plan_gang(
+                pool,
+                int(c),
+                int(n[i]),
+                int(tp[i]),
+                int(need[i, c]),
+                requests[i].host_ask,
+                empty.node_free,
+                empty.node_cpu_free,
+                empty.node_host_free,
+            )
+            empty_room[i, c] = plan is not None
         share = np.where(is_shared, need / pool.class_capacity_mib, 1.0)
         billed = np.where(is_whole, n[:, None], 1)
         cost = pool.class_price_usd_per_hour * billed * share * runtime / 3600.0
         gpu_empty = finite & cap_ok & kind_ok & pinned_ok & allowed & empty_room
         self.ask_cpu, self.ask_host, self.ask_floor = _asks(requests)
+        # A gang's plan already checked each node's CPUs and memory.
         self.host_exact, self.host_empty = _host_masks(
-            pool, n, need, self.ask_cpu, self.ask_host, self.ask_floor, gpu_empty
+            pool, n, need, self.ask_cpu, self.ask_host, self.ask_floor, gpu_empty & ~gang
         )
+        if gang.any():
+            self.host_exact = self.host_exact & ~gang
+            self.host_empty = self.host_empty | gang
+        self.gang = gang
+        self.tensor_parallel = tp
+        self._gang_rows: frozenset[int] = frozenset(np.flatnonzero(gang.any(axis=1)).tolist())
 
         self.requests = requests
         self.pool = pool
@@ -252,6 +279,9 @@ class OptionBatch:
             t.host_short = short
         else:
             t.host_short = _no_short(pool)
+        t.gang = self.gang[i]
+        if i in self._gang_rows:
+            t.fits_now = t.fits_now | self.gang_now(i, now)
         t.cost = self.cost[i]
         t.runtime = self.runtime[i]
         t.select = self.select
@@ -264,6 +294,26 @@ class OptionBatch:
         t._leftover = None
         t._first = None
         return t
+
+    def gang_now(self, i: int, now: Summary) -> np.ndarray:
+        """Per class, whether job ``i``'s multi-node gang fits ``now`` (False off gang classes)."""
+        out = np.zeros(self.pool.n_classes, bool)
+        for c in np.flatnonzero(self.gang[i] & self.fits_empty[i]).tolist():
+            out[c] = (
+                plan_gang(
+                    self.pool,
+                    c,
+                    int(self.n_gpus[i]),
+                    int(self.tensor_parallel[i]),
+                    int(self.need_mib[i, c]),
+                    self.requests[i].host_ask,
+                    now.node_free,
+                    now.node_cpu_free,
+                    now.node_host_free,
+                )
+                is not None
+            )
+        return out
 
     def ask(self, i: int) -> HostAsk:
         """Job ``i``'s host ask (millicores, MiB, predicted floor)."""
@@ -302,6 +352,9 @@ class OptionBatch:
                     self.requests[i + r],
                 )
                 rows[r] = bool((ok[r] & ~short).any())
+            for r in range(hi - i):
+                if not rows[r] and i + r in self._gang_rows:
+                    rows[r] = bool(self.gang_now(i + r, now).any())
             self._rows = rows.tolist()
             self._ck, self._lo, self._hi = key, i, hi
         return self._rows[i - self._lo]  # type: ignore[no-any-return]
