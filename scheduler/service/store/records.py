@@ -137,6 +137,20 @@ class RequestRecord(BaseModel):
         return v
 
 
+class GangRank(BaseModel):
+    """One node of a multi-node gang: its RQ job, its share of the GPUs (pool indices) and
+    where its ranks start (``RANK`` of its first local rank = ``rank_offset``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node: str = Field(min_length=1, max_length=_MAX_ID_CHARS)
+    queue: str
+    rq_job_id: str
+    node_rank: int = Field(ge=0)
+    rank_offset: int = Field(ge=0)
+    gpu_indices: list[int]
+
+
 class PlacementRecord(BaseModel):
     """The ``placement`` field of a job record: where one attempt runs.
 
@@ -183,6 +197,15 @@ class PlacementRecord(BaseModel):
     #: were accounted, which hold none).
     cpus: float | None = None
     host_memory_gib: float | None = None
+    #: A multi-node gang (scheduler.core.gang): its nodes in rank order, node 0 being ``node``
+    #: (the rendezvous master), and the rendezvous port; None for single-node placements.
+    #: ``cpus`` and ``host_memory_gib`` are then what each node gives.
+    gang: list[GangRank] | None = None
+    master_port: int | None = None
+
+    @property
+    def n_nodes(self) -> int:
+        return 1 if self.gang is None else len(self.gang)
 
 
 _MAX_ENGINE_BYTES = 4096

@@ -366,7 +366,8 @@ class RedisStore:
         for node, job_id, attempt, meta in items:
             desc = f"snugfit job {job_id} attempt {attempt}"
             by_queue.setdefault(queue_name(node), []).append(
-                (rq_job_id(job_id, attempt), job_id, attempt, desc, meta)
+                # A gang's other nodes carry their own RQ id (scheduler.service._commit).
+                (meta.get("rq_job_id") or rq_job_id(job_id, attempt), job_id, attempt, desc, meta)
             )
         tpl = job_template(self.raw, JOB_FUNCTION, _RQ_JOB_KWARGS)
         if tpl is None:

@@ -1,0 +1,102 @@
+"""Multi-node gangs through the live leader on real Redis: the Lua commit takes every node of
+the gang at once (GPUs, CPUs and host memory), a gang waits while only one node is free, and
+the leader enqueues one RQ job per node with its rank offset."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from scheduler.core.pool import Pool
+from scheduler.service.client import Client
+from scheduler.service.leader import SchedulerService
+from scheduler.service.store.redis_store import RedisStore
+from tests.jobs import inference_spec as spec
+
+POOL = {
+    "name": "gang",
+    "nodes": [
+        {"name": "h100-0", "gpu": "H100-80GB", "count": 8, "rack": "r0"},
+        {"name": "h100-1", "gpu": "H100-80GB", "count": 8, "rack": "r0"},
+    ],
+}
+
+
+def _rq_jobs(store: RedisStore, node: str) -> list[str]:
+    raw = store.raw.lrange(f"rq:queue:snugfit:node:{node}", 0, -1)
+    return [x.decode() if isinstance(x, bytes) else str(x) for x in raw]
+
+
+def test_16_gpu_gang_commits_on_both_nodes_and_is_refused_while_one_is_busy(
+    store: RedisStore,
+) -> None:
+    pool = Pool.from_dict(POOL)
+    client = Client(store=store)
+    svc = SchedulerService(store, pool)
+    one = client.submit(spec("one", gpu="H100-80GB"))
+    svc.step()
+    assert one.placement is not None
+    big = client.submit(spec("big", gpu="H100-80GB", n_gpus=16, tensor_parallel=8))
+    svc.step()
+    # One GPU of one node is taken: a 2 x 8 gang cannot start, and the decision says so.
+    assert big.status() == "pending"
+    waiting = [d for d in svc.core.tick(time.time()) if d.job_id == "job-big"]
+    assert waiting and (
+        "needs 16 GPUs of H100-80GB across 2 nodes; only 1 node has 8 free" in waiting[0].reason
+    )
+    assert store.start("job-one", 1, "w", int(time.time() * 1000) + 60_000) == "ok"
+    assert store.finish("job-one", 1, "succeeded", "{}", "done") == "ok"
+    svc.step()
+    p = big.placement
+    assert p is not None and p.n_nodes == 2 and p.label == "H100-80GB x16 (2 nodes)"
+    assert p.gang is not None
+    assert [(r.node, r.node_rank, r.rank_offset) for r in p.gang] == [
+        (p.node, 0, 0),
+        ("h100-1" if p.node == "h100-0" else "h100-0", 1, 8),
+    ]
+    assert sorted(g for r in p.gang for g in r.gpu_indices) == list(range(16))
+    assert p.master_port is not None and 29500 <= p.master_port < 31500
+    # The allocation took all 16 GPUs and each node's CPUs and memory, in one commit.
+    g = store.gpu_state()
+    assert all(g[f"{k}:used"] > 0 for k in range(16))
+    alloc = json.loads(store.allocations()["job-big"])
+    for k in (0, 1):
+        assert g[f"n{k}:cpu"] == alloc["cpu_milli"] == g[f"n{k}:cpu_cap"]
+        assert g[f"n{k}:host"] == alloc["host_mib"]
+    # One RQ job per node, node 0's under the attempt's ordinary id.
+    for r in p.gang:
+        assert _rq_jobs(store, r.node)[-1] == r.rq_job_id
+    assert p.gang[1].rq_job_id == f"{p.gang[0].rq_job_id}-n1"
+    svc.assert_consistent()
+    # Finishing gives every node back.
+    assert store.start("job-big", 1, "w", int(time.time() * 1000) + 60_000) == "ok"
+    assert store.finish("job-big", 1, "succeeded", "{}", "done") == "ok"
+    g = store.gpu_state()
+    assert all(g[f"{k}:used"] == 0 for k in range(16))
+    assert g["n0:cpu"] == g["n1:cpu"] == 0
+
+
+def test_lua_commit_refuses_a_gang_when_one_of_its_nodes_lost_the_capacity(
+    store: RedisStore,
+) -> None:
+    # Two leaders' views: a gang and a 1-GPU job on node 1 commit in the same chunk; the
+    # second to be checked is refused and nothing of it is taken on either node.
+    pool = Pool.from_dict(POOL)
+    client = Client(store=store)
+    svc = SchedulerService(store, pool)
+    client.submit(spec("big", gpu="H100-80GB", n_gpus=16, tensor_parallel=8))
+    svc.step()
+    alloc = json.loads(store.allocations()["job-big"])
+    # Forge a second gang on the same GPUs: the commit must refuse it whole.
+    client.submit(spec("twin", gpu="H100-80GB", n_gpus=16, tensor_parallel=8))
+    from scheduler.service.store.protocol import Commit
+    from scheduler.service.store.records import dumps
+
+    forged = dict(alloc, attempt=1)
+    res = store.commit(
+        [Commit("job-twin", 0, dumps(forged), "{}", "{}")], "", fenced=False
+    )
+    assert res[0].startswith("err:GPU ")
+    assert "job-twin" not in store.allocations()
+    g = store.gpu_state()
+    assert g["n0:cpu"] == g["n1:cpu"] == alloc["cpu_milli"]
