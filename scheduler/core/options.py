@@ -39,7 +39,7 @@ from predictor.gpus import GPU_NAMES
 from scheduler.core._classes import class_masks
 from scheduler.core.binding import Select
 from scheduler.core.decision import Option
-from scheduler.core.gang import gang_mask, plan_gang
+from scheduler.core.gang import gang_mask, gang_runtime_s, plan_gang
 from scheduler.core.host import (
     HostAsk,
     demand,
@@ -189,6 +189,10 @@ class OptionBatch:
                 empty.node_host_free,
             )
             empty_room[i, c] = plan is not None
+            # Priced with the gradient all-reduce over the gang's network, not NVLink.
+            runtime[i, c] = gang_runtime_s(
+                pool, int(c), int(n[i]), int(tp[i]), float(runtime[i, c]), requests[i].sync
+            )
         share = np.where(is_shared, need / pool.class_capacity_mib, 1.0)
         billed = np.where(is_whole, n[:, None], 1)
         cost = pool.class_price_usd_per_hour * billed * share * runtime / 3600.0

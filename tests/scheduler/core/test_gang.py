@@ -157,3 +157,65 @@ def test_single_node_option_spanning_nodes_is_refused_by_the_state() -> None:
         state.allocate(forged, "j")
     state.assert_consistent()
     assert len(state) == 0
+
+
+def test_gang_runtime_charges_the_gradient_all_reduce_over_the_node_network() -> None:
+    from predictor.internode import gradient_sync, internode_allreduce_s
+    from predictor.spec import JobSpec
+
+    spec = JobSpec.model_validate(
+        {
+            "id": "ft",
+            "model": "llama-3.1-8b",
+            "task": "full_finetune",
+            "batch_size": 4,
+            "seq_len": 2048,
+            "steps": 1000,
+            "n_gpus": 16,
+            "tensor_parallel": 8,
+        }
+    )
+    sync = gradient_sync([spec])[0]
+    assert sync.data_parallel == 2 and sync.steps == 1000 and sync.charged_s > 0
+    # At 8 x 400 Gb/s per node the placement's charge is the predictor's own (a link per GPU);
+    # at one 400 Gb/s link per node it is eight times the bytes' time.
+    assert internode_allreduce_s(sync, 8, 2, 3200.0) == pytest.approx(sync.charged_s)
+    slow = internode_allreduce_s(sync, 8, 2, 400.0)
+    assert slow > 7 * sync.charged_s
+
+    def runtime(gbps: float) -> float:
+        nodes = [
+            {"name": f"h{k}", "gpu": "H100-80GB", "count": 8, "network_gbps": gbps}
+            for k in range(2)
+        ]
+        pool = Pool.from_dict({"nodes": nodes})
+        req = _req("ft", 16, tp=8, sync=sync)
+        opt = next(o for o in enumerate_options(req, pool.state()) if o.gpu_type == "H100-80GB")
+        assert opt.n_nodes == 2 and opt.runtime_s is not None
+        return opt.runtime_s
+
+    assert runtime(3200.0) == pytest.approx(3600.0)
+    assert runtime(400.0) == pytest.approx(3600.0 - sync.charged_s + slow)
+    # Inference replicas do not synchronise: no network term.
+    pool = _pool(("h0", 8, None), ("h1", 8, None))
+    opt = next(
+        o for o in enumerate_options(_req("inf", 16), pool.state()) if o.gpu_type == "H100-80GB"
+    )
+    assert opt.runtime_s == pytest.approx(3600.0)
+
+
+def test_pool_file_reads_rack_and_network_and_round_trips() -> None:
+    pool = Pool.from_dict(
+        {
+            "nodes": [
+                {"name": "a", "gpu": "H100-80GB", "count": 8, "rack": "r1", "network_gbps": 3200},
+                {"name": "b", "gpu": "H100-80GB", "count": 8},
+            ]
+        }
+    )
+    a, b = pool.nodes
+    assert (a.rack, a.network_gbps) == ("r1", 3200.0)
+    assert (b.rack, b.network_gbps) == (None, 400.0)
+    d = pool.to_dict()
+    assert "rack" not in d["nodes"][1] and "network_gbps" not in d["nodes"][1]
+    assert Pool.from_dict(d).nodes == pool.nodes

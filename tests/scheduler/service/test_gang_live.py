@@ -100,3 +100,33 @@ def test_lua_commit_refuses_a_gang_when_one_of_its_nodes_lost_the_capacity(
     assert "job-twin" not in store.allocations()
     g = store.gpu_state()
     assert g["n0:cpu"] == g["n1:cpu"] == alloc["cpu_milli"]
+
+
+def test_training_gang_carries_its_gradient_traffic_to_the_leader(store: RedisStore) -> None:
+    pool = Pool.from_dict(POOL)
+    client = Client(store=store)
+    ft = {
+        "id": "job-ft",
+        "model": "llama-3.1-8b",
+        "task": "full_finetune",
+        "batch_size": 4,
+        "seq_len": 2048,
+        "steps": 100,
+        "n_gpus": 16,
+        "tensor_parallel": 8,
+        "gpu": "H100-80GB",
+    }
+    h = client.submit(ft)
+    request = json.loads(store.get_job("job-ft")["request"])
+    steps, grad, dp, charged = request["sync"]
+    assert (steps, dp) == (100, 2) and grad > 0 and charged > 0
+    # Inference records stay as they were.
+    client.submit(spec("inf"))
+    assert "sync" not in json.loads(store.get_job("job-inf")["request"])
+    svc = SchedulerService(store, pool)
+    svc.step()
+    p = h.placement
+    assert p is not None and p.n_nodes == 2 and p.runtime_s is not None
+    predicted = json.loads(store.get_job("job-ft")["predictions"])["H100-80GB"]["runtime_s"]
+    # One 400 Gb/s link per node (the default) is slower than the predictor's link per GPU.
+    assert p.runtime_s > predicted
