@@ -356,9 +356,9 @@ class OptionBatch:
                     self.requests[i + r],
                 )
                 rows[r] = bool((ok[r] & ~short).any())
-            for r in range(hi - i):
-                if not rows[r] and i + r in self._gang_rows:
-                    rows[r] = bool(self.gang_now(i + r, now).any())
+            for g in self._gang_rows:
+                if i <= g < hi and not rows[g - i]:
+                    rows[g - i] = bool(self.gang_now(g, now).any())
             self._rows = rows.tolist()
             self._ck, self._lo, self._hi = key, i, hi
         return self._rows[i - self._lo]  # type: ignore[no-any-return]

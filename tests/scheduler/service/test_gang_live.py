@@ -130,3 +130,27 @@ def test_training_gang_carries_its_gradient_traffic_to_the_leader(store: RedisSt
     predicted = json.loads(store.get_job("job-ft")["predictions"])["H100-80GB"]["runtime_s"]
     # One 400 Gb/s link per node (the default) is slower than the predictor's link per GPU.
     assert p.runtime_s > predicted
+
+
+def test_snugfit_explain_and_pool_show_the_gang(store: RedisStore, redis_url: str) -> None:
+    from click.testing import CliRunner
+
+    from scheduler.cli.ops import explain_command, pool_command
+
+    client = Client(store=store)
+    svc = SchedulerService(store, Pool.from_dict(POOL))
+    client.submit(spec("one", gpu="H100-80GB"))
+    client.submit(spec("big", gpu="H100-80GB", n_gpus=16, tensor_parallel=8))
+    svc.step()
+    assert store.start("job-one", 1, "w", int(time.time() * 1000) + 60_000) == "ok"
+    assert store.finish("job-one", 1, "succeeded", "{}", "done") == "ok"
+    svc.step()
+    text = CliRunner().invoke(explain_command, ["job-big", "--url", redis_url, "--width", "250"])
+    assert text.exit_code == 0, text.output
+    assert "H100-80GB x16 (2 nodes)" in text.output
+    assert "+1 node[" in text.output
+    assert "host: 112 CPUs and 2,048.0 GiB host memory on each of 2 nodes" in text.output
+    data = json.loads(CliRunner().invoke(pool_command, ["--url", redis_url, "--json"]).output)
+    rows = {r["node"]: r for r in data["host_by_node"]}
+    assert rows["h100-0"]["jobs"] == rows["h100-1"]["jobs"] == 1
+    assert rows["h100-0"]["cpus_free"] == rows["h100-1"]["cpus_free"] == 0
