@@ -43,12 +43,12 @@ from scheduler.core.pool import Pool
 from scheduler.service.events import EventLog, event
 from scheduler.service.store.protocol import Store
 from scheduler.service.store.records import PlacementRecord
+from workers._gang import gang_node_rank
 
 # Re-exported (explicitly, ``as``): callers and tests import these from here.
 from workers._launch import PlacementUnavailable as PlacementUnavailable
 from workers._launch import _env_for as _env_for
 from workers._launch import _limit_gib, _predicted_for_slot, _release_slice, _runner_for
-from workers._gang import gang_node_rank
 from workers._outcome import _fail_before_start, _retrying
 from workers._rq_worker import take_ticket
 from workers._supervise import _Started, _supervise, _supervise_guarded

@@ -8,9 +8,9 @@ from typing import Literal
 import numpy as np
 
 from scheduler.core._classes import class_cands, shared_gpus
+from scheduler.core.gang import GangPlan, rank_layout
 from scheduler.core.mig import popcount15
 from scheduler.core.pool import KIND_SHARED, KIND_WHOLE, MODE_WHOLE, Pool
-from scheduler.core.gang import GangPlan, rank_layout
 from scheduler.core.state import PoolState
 
 __all__ = ["Binding", "Select", "bind", "bind_gang", "shared_gpu"]

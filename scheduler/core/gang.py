@@ -66,9 +66,7 @@ def shares(n_gpus: int, tensor_parallel: int, largest_node: int) -> list[int]:
     ``n_gpus`` that hold whole tensor-parallel groups and fit the largest node."""
     tp = max(1, tensor_parallel)
     return [
-        s
-        for s in range(min(n_gpus - 1, largest_node), 0, -1)
-        if n_gpus % s == 0 and s % tp == 0
+        s for s in range(min(n_gpus - 1, largest_node), 0, -1) if n_gpus % s == 0 and s % tp == 0
     ]
 
 
@@ -116,10 +114,8 @@ def _choose(
     idx = np.flatnonzero(ok)
     rack = node_racks(pool)[idx]
     names, counts = np.unique(rack, return_counts=True)
-    if select == "pack":
-        key = np.lexsort((idx, node_free[idx]))  # fullest first, then index
-    else:
-        key = np.arange(idx.size)
+    # pack: fullest first, then index; first: index order
+    key = np.lexsort((idx, node_free[idx])) if select == "pack" else np.arange(idx.size)
     idx, rack = idx[key], rack[key]
     alone = counts >= m
     if alone.any():
@@ -246,4 +242,3 @@ def gang_reason(
             f"{host_free[k] / MIB_PER_GIB:.1f} GiB free on {name}"
         )
     return f"{head}; only {int(ok.sum())} of them have the CPUs and memory ({short})"
-

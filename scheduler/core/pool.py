@@ -106,9 +106,7 @@ class NodeConfig(BaseModel):
     # (placement prefers fewer racks; nodes without one share one unnamed rack) and the node's
     # inter-node network bandwidth, which the gang's all-reduce runs over.
     rack: str | None = Field(default=None, min_length=1, max_length=100)
-    network_gbps: float = Field(
-        default=DEFAULT_NETWORK_GBPS, gt=0, le=100_000, allow_inf_nan=False
-    )
+    network_gbps: float = Field(default=DEFAULT_NETWORK_GBPS, gt=0, le=100_000, allow_inf_nan=False)
 
 
 class PoolConfig(BaseModel):

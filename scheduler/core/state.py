@@ -398,7 +398,9 @@ class PoolState:
             )
         over = 0
         for k in nodes:
-            cpu, host, o = self._host_node(option, job_id, k, mode, res_mib, len(gpus) // len(nodes))
+            cpu, host, o = self._host_node(
+                option, job_id, k, mode, res_mib, len(gpus) // len(nodes)
+            )
             over |= o
         return nodes, cpu, host, over
 

@@ -277,7 +277,15 @@ class OptionTable:
             free, cpu, host = self.now.node_free, self.now.node_cpu_free, self.now.node_host_free
         r = self.request
         return gang_reason(
-            pool, c, r.n_gpus, r.tensor_parallel, int(self.need_mib[c]), self.ask, free, cpu, host,
+            pool,
+            c,
+            r.n_gpus,
+            r.tensor_parallel,
+            int(self.need_mib[c]),
+            self.ask,
+            free,
+            cpu,
+            host,
             empty=empty,
         )
 

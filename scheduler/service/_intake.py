@@ -12,9 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import ValidationError
 
+from predictor.internode import GradientSync
 from predictor.limits import MAX_VRAM_GIB
 from scheduler.core.pool import Pool
-from predictor.internode import GradientSync
 from scheduler.core.requests import PlacementRequest, requested_type
 from scheduler.exceptions import PlacementError
 from scheduler.service.store.records import RequestRecord, parse_engine

@@ -81,9 +81,7 @@ def test_each_rank_gets_torchrun_rendezvous_env_and_its_share(
     redis_url: str, tmp_path: Path
 ) -> None:
     store = RedisStore(redis.Redis.from_url(redis_url))
-    h = Client(store=store).submit(
-        _gang("env", [sys.executable, "-c", JOB, str(tmp_path), "ok"])
-    )
+    h = Client(store=store).submit(_gang("env", [sys.executable, "-c", JOB, str(tmp_path), "ok"]))
     SchedulerService(store, POOL).step()
     p = h.placement
     assert p is not None and p.gang is not None and p.n_nodes == 2

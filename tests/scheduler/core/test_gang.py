@@ -31,8 +31,14 @@ def _pool(*nodes: tuple[str, int, str | None], gpu: str = "H100-80GB") -> Pool:
 
 def _req(job_id: str, n: int, *, tp: int = 1, upper: float = 60.0, **kw: Any) -> PlacementRequest:
     return PlacementRequest(
-        job_id, [upper * 0.9] * 5, [upper] * 5, [3600.0] * 5, [4000.0] * 5, n_gpus=n,
-        tensor_parallel=tp, **kw,
+        job_id,
+        [upper * 0.9] * 5,
+        [upper] * 5,
+        [3600.0] * 5,
+        [4000.0] * 5,
+        n_gpus=n,
+        tensor_parallel=tp,
+        **kw,
     )
 
 

@@ -93,9 +93,7 @@ def test_lua_commit_refuses_a_gang_when_one_of_its_nodes_lost_the_capacity(
     from scheduler.service.store.records import dumps
 
     forged = dict(alloc, attempt=1)
-    res = store.commit(
-        [Commit("job-twin", 0, dumps(forged), "{}", "{}")], "", fenced=False
-    )
+    res = store.commit([Commit("job-twin", 0, dumps(forged), "{}", "{}")], "", fenced=False)
     assert res[0].startswith("err:GPU ")
     assert "job-twin" not in store.allocations()
     g = store.gpu_state()
