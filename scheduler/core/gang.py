@@ -34,8 +34,8 @@ from scheduler.core.pool import KIND_WHOLE, MIB_PER_GIB, Pool
 __all__ = [
     "GangPlan",
     "gang_mask",
+    "gang_network_s",
     "gang_reason",
-    "gang_runtime_s",
     "node_ask",
     "node_racks",
     "plan_gang",
@@ -166,22 +166,22 @@ def plan_gang(
     return best
 
 
-def gang_runtime_s(
-    pool: Pool, c: int, n_gpus: int, tensor_parallel: int, runtime_s: float, sync: GradientSync
-) -> float:
-    """The job's runtime as a gang of class ``c``: the predicted runtime with its own
-    inter-node charge (nodes of 8, 400 Gb/s per GPU) swapped for the gradient all-reduce over
-    the plan with the fewest nodes, on the slowest ``network_gbps`` among the nodes that could
-    take that share (:mod:`predictor.internode`). State-independent, so a conservative price."""
+def gang_network_s(
+    pool: Pool, c: int, n_gpus: int, tensor_parallel: int, sync: GradientSync
+) -> tuple[float, float]:
+    """(seconds the predicted runtime already charges for the inter-node all-reduce, seconds
+    it takes as a gang of class ``c``): the gradient all-reduce over the plan with the fewest
+    nodes, on the slowest ``network_gbps`` among the nodes that could take that share
+    (:mod:`predictor.internode`). A gang's runtime is the prediction less the first plus the
+    second. State-independent, so a conservative price."""
     largest = int(node_max_size(pool)[int(pool.class_type[c])])
     options = shares(n_gpus, tensor_parallel, largest)
     if not options or sync.steps <= 0:
-        return runtime_s
+        return 0.0, 0.0
     s = options[0]
     nodes = class_nodes(pool)[c] & (pool.node_count % s == 0)
     gbps = min(pool.nodes[k].network_gbps for k in np.flatnonzero(nodes).tolist())
-    net = internode_allreduce_s(sync, s, n_gpus // s, gbps)
-    return max(runtime_s - sync.charged_s, 0.0) + net
+    return sync.charged_s, internode_allreduce_s(sync, s, n_gpus // s, gbps)
 
 
 def rank_layout(pool: Pool, plan: GangPlan, node_idle: list[list[int]]) -> tuple[int, ...]:

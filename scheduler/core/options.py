@@ -39,7 +39,7 @@ from predictor.gpus import GPU_NAMES
 from scheduler.core._classes import class_masks
 from scheduler.core.binding import Select
 from scheduler.core.decision import Option
-from scheduler.core.gang import gang_mask, gang_runtime_s, plan_gang
+from scheduler.core.gang import gang_mask, gang_network_s, plan_gang
 from scheduler.core.host import (
     HostAsk,
     demand,
@@ -177,22 +177,12 @@ class OptionBatch:
         gang = gang_mask(pool, n) & cap_ok & finite & pinned_ok & allowed
         tp = np.fromiter((r.tensor_parallel for r in requests), np.int64, n_jobs)
         for i, c in zip(*np.nonzero(gang), strict=True):
-            plan = plan_gang(
-                pool,
-                int(c),
-                int(n[i]),
-                int(tp[i]),
-                int(need[i, c]),
-                requests[i].host_ask,
-                empty.node_free,
-                empty.node_cpu_free,
-                empty.node_host_free,
+            fits, charged, net = _gang_empty(
+                pool, empty_state, empty, int(c), requests[i], int(need[i, c])
             )
-            empty_room[i, c] = plan is not None
+            empty_room[i, c] = fits
             # Priced with the gradient all-reduce over the gang's network, not NVLink.
-            runtime[i, c] = gang_runtime_s(
-                pool, int(c), int(n[i]), int(tp[i]), float(runtime[i, c]), requests[i].sync
-            )
+            runtime[i, c] = max(float(runtime[i, c]) - charged, 0.0) + net
         share = np.where(is_shared, need / pool.class_capacity_mib, 1.0)
         billed = np.where(is_whole, n[:, None], 1)
         cost = pool.class_price_usd_per_hour * billed * share * runtime / 3600.0
@@ -362,6 +352,41 @@ class OptionBatch:
             self._rows = rows.tolist()
             self._ck, self._lo, self._hi = key, i, hi
         return self._rows[i - self._lo]  # type: ignore[no-any-return]
+
+
+def _gang_empty(
+    pool: Pool,
+    empty_state: PoolState | None,
+    empty: Summary,
+    c: int,
+    r: PlacementRequest,
+    need_mib: int,
+) -> tuple[bool, float, float]:
+    """Whether a gang of class ``c`` fits the empty pool, and the (already charged, gang)
+    inter-node seconds of its runtime; cached per pool (a queued gang is re-enumerated every
+    tick, and none of this depends on the state)."""
+    key = (c, r.n_gpus, r.tensor_parallel, need_mib, r.host_ask, r.sync)
+    cache: dict[Any, tuple[bool, float, float]] = pool._empty.setdefault("gang_empty", {})
+    got = cache.get(key) if empty_state is None else None
+    if got is None:
+        plan = plan_gang(
+            pool,
+            c,
+            r.n_gpus,
+            r.tensor_parallel,
+            need_mib,
+            r.host_ask,
+            empty.node_free,
+            empty.node_cpu_free,
+            empty.node_host_free,
+        )
+        charged, net = gang_network_s(pool, c, r.n_gpus, r.tensor_parallel, r.sync)
+        got = (plan is not None, charged, net)
+        if empty_state is None:
+            if len(cache) > 65536:
+                cache.clear()
+            cache[key] = got
+    return got
 
 
 def _asks(requests: Sequence[PlacementRequest]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -374,9 +374,10 @@ class PoolState:
             self.shared_count[gpus[0]] += 1
         self.used_mib[idx] += used
         self.reserved_mib[idx] += res
-        self.node_cpu_milli[k_node] += cpu
-        self.node_host_mib[k_node] += host
-        self.node_over[k_node] += over
+        at: int | list[int] = k_node[0] if len(k_node) == 1 else k_node
+        self.node_cpu_milli[at] += cpu
+        self.node_host_mib[at] += host
+        self.node_over[at] += over
         self._allocs[job_id] = _Alloc(
             option, mode, gpus, used, res, mask, tuple(k_node), cpu, host, bool(over)
         )
@@ -447,7 +448,8 @@ class PoolState:
         idx = np.array(a.gpus, np.int64)
         self.used_mib[idx] -= a.used_mib
         self.reserved_mib[idx] -= a.reserved_mib
-        nodes = list(a.nodes)
+        # One node (the common case) indexes as a scalar: cheaper than a fancy index.
+        nodes: int | list[int] = a.nodes[0] if len(a.nodes) == 1 else list(a.nodes)
         self.node_cpu_milli[nodes] -= a.cpu_milli
         self.node_host_mib[nodes] -= a.host_mib
         self.node_over[nodes] -= int(a.over_share)
