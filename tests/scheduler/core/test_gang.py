@@ -225,3 +225,18 @@ def test_pool_file_reads_rack_and_network_and_round_trips() -> None:
     d = pool.to_dict()
     assert "rack" not in d["nodes"][1] and "network_gbps" not in d["nodes"][1]
     assert Pool.from_dict(d).nodes == pool.nodes
+
+
+@pytest.mark.parametrize("policy", ["rightsize", "fgd", "optimal", "bestfit", "easy_backfill"])
+def test_every_policy_places_a_gang_beside_a_node_sized_job(policy: str) -> None:
+    pool = _pool(("h0", 8, "A"), ("h1", 8, "B"), ("h2", 8, "B"))
+    state = pool.state()
+    core = SchedulerCore(state, get_policy(policy))
+    core.submit(_req("big", 16, tp=8))
+    core.submit(_req("eight", 8))
+    ds = {d.job_id: d for d in core.tick(0.0)}
+    assert ds["big"].state == ds["eight"].state == "placed", {k: d.reason for k, d in ds.items()}
+    big = state.option_of("big")
+    eight = state.option_of("eight")
+    assert big.n_nodes == 2 and not set(big.gpu_indices) & set(eight.gpu_indices)
+    state.assert_consistent()
