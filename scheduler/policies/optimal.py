@@ -91,7 +91,7 @@ class OptimalPolicy(Policy):
                         [
                             (k, *demand_at(pool, c, plan.share, ask, k, need), plan.share)
                             for k in plan.nodes
-                        ]  # fmt: skip
+                        ]
                     )
                     continue
                 if kind == KIND_WHOLE:
