@@ -152,3 +152,19 @@ def test_snugfit_explain_and_pool_show_the_gang(store: RedisStore, redis_url: st
     rows = {r["node"]: r for r in data["host_by_node"]}
     assert rows["h100-0"]["jobs"] == rows["h100-1"]["jobs"] == 1
     assert rows["h100-0"]["cpus_free"] == rows["h100-1"]["cpus_free"] == 0
+
+
+def test_a_new_leader_rebuilds_a_gang_from_redis(store: RedisStore) -> None:
+    pool = Pool.from_dict(POOL)
+    client = Client(store=store)
+    first = SchedulerService(store, pool)
+    big = client.submit(spec("big", gpu="H100-80GB", n_gpus=16, tensor_parallel=8))
+    first.step()
+    assert big.placement is not None and big.placement.n_nodes == 2
+    first.resign()
+    second = SchedulerService(store, pool)
+    second.step()
+    second.assert_consistent()
+    held = second.core.state.option_of("job-big")
+    assert held.n_nodes == 2 and sorted(held.gpu_indices) == list(range(16))
+    assert int(second.core.state.node_cpu_milli.sum()) == 2 * 112_000
