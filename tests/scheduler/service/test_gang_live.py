@@ -168,3 +168,43 @@ def test_a_new_leader_rebuilds_a_gang_from_redis(store: RedisStore) -> None:
     held = second.core.state.option_of("job-big")
     assert held.n_nodes == 2 and sorted(held.gpu_indices) == list(range(16))
     assert int(second.core.state.node_cpu_milli.sum()) == 2 * 112_000
+
+
+def test_a_gang_whose_other_rank_never_starts_is_requeued(store: RedisStore) -> None:
+    pool = Pool.from_dict(POOL)
+    big = Client(store=store).submit(spec("big", gpu="H100-80GB", n_gpus=16, tensor_parallel=8))
+    # A placement lease of 0: every check is past it.
+    svc = SchedulerService(store, pool, placement_lease_s=0.0)
+    svc.step()
+    p = big.placement
+    assert p is not None and p.gang is not None
+    lease = int(time.time() * 1000) + 60_000
+    assert store.start("job-big", 1, "w0", lease, node_rank=0) == "ok"
+    # The same rank twice from another worker is refused; rank 1 never comes.
+    assert store.start("job-big", 1, "w9", lease, node_rank=0).startswith("rank 0 already")
+    assert big.status() == "running"
+    s = svc.step()
+    assert s.reclaimed == 1
+    assert big.record()["reason"] == (
+        f"gang rank 1 on node {p.gang[1].node} never started 0 s after placement (is "
+        f"`snugfit worker --node {p.gang[1].node}` running?); every rank stopped, gang requeued"
+    )
+    assert store.heartbeat("job-big", 1, lease) == "lost"  # rank 0's worker stops it
+    # Placed again (with a zero lease, each step also reclaims the unstarted new attempt).
+    svc.step()
+    assert big.placement is not None and big.placement.attempt >= 2
+    svc.assert_consistent()
+
+
+def test_a_gang_whose_ranks_all_started_is_left_running(store: RedisStore) -> None:
+    pool = Pool.from_dict(POOL)
+    big = Client(store=store).submit(spec("big", gpu="H100-80GB", n_gpus=16, tensor_parallel=8))
+    svc = SchedulerService(store, pool, placement_lease_s=0.0)
+    svc.step()
+    lease = int(time.time() * 1000) + 60_000
+    for rank in (0, 1):
+        assert store.start("job-big", 1, f"w{rank}", lease, node_rank=rank) == "ok"
+    assert svc.step().reclaimed == 0
+    assert big.status() == "running"
+    assert store.gang_rank_done("job-big", 1, 1, 2) == "waiting"
+    assert store.gang_rank_done("job-big", 1, 0, 2) == "last"
