@@ -13,9 +13,12 @@ where every job is within its share pass on the GPU test alone; the rest are che
 node, and an option that loses only on CPU or memory says which ("needs 24 CPUs, 16 free on
 b200-0").
 
-Gangs: all of a job's GPUs sit in one node (tensor- and pipeline-parallel groups need NVLink, and
-one node keeps one worker queue per job). Jobs larger than the largest node of a type cannot use
-that type; data-parallel replicas do not span nodes. MIG slices and shared GPUs take 1-GPU jobs.
+Gangs: a job that fits one node of a type keeps all its GPUs in one node there (its tensor- and
+pipeline-parallel groups on NVLink). A job larger than the largest node of a type becomes a
+multi-node gang on that type (:mod:`scheduler.core.gang`): equal shares of whole nodes, tensor
+parallelism inside a node, fewest racks first, priced with its inter-node all-reduce; its fit is
+planned per job (the fast class-supply comparison cannot express it). MIG slices and shared GPUs
+take 1-GPU jobs.
 
 Prices: ``price_usd_per_hour`` (pool overrides applied) x GPUs x runtime on the option / 3600.
 A MIG slice is billed ``compute_slices / 7`` of its GPU. Only the part of the job that
