@@ -173,6 +173,10 @@ class OptionTable:
                 state = self._need_state("first()")
                 n = self.request.n_gpus
                 for c in np.flatnonzero(self.fits_now):
+                    if self.gang[c]:
+                        # A multi-node gang: its plan's rendezvous node comes first.
+                        first[c] = self.bind(int(c), state).gpus[0]
+                        continue
                     nodes = self.host_nodes(int(c), state)
                     b = bind(self.pool, state, int(c), n, int(self.need_mib[c]), "first", nodes)
                     first[c] = b.gpus[0]

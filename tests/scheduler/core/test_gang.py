@@ -227,7 +227,9 @@ def test_pool_file_reads_rack_and_network_and_round_trips() -> None:
     assert Pool.from_dict(d).nodes == pool.nodes
 
 
-@pytest.mark.parametrize("policy", ["rightsize", "fgd", "optimal", "bestfit", "easy_backfill"])
+@pytest.mark.parametrize(
+    "policy", ["rightsize", "requested", "firstfit", "bestfit", "easy_backfill", "fgd", "optimal"]
+)
 def test_every_policy_places_a_gang_beside_a_node_sized_job(policy: str) -> None:
     pool = _pool(("h0", 8, "A"), ("h1", 8, "B"), ("h2", 8, "B"))
     state = pool.state()
