@@ -201,13 +201,14 @@ class PoolState:
         return new
 
     def fenced(
-        self, gpu_indices: Iterable[int], hold: tuple[int, int, int] | None = None
+        self, gpu_indices: Iterable[int], holds: Iterable[tuple[int, int, int]] = ()
     ) -> PoolState:
         """A copy in which the given GPUs take nothing new (a backfill reservation's shadow).
 
-        ``hold`` = (node, millicores, MiB) also keeps that much of a node's CPUs and host memory
-        for the reservation; the node then counts as holding a job over its share, so every
-        option there gets the per-node host check.
+        Each of ``holds`` = (node, millicores, MiB) also keeps that much of a node's CPUs and
+        host memory for the reservation (one per node of a multi-node gang); the node then
+        counts as holding a job over its share, so every option there gets the per-node host
+        check.
         """
         new = self.copy()
         idx = np.fromiter(gpu_indices, np.int64)
@@ -215,11 +216,11 @@ class PoolState:
         new.used_mib[idx] = self.pool.capacity_mib[idx]
         new.mig_occ[idx] = (1 << 15) - 1
         new.shared_count[idx] = np.maximum(self.pool.max_shared[idx], new.shared_count[idx])
-        if hold is not None and (hold[1] > 0 or hold[2] > 0):
-            k = hold[0]
-            new.node_cpu_milli[k] += hold[1]
-            new.node_host_mib[k] += hold[2]
-            new.node_over[k] += 1
+        for k, cpu, host in holds:
+            if cpu > 0 or host > 0:
+                new.node_cpu_milli[k] += cpu
+                new.node_host_mib[k] += host
+                new.node_over[k] += 1
         new._summary = None
         new._summary_version = -1
         new._dirty = _ALL_KINDS
