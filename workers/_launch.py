@@ -21,6 +21,7 @@ from scheduler.service.store.records import PlacementRecord
 from workers.engines import engine_env, engine_values, fill_placeholders
 from workers.environment import job_environment
 from workers.process import ProcessRun
+from workers.rendezvous import node_rank_of, torchrun_env
 from workers.runner import Runner
 from workers.simulated import SimulatedRun
 
@@ -35,7 +36,12 @@ class PlacementUnavailable(Exception):
 def _device_vars(ctx: WorkerContext, p: PlacementRecord) -> dict[str, str]:
     """The variables that tell the job which devices it has (and, shared, its MPS limits)."""
     out: dict[str, str] = {}
-    local = [ctx.local_index.get(g, g) for g in p.gpu_indices]
+    rank = node_rank_of(p, ctx.node)
+    # A gang's node sees only its share of the GPUs, and the rendezvous of the whole gang.
+    gpus = p.gpu_indices if rank is None else rank.gpu_indices
+    local = [ctx.local_index.get(g, g) for g in gpus]
+    if rank is not None:
+        out.update(torchrun_env(p, rank))
     if p.kind == "mig":
         mig_key = (p.gpu_indices[0], p.mig_profile or "", p.mig_start or 0)
         if ctx.mig is not None:

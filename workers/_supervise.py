@@ -14,6 +14,7 @@ import redis
 
 from scheduler.service.events import EventLog, event
 from scheduler.service.store.records import OutcomeRecord, PlacementRecord
+from workers._gang import end_gang_rank
 from workers._launch import _release_slice
 from workers._outcome import _end, _record_measurement, _requeue_after_oom
 from workers.runner import Runner
@@ -106,6 +107,10 @@ def _supervise_run(run: _Started) -> dict[str, Any]:
             ]
         )
         return {"status": "lost"}
+    if p.gang is not None and not cancelled:
+        ended = end_gang_rank(ctx, events, job_id, attempt, p, res, timed_out, option, outcome)
+        if ended is not None:
+            return ended
     _record_measurement(ctx, job_id, attempt, spec, p, outcome, simulated, run.predicted)
     if cancelled:
         outcome.state = "cancelled"

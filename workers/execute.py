@@ -43,6 +43,7 @@ from scheduler.core.pool import Pool
 from scheduler.service.events import EventLog, event
 from scheduler.service.store.protocol import Store
 from scheduler.service.store.records import PlacementRecord
+from workers._gang import gang_node_rank
 
 # Re-exported (explicitly, ``as``): callers and tests import these from here.
 from workers._launch import PlacementUnavailable as PlacementUnavailable
@@ -52,6 +53,7 @@ from workers._outcome import _fail_before_start, _retrying
 from workers._rq_worker import take_ticket
 from workers._supervise import _Started, _supervise, _supervise_guarded
 from workers.nvml import Nvml
+from workers.rendezvous import node_rank_of
 
 __all__ = ["WorkerContext", "current_context", "run_job", "set_context"]
 
@@ -165,7 +167,12 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
     # Retried through a Redis restart: a failed start would leave the job placed, its RQ job
     # spent, until the placement lease (minutes). start.lua answers "ok" to the same worker.
     got = _retrying(
-        ctx.store.start, job_id, attempt, ctx.worker_name, now_ms + int(ctx.lease_s * 1000)
+        ctx.store.start,
+        job_id,
+        attempt,
+        ctx.worker_name,
+        now_ms + int(ctx.lease_s * 1000),
+        gang_node_rank(ctx.store.get_job(job_id), ctx.node),
     )
     if got != "ok":
         log.info("not running %s attempt %s: %s", job_id, attempt, got)
@@ -178,7 +185,7 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
         spec = json.loads(rec.get("spec", ""))
         predictions = json.loads(rec.get("predictions", "{}"))
         argv = spec.get("command")
-        if p.node != ctx.node:
+        if p.node != ctx.node and node_rank_of(p, ctx.node) is None:
             raise ValueError(f"placed on node {p.node!r}, but this worker serves {ctx.node!r}")
     except (ValidationError, ValueError, AttributeError) as exc:
         reason = f"corrupt job record: {str(exc).splitlines()[0][:200]}"

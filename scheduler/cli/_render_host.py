@@ -22,8 +22,8 @@ def host_rows(pool: Pool, state: PoolState) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     jobs: dict[int, int] = {}
     for option in state.allocations().values():
-        if option.gpu_indices:
-            k = int(pool.gpu_node[option.gpu_indices[0]])
+        # A multi-node gang counts on each of its nodes.
+        for k in {int(pool.gpu_node[g]) for g in option.gpu_indices}:
             jobs[k] = jobs.get(k, 0) + 1
     for k, node in enumerate(pool.nodes):
         cpu_cap = int(pool.node_cpu_milli[k])
@@ -79,6 +79,5 @@ def host_line(option: Option | None) -> Text | None:
     if option is None or option.cpus is None or option.host_memory_gib is None:
         return None
     cpus = fmt_cpus(round(option.cpus * MILLI_PER_CPU))
-    return Text(
-        f"host: {cpus} CPUs and {option.host_memory_gib:,.1f} GiB host memory on {option.node}"
-    )
+    where = option.node if option.n_nodes == 1 else f"each of {option.n_nodes} nodes"
+    return Text(f"host: {cpus} CPUs and {option.host_memory_gib:,.1f} GiB host memory on {where}")

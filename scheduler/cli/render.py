@@ -101,6 +101,9 @@ def option_label(opt: Mapping[str, Any] | Option | None) -> str:
         return f"{gpu} MIG {o.get('mig_profile')}"
     if kind == "shared":
         return f"{gpu} shared"
+    n_nodes = o.get("n_nodes") or 1
+    if n_nodes > 1:
+        return f"{gpu} x{o.get('n_gpus', 1)} ({n_nodes} nodes)"
     return f"{gpu} x{o.get('n_gpus', 1)}"
 
 
@@ -109,6 +112,11 @@ def _where(o: Mapping[str, Any]) -> str:
     if not node:
         return ""
     gpus = ",".join(str(g) for g in o.get("gpu_indices") or ())
+    n_nodes = o.get("n_nodes") or 1
+    if n_nodes > 1:
+        # A multi-node gang: its rendezvous master's node, and how many more it spans.
+        others = n_nodes - 1
+        return f"{node} +{others} node{'s' if others > 1 else ''}[{gpus}]"
     start = o.get("mig_start")
     slot = f"@{start}" if o.get("kind") == "mig" and start is not None else ""
     return f"{node}[{gpus}]{slot}"

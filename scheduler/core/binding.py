@@ -8,11 +8,12 @@ from typing import Literal
 import numpy as np
 
 from scheduler.core._classes import class_cands, shared_gpus
+from scheduler.core.gang import GangPlan, rank_layout
 from scheduler.core.mig import popcount15
 from scheduler.core.pool import KIND_SHARED, KIND_WHOLE, Pool
 from scheduler.core.state import PoolState
 
-__all__ = ["Binding", "Select", "bind", "shared_gpu"]
+__all__ = ["Binding", "Select", "bind", "bind_gang", "shared_gpu"]
 
 
 Select = Literal["pack", "first"]
@@ -26,6 +27,8 @@ class Binding:
     node: str
     mig_start: int | None
     free_before_mib: int
+    #: Nodes the GPUs span (a multi-node gang: node 0 first, GPUs in rank order).
+    n_nodes: int = 1
 
 
 def shared_gpu(
@@ -96,3 +99,16 @@ def bind(
     g = int(pool.cand_gpu[k])
     node = pool.nodes[int(pool.gpu_node[g])].name
     return Binding((g,), node, int(pool.cand_start[k]), int(pool.class_capacity_mib[c]))
+
+
+def bind_gang(pool: Pool, state: PoolState, plan: GangPlan, capacity_mib: int) -> Binding:
+    """Concrete GPUs of a multi-node gang: each planned node's first idle GPUs, node 0 (the
+    rendezvous master) first."""
+    idle: list[list[int]] = []
+    for k in plan.nodes:
+        a = int(pool.node_first[k])
+        b = a + int(pool.node_count[k])
+        free = np.flatnonzero(~state.busy[a:b] & (state.used_mib[a:b] == 0)) + a
+        idle.append(free.tolist())
+    gpus = rank_layout(pool, plan, idle)
+    return Binding(gpus, pool.nodes[plan.nodes[0]].name, None, capacity_mib, len(plan.nodes))

@@ -58,14 +58,21 @@ class Option:
     leftover_gib: float | None = None
     cpus: float | None = None
     host_memory_gib: float | None = None
+    #: Nodes a whole-GPU option spans (a multi-node gang, :mod:`scheduler.core.gang`); then
+    #: ``node`` is the rendezvous master's, ``gpu_indices`` run in rank order, and ``cpus`` /
+    #: ``host_memory_gib`` are what each node gives.
+    n_nodes: int = 1
 
     @property
     def label(self) -> str:
-        """Short human name: ``H100-80GB x2``, ``A100-80GB MIG 1g.10gb``, ``H100-80GB shared``."""
+        """Short human name: ``H100-80GB x2``, ``A100-80GB MIG 1g.10gb``, ``H100-80GB shared``,
+        ``H100-80GB x16 (2 nodes)``."""
         if self.kind == "mig":
             return f"{self.gpu_type} MIG {self.mig_profile}"
         if self.kind == "shared":
             return f"{self.gpu_type} shared"
+        if self.n_nodes > 1:
+            return f"{self.gpu_type} x{self.n_gpus} ({self.n_nodes} nodes)"
         return f"{self.gpu_type} x{self.n_gpus}"
 
     def to_dict(self) -> dict[str, Any]:

@@ -13,9 +13,12 @@ where every job is within its share pass on the GPU test alone; the rest are che
 node, and an option that loses only on CPU or memory says which ("needs 24 CPUs, 16 free on
 b200-0").
 
-Gangs: all of a job's GPUs sit in one node (tensor- and pipeline-parallel groups need NVLink, and
-one node keeps one worker queue per job). Jobs larger than the largest node of a type cannot use
-that type; data-parallel replicas do not span nodes. MIG slices and shared GPUs take 1-GPU jobs.
+Gangs: a job that fits one node of a type keeps all its GPUs in one node there (its tensor- and
+pipeline-parallel groups on NVLink). A job larger than the largest node of a type becomes a
+multi-node gang on that type (:mod:`scheduler.core.gang`): equal shares of whole nodes, tensor
+parallelism inside a node, fewest racks first, priced with its inter-node all-reduce; its fit is
+planned per job (the fast class-supply comparison cannot express it). MIG slices and shared GPUs
+take 1-GPU jobs.
 
 Prices: ``price_usd_per_hour`` (pool overrides applied) x GPUs x runtime on the option / 3600.
 A MIG slice is billed ``compute_slices / 7`` of its GPU. Only the part of the job that
@@ -39,6 +42,7 @@ from predictor.gpus import GPU_NAMES
 from scheduler.core._classes import class_masks
 from scheduler.core.binding import Select
 from scheduler.core.decision import Option
+from scheduler.core.gang import gang_mask, gang_network_s, plan_gang
 from scheduler.core.host import (
     HostAsk,
     demand,
@@ -86,6 +90,7 @@ class OptionBatch:
         "_chunk",
         "_ck",
         "_exact_any",
+        "_gang_rows",
         "_hi",
         "_lo",
         "_rows",
@@ -99,6 +104,7 @@ class OptionBatch:
         "empty_room",
         "finite",
         "fits_empty",
+        "gang",
         "host_empty",
         "host_exact",
         "kind_ok",
@@ -110,6 +116,7 @@ class OptionBatch:
         "runtime",
         "select",
         "size_mib",
+        "tensor_parallel",
         "why_excluded",
     )
 
@@ -169,14 +176,31 @@ class OptionBatch:
         demand = np.where(is_whole, n[:, None], np.where(is_shared, need, 1))
         empty = pool.empty_summary() if empty_state is None else empty_state.summary()
         empty_room = empty.class_supply >= demand
+        # Jobs larger than any node of a type: a multi-node gang there (scheduler.core.gang).
+        gang = gang_mask(pool, n) & cap_ok & finite & pinned_ok & allowed
+        tp = np.fromiter((r.tensor_parallel for r in requests), np.int64, n_jobs)
+        for i, c in zip(*np.nonzero(gang), strict=True):
+            fits, charged, net = _gang_empty(
+                pool, empty_state, empty, int(c), requests[i], int(need[i, c])
+            )
+            empty_room[i, c] = fits
+            # Priced with the gradient all-reduce over the gang's network, not NVLink.
+            runtime[i, c] = max(float(runtime[i, c]) - charged, 0.0) + net
         share = np.where(is_shared, need / pool.class_capacity_mib, 1.0)
         billed = np.where(is_whole, n[:, None], 1)
         cost = pool.class_price_usd_per_hour * billed * share * runtime / 3600.0
         gpu_empty = finite & cap_ok & kind_ok & pinned_ok & allowed & empty_room
         self.ask_cpu, self.ask_host, self.ask_floor = _asks(requests)
+        # A gang's plan already checked each node's CPUs and memory.
         self.host_exact, self.host_empty = _host_masks(
-            pool, n, need, self.ask_cpu, self.ask_host, self.ask_floor, gpu_empty
+            pool, n, need, self.ask_cpu, self.ask_host, self.ask_floor, gpu_empty & ~gang
         )
+        if gang.any():
+            self.host_exact = self.host_exact & ~gang
+            self.host_empty = self.host_empty | gang
+        self.gang = gang
+        self.tensor_parallel = tp
+        self._gang_rows: frozenset[int] = frozenset(np.flatnonzero(gang.any(axis=1)).tolist())
 
         self.requests = requests
         self.pool = pool
@@ -252,6 +276,9 @@ class OptionBatch:
             t.host_short = short
         else:
             t.host_short = _no_short(pool)
+        t.gang = self.gang[i]
+        if i in self._gang_rows:
+            t.fits_now = t.fits_now | self.gang_now(i, now)
         t.cost = self.cost[i]
         t.runtime = self.runtime[i]
         t.select = self.select
@@ -264,6 +291,26 @@ class OptionBatch:
         t._leftover = None
         t._first = None
         return t
+
+    def gang_now(self, i: int, now: Summary) -> np.ndarray:
+        """Per class, whether job ``i``'s multi-node gang fits ``now`` (False off gang classes)."""
+        out = np.zeros(self.pool.n_classes, bool)
+        for c in np.flatnonzero(self.gang[i] & self.fits_empty[i]).tolist():
+            out[c] = (
+                plan_gang(
+                    self.pool,
+                    c,
+                    int(self.n_gpus[i]),
+                    int(self.tensor_parallel[i]),
+                    int(self.need_mib[i, c]),
+                    self.requests[i].host_ask,
+                    now.node_free,
+                    now.node_cpu_free,
+                    now.node_host_free,
+                )
+                is not None
+            )
+        return out
 
     def ask(self, i: int) -> HostAsk:
         """Job ``i``'s host ask (millicores, MiB, predicted floor)."""
@@ -302,9 +349,47 @@ class OptionBatch:
                     self.requests[i + r],
                 )
                 rows[r] = bool((ok[r] & ~short).any())
+            for g in self._gang_rows:
+                if i <= g < hi and not rows[g - i]:
+                    rows[g - i] = bool(self.gang_now(g, now).any())
             self._rows = rows.tolist()
             self._ck, self._lo, self._hi = key, i, hi
         return self._rows[i - self._lo]  # type: ignore[no-any-return]
+
+
+def _gang_empty(
+    pool: Pool,
+    empty_state: PoolState | None,
+    empty: Summary,
+    c: int,
+    r: PlacementRequest,
+    need_mib: int,
+) -> tuple[bool, float, float]:
+    """Whether a gang of class ``c`` fits the empty pool, and the (already charged, gang)
+    inter-node seconds of its runtime; cached per pool (a queued gang is re-enumerated every
+    tick, and none of this depends on the state)."""
+    key = (c, r.n_gpus, r.tensor_parallel, need_mib, r.host_ask, r.sync)
+    cache: dict[Any, tuple[bool, float, float]] = pool._empty.setdefault("gang_empty", {})
+    got = cache.get(key) if empty_state is None else None
+    if got is None:
+        plan = plan_gang(
+            pool,
+            c,
+            r.n_gpus,
+            r.tensor_parallel,
+            need_mib,
+            r.host_ask,
+            empty.node_free,
+            empty.node_cpu_free,
+            empty.node_host_free,
+        )
+        charged, net = gang_network_s(pool, c, r.n_gpus, r.tensor_parallel, r.sync)
+        got = (plan is not None, charged, net)
+        if empty_state is None:
+            if len(cache) > 65536:
+                cache.clear()
+            cache[key] = got
+    return got
 
 
 def _asks(requests: Sequence[PlacementRequest]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from scheduler.core.state import PoolState, Summary
 
 __all__ = [
+    "DEFAULT_NETWORK_GBPS",
     "KIND_MIG",
     "KIND_NAMES",
     "KIND_SHARED",
@@ -52,6 +53,11 @@ __all__ = [
 
 
 MIB_PER_GIB = 1024
+
+
+#: A node's inter-node bandwidth when the pool file names none: one 400 Gb/s InfiniBand (NDR)
+#: link, the bound a gang's cross-node all-reduce is charged at.
+DEFAULT_NETWORK_GBPS = 400.0
 
 
 #: CPUs are accounted in thousandths of a core (Kubernetes millicores), ``int64``.
@@ -99,6 +105,11 @@ class NodeConfig(BaseModel):
     host_memory_gib: float | None = Field(
         default=None, gt=0, le=MAX_HOST_MEMORY_GIB, allow_inf_nan=False
     )
+    # Multi-node gangs (scheduler/core/gang.py): the rack or NVLink domain the node sits in
+    # (placement prefers fewer racks; nodes without one share one unnamed rack) and the node's
+    # inter-node network bandwidth, which the gang's all-reduce runs over.
+    rack: str | None = Field(default=None, min_length=1, max_length=100)
+    network_gbps: float = Field(default=DEFAULT_NETWORK_GBPS, gt=0, le=100_000, allow_inf_nan=False)
 
 
 class PoolConfig(BaseModel):
@@ -137,6 +148,8 @@ class Node:
     cpus: float = 0.0
     host_memory_gib: float = 0.0
     whole_gpus: bool = False
+    rack: str | None = None
+    network_gbps: float = DEFAULT_NETWORK_GBPS
 
     @property
     def gpu_indices(self) -> range:
@@ -250,6 +263,8 @@ class Pool:
                         else host_per_gpu * nc.count
                     ),
                     whole_gpus=nc.whole_gpus,
+                    rack=nc.rack,
+                    network_gbps=nc.network_gbps,
                 )
             )
             first += nc.count
@@ -281,6 +296,11 @@ class Pool:
                     d["whole_gpus"] = True
             d["cpus"] = n.cpus
             d["host_memory_gib"] = n.host_memory_gib
+            # Only when set, so pools without racks keep their fingerprint.
+            if n.rack is not None:
+                d["rack"] = n.rack
+            if n.network_gbps != DEFAULT_NETWORK_GBPS:
+                d["network_gbps"] = n.network_gbps
             nodes.append(d)
         defaults = gpu_catalogue()
         prices = {

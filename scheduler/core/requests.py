@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from predictor.gpus import GPU_NAMES
+from predictor.internode import GradientSync
 from predictor.limits import MAX_CPUS, MAX_HOST_MEMORY_GIB
 from scheduler.core._classes import node_max_size
 from scheduler.core.decision import Option
@@ -87,6 +88,9 @@ class PlacementRequest:
     cpus: float | None = None
     host_memory_gib: float | None = None
     host_memory_floor_gib: float = 0.0
+    #: Data-parallel gradient traffic (predictor.internode): what a multi-node gang's runtime
+    #: is priced with; zero for inference and single-GPU jobs.
+    sync: GradientSync = field(default_factory=GradientSync)
     # The three figures above in whole millicores / MiB, computed once (placement reads them
     # for the whole queue on every tick).
     host_ask: HostAsk = field(init=False, repr=False, compare=False)
@@ -114,6 +118,7 @@ class PlacementRequest:
         cpus: float | None = None,
         host_memory_gib: float | None = None,
         host_memory_floor_gib: float = 0.0,
+        sync: GradientSync | None = None,
     ) -> None:
         self.job_id = job_id
         self.vram_gib = _type_vector(vram_gib, "vram_gib")
@@ -136,6 +141,7 @@ class PlacementRequest:
         self.cpus = cpus
         self.host_memory_gib = host_memory_gib
         self.host_memory_floor_gib = host_memory_floor_gib
+        self.sync = GradientSync() if sync is None else sync
         _check_host(self)
         self.host_ask = HostAsk.of(cpus, host_memory_gib, host_memory_floor_gib)
         for name in ("gpu", "requested_gpu"):
@@ -180,13 +186,15 @@ class PlacementRequest:
         user_runtime_estimate_s: float | None = None,
         reserved_gib: float | None = None,
         host_memory_floor_gib: float | None = None,
+        sync: GradientSync | None = None,
     ) -> PlacementRequest:
         """Build from a JobSpec and row ``i`` of a PredictionTable (missing types: infeasible).
 
         ``requested_gpu`` defaults to the spec's pinned ``gpu``, else an H100-80GB when the
         upper bound fits one (today's habit), else the smallest type that holds it.
         ``host_memory_floor_gib`` defaults to the predictor's host memory estimate for the spec
-        (pass it when many specs were estimated at once).
+        (pass it when many specs were estimated at once); ``sync`` likewise defaults to
+        :func:`gradient_syncs` of the spec.
         """
         arrays = {}
         for name in ("peak_vram_gib", "peak_vram_upper_gib", "runtime_s", "runtime_upper_s"):
@@ -231,7 +239,20 @@ class PlacementRequest:
                 if host_memory_floor_gib is None
                 else float(host_memory_floor_gib)
             ),
+            sync=gradient_syncs([spec])[0] if sync is None else sync,
         )
+
+
+def gradient_syncs(specs: Sequence[JobSpec]) -> list[GradientSync]:
+    """Per spec, its data-parallel gradient traffic (predictor.internode), computed only for
+    the multi-GPU training jobs that could span nodes; the rest get zeros."""
+    from predictor.internode import gradient_sync
+
+    out = [GradientSync()] * len(specs)
+    idx = [i for i, s in enumerate(specs) if s.n_gpus > 1 and s.task.is_training]
+    for i, g in zip(idx, gradient_sync([specs[i] for i in idx]), strict=True):
+        out[i] = g
+    return out
 
 
 def host_floor_gib(specs: Sequence[JobSpec]) -> list[float]:

@@ -55,9 +55,9 @@ class _Alloc:
     used_mib: int  # memory taken from each GPU
     reserved_mib: int  # the job's reservation on each GPU
     mig_mask: int
-    node: int
-    cpu_milli: int  # CPUs taken on the node (millicores)
-    host_mib: int  # host memory taken on the node
+    nodes: tuple[int, ...]  # the node, or a multi-node gang's nodes
+    cpu_milli: int  # CPUs taken on each node (millicores)
+    host_mib: int  # host memory taken on each node
     over_share: bool  # took more CPU or host memory than its slot's share
 
 
@@ -201,13 +201,14 @@ class PoolState:
         return new
 
     def fenced(
-        self, gpu_indices: Iterable[int], hold: tuple[int, int, int] | None = None
+        self, gpu_indices: Iterable[int], holds: Iterable[tuple[int, int, int]] = ()
     ) -> PoolState:
         """A copy in which the given GPUs take nothing new (a backfill reservation's shadow).
 
-        ``hold`` = (node, millicores, MiB) also keeps that much of a node's CPUs and host memory
-        for the reservation; the node then counts as holding a job over its share, so every
-        option there gets the per-node host check.
+        Each of ``holds`` = (node, millicores, MiB) also keeps that much of a node's CPUs and
+        host memory for the reservation (one per node of a multi-node gang); the node then
+        counts as holding a job over its share, so every option there gets the per-node host
+        check.
         """
         new = self.copy()
         idx = np.fromiter(gpu_indices, np.int64)
@@ -215,11 +216,11 @@ class PoolState:
         new.used_mib[idx] = self.pool.capacity_mib[idx]
         new.mig_occ[idx] = (1 << 15) - 1
         new.shared_count[idx] = np.maximum(self.pool.max_shared[idx], new.shared_count[idx])
-        if hold is not None and (hold[1] > 0 or hold[2] > 0):
-            k = hold[0]
-            new.node_cpu_milli[k] += hold[1]
-            new.node_host_mib[k] += hold[2]
-            new.node_over[k] += 1
+        for k, cpu, host in holds:
+            if cpu > 0 or host > 0:
+                new.node_cpu_milli[k] += cpu
+                new.node_host_mib[k] += host
+                new.node_over[k] += 1
         new._summary = None
         new._summary_version = -1
         new._dirty = _ALL_KINDS
@@ -369,7 +370,7 @@ class PoolState:
                 )
             used = res
         # GPUs first, then the node's CPUs and memory; nothing changes until both fit.
-        k_node, cpu, host, over = self._host_take(option, job_id, gpus[0], mode, res)
+        k_node, cpu, host, over = self._host_take(option, job_id, gpus, mode, res)
         if mode == MODE_WHOLE:
             self.busy[idx] = True
         elif mode == MODE_MIG:
@@ -378,11 +379,12 @@ class PoolState:
             self.shared_count[gpus[0]] += 1
         self.used_mib[idx] += used
         self.reserved_mib[idx] += res
-        self.node_cpu_milli[k_node] += cpu
-        self.node_host_mib[k_node] += host
-        self.node_over[k_node] += over
+        at: int | list[int] = k_node[0] if len(k_node) == 1 else k_node
+        self.node_cpu_milli[at] += cpu
+        self.node_host_mib[at] += host
+        self.node_over[at] += over
         self._allocs[job_id] = _Alloc(
-            option, mode, gpus, used, res, mask, k_node, cpu, host, bool(over)
+            option, mode, gpus, used, res, mask, tuple(k_node), cpu, host, bool(over)
         )
         self.version += 1
         self._dirty |= self._touches(mode, gpus[0])
@@ -395,13 +397,31 @@ class PoolState:
         return 1 << kind
 
     def _host_take(
-        self, option: Option, job_id: str, gpu: int, mode: int, res_mib: int
-    ) -> tuple[int, int, int, int]:
-        """(node, millicores, MiB, over-share flag) the option takes; PlacementError when the
-        node has too little free. Options without host figures (records written before CPUs
-        were accounted) take nothing."""
+        self, option: Option, job_id: str, gpus: tuple[int, ...], mode: int, res_mib: int
+    ) -> tuple[list[int], int, int, int]:
+        """(nodes, millicores, MiB, over-share flag) the option takes on each of its nodes;
+        PlacementError when a node has too little free. Options without host figures (records
+        written before CPUs were accounted) take nothing."""
         p = self.pool
-        k = int(p.gpu_node[gpu])
+        nodes = list(dict.fromkeys(int(p.gpu_node[g]) for g in gpus))
+        if len(nodes) != option.n_nodes or len(gpus) % len(nodes):
+            raise PlacementError(
+                f"job {job_id!r}: GPUs {gpus} span {len(nodes)} nodes but option {option.label} "
+                f"has n_nodes={option.n_nodes}; a gang takes an equal share of each of its nodes"
+            )
+        over = 0
+        for k in nodes:
+            cpu, host, o = self._host_node(
+                option, job_id, k, mode, res_mib, len(gpus) // len(nodes)
+            )
+            over |= o
+        return nodes, cpu, host, over
+
+    def _host_node(
+        self, option: Option, job_id: str, k: int, mode: int, res_mib: int, n_gpus: int
+    ) -> tuple[int, int, int]:
+        """(millicores, MiB, over-share flag) the option takes on node ``k``."""
+        p = self.pool
         cpu = 0 if option.cpus is None else round(option.cpus * MILLI_PER_CPU)
         host = 0 if option.host_memory_gib is None else round(option.host_memory_gib * MIB_PER_GIB)
         if cpu < 0 or host < 0:
@@ -425,8 +445,8 @@ class PoolState:
         if mode == MODE_MIG and option.mig_profile is not None:
             gt = p.catalogue[option.gpu_type]
             slices = gt.mig_profile(option.mig_profile).compute_slices
-        s_cpu, s_host = option_share(p, k, mode, option.n_gpus, slices, res_mib)
-        return k, cpu, host, int(cpu > s_cpu or host > s_host)
+        s_cpu, s_host = option_share(p, k, mode, n_gpus, slices, res_mib)
+        return cpu, host, int(cpu > s_cpu or host > s_host)
 
     def release(self, job_id: str) -> Option:
         """Undo ``allocate`` exactly; returns the option the job held."""
@@ -440,9 +460,11 @@ class PoolState:
         idx = np.array(a.gpus, np.int64)
         self.used_mib[idx] -= a.used_mib
         self.reserved_mib[idx] -= a.reserved_mib
-        self.node_cpu_milli[a.node] -= a.cpu_milli
-        self.node_host_mib[a.node] -= a.host_mib
-        self.node_over[a.node] -= int(a.over_share)
+        # One node (the common case) indexes as a scalar: cheaper than a fancy index.
+        nodes: int | list[int] = a.nodes[0] if len(a.nodes) == 1 else list(a.nodes)
+        self.node_cpu_milli[nodes] -= a.cpu_milli
+        self.node_host_mib[nodes] -= a.host_mib
+        self.node_over[nodes] -= int(a.over_share)
         if a.kind == MODE_WHOLE:
             self.busy[idx] = False
         elif a.kind == MODE_MIG:
@@ -476,9 +498,9 @@ class PoolState:
         n_over = np.zeros(n_nodes, np.int32)
         problems: list[str] = []
         for job_id, a in self._allocs.items():
-            cpu[a.node] += a.cpu_milli
-            host[a.node] += a.host_mib
-            n_over[a.node] += int(a.over_share)
+            cpu[list(a.nodes)] += a.cpu_milli
+            host[list(a.nodes)] += a.host_mib
+            n_over[list(a.nodes)] += int(a.over_share)
             for g in a.gpus:
                 used[g] += a.used_mib
                 reserved[g] += a.reserved_mib

@@ -11,8 +11,9 @@ import numpy as np
 
 from predictor.gpus import GPU_NAMES
 from scheduler.core._classes import class_masks, gib, node_max_size, opt_float
-from scheduler.core.binding import Binding, Select, bind, shared_gpu
+from scheduler.core.binding import Binding, Select, bind, bind_gang, shared_gpu
 from scheduler.core.decision import Option
+from scheduler.core.gang import GangPlan, gang_reason, node_ask, plan_gang
 from scheduler.core.host import (
     HostAsk,
     demand,
@@ -62,6 +63,7 @@ class OptionTable:
         "finite",
         "fits_empty",
         "fits_now",
+        "gang",
         "host_empty",
         "host_exact",
         "host_short",
@@ -87,6 +89,8 @@ class OptionTable:
     finite: np.ndarray
     fits_empty: np.ndarray
     fits_now: np.ndarray
+    # Per class, whether the job is a multi-node gang there (scheduler.core.gang).
+    gang: np.ndarray
     # Host resources: per class, whether the job asks more than its share somewhere (so the
     # per-node check applies), fits some node's CPUs and memory at all, and lost now only on
     # them (GPUs free, CPUs or memory not).
@@ -169,6 +173,10 @@ class OptionTable:
                 state = self._need_state("first()")
                 n = self.request.n_gpus
                 for c in np.flatnonzero(self.fits_now):
+                    if self.gang[c]:
+                        # A multi-node gang: its plan's rendezvous node comes first.
+                        first[c] = self.bind(int(c), state).gpus[0]
+                        continue
                     nodes = self.host_nodes(int(c), state)
                     b = bind(self.pool, state, int(c), n, int(self.need_mib[c]), "first", nodes)
                     first[c] = b.gpus[0]
@@ -224,6 +232,8 @@ class OptionTable:
                 kind, tname
             )
             return f"{what}: needs {gib(need):.1f} GiB > {gib(int(self.capacity_mib[c])):.1f} GiB"
+        if self.gang[c]:
+            return self._gang_reason(c, empty=not self.empty_room[c])
         if not self.empty_room[c]:
             if kind == KIND_WHOLE:
                 largest = int(node_max_size(pool)[t])
@@ -263,6 +273,45 @@ class OptionTable:
             return f"shared {tname}: every shared GPU is at max_shared_jobs"
         return f"shared {tname}: needs {gib(need):.1f} GiB > {gib(best):.1f} GiB free"
 
+    def _gang_reason(self, c: int, *, empty: bool) -> str:
+        pool = self.pool
+        if empty:
+            free, cpu, host = pool.node_count, pool.node_cpu_milli, pool.node_host_mib
+        else:
+            free, cpu, host = self.now.node_free, self.now.node_cpu_free, self.now.node_host_free
+        r = self.request
+        return gang_reason(
+            pool,
+            c,
+            r.n_gpus,
+            r.tensor_parallel,
+            int(self.need_mib[c]),
+            self.ask,
+            free,
+            cpu,
+            host,
+            empty=empty,
+        )
+
+    def gang_plan(self, c: int, state: PoolState) -> GangPlan | None:
+        """Class ``c``'s multi-node plan on ``state`` (None: not a gang class, or no fit)."""
+        if not self.gang[c]:
+            return None
+        now = state.summary()
+        r = self.request
+        return plan_gang(
+            self.pool,
+            c,
+            r.n_gpus,
+            r.tensor_parallel,
+            int(self.need_mib[c]),
+            self.ask,
+            now.node_free,
+            now.node_cpu_free,
+            now.node_host_free,
+            self.select,
+        )
+
     # -- binding and materialising -----------------------------------------------------------
 
     def bind(self, c: int, state: PoolState) -> Binding:
@@ -272,6 +321,14 @@ class OptionTable:
                 f"job {self.request.job_id!r}: option {self.pool.class_label(c)} does not fit "
                 f"now ({self.reason(c)})"
             )
+        if self.gang[c]:
+            plan = self.gang_plan(c, state)
+            if plan is None:
+                raise PlacementError(
+                    f"job {self.request.job_id!r}: gang {self.pool.class_label(c)} does not fit "
+                    "this state; bind on the state the table was built for"
+                )
+            return bind_gang(self.pool, state, plan, int(self.capacity_mib[c]))
         nodes = self.host_nodes(c, state)
         return bind(
             self.pool, state, c, self.request.n_gpus, int(self.need_mib[c]), self.select, nodes
@@ -296,10 +353,15 @@ class OptionTable:
         leftover: float | None = None
         cpus: float | None = None
         host: float | None = None
+        n_nodes = 1
         if binding is not None:
             leftover = gib(binding.free_before_mib - need)
             k = int(pool.gpu_node[binding.gpus[0]])
-            cpu_m, host_m = demand_at(pool, c, self.request.n_gpus, self.ask, k, need)
+            n_nodes = binding.n_nodes
+            # A gang's figures are per node: what each of its nodes gives its share.
+            per_node = self.request.n_gpus // n_nodes
+            ask = node_ask(self.ask, n_nodes) if n_nodes > 1 else self.ask
+            cpu_m, host_m = demand_at(pool, c, per_node, ask, k, need)
             cpus, host = cpu_m / MILLI_PER_CPU, host_m / MIB_PER_GIB
         return Option(
             kind=KIND_NAMES[kind],
@@ -321,6 +383,7 @@ class OptionTable:
             leftover_gib=leftover,
             cpus=cpus,
             host_memory_gib=host,
+            n_nodes=n_nodes,
         )
 
     def loser_reason(
@@ -418,6 +481,7 @@ class OptionTable:
             "leftover_gib": [None] * k,
             "cpus": [None] * k,
             "host_memory_gib": [None] * k,
+            "n_nodes": [1] * k,
         }
         if chosen is not None and chosen_option is not None:
             row = chosen_option.to_dict()

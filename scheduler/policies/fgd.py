@@ -391,7 +391,10 @@ def _candidates(table: OptionTable, state: PoolState) -> list[tuple[int, Binding
         t = int(pool.class_type[c])
         # Nodes where the job's CPUs and host memory fit (None: wherever its GPUs do).
         host_ok = table.host_nodes(c, state)
-        if kind == KIND_WHOLE:
+        if table.gang[c]:
+            # A multi-node gang: the core's plan (fewest racks, then nodes) is the candidate.
+            out.append((c, table.bind(c, state)))
+        elif kind == KIND_WHOLE:
             ok = (pool.node_type == t) & pool.node_whole & (summary.node_free >= n)
             if host_ok is not None:
                 ok &= host_ok
@@ -433,16 +436,21 @@ def _increase(
 
     pool = state.pool
     width = int(pool.node_count.max())
-    before = np.zeros((len(cands), width))
-    after = np.zeros((len(cands), width))
+    # One row per (candidate, node it touches): a multi-node gang's rows add up.
+    rows = [
+        (i, c, k, [g for g in b.gpus if int(pool.gpu_node[g]) == k])
+        for i, (c, b) in enumerate(cands)
+        for k in dict.fromkeys(int(pool.gpu_node[g]) for g in b.gpus)
+    ]
+    before = np.zeros((len(rows), width))
+    after = np.zeros((len(rows), width))
     free_gib = (pool.capacity_mib - state.used_mib) / MIB_PER_GIB
-    for row, (c, b) in enumerate(cands):
-        k = int(pool.gpu_node[b.gpus[0]])
+    for row, (_, c, k, gpus) in enumerate(rows):
         a = int(pool.node_first[k])
         n = int(pool.node_count[k])
         before[row, :n] = free_gib[a : a + n]
         after[row, :n] = free_gib[a : a + n]
-        local = np.asarray(b.gpus, np.int64) - a
+        local = np.asarray(gpus, np.int64) - a
         kind = int(pool.class_kind[c])
         if kind == KIND_WHOLE:
             after[row, local] = 0.0
@@ -450,9 +458,12 @@ def _increase(
             after[row, local] -= float(table.capacity_mib[c]) / MIB_PER_GIB
         else:
             after[row, local] -= float(table.need_mib[c]) / MIB_PER_GIB
-    cpu = np.zeros(2 * len(cands))
+    cpu = np.zeros(2 * len(rows))
     frag = node_fragmentation(np.vstack([before, np.maximum(after, 0.0)]), cpu, classes)
-    return np.asarray(frag[len(cands) :] - frag[: len(cands)])
+    per_row = np.asarray(frag[len(rows) :] - frag[: len(rows)])
+    out = np.zeros(len(cands))
+    np.add.at(out, np.array([r[0] for r in rows], np.int64), per_row)
+    return out
 
 
 def fragmentation_increase(

@@ -132,8 +132,9 @@ class _QueueWalk:
         # The reserved head job (id, start time, GPUs) and the state with its GPUs fenced off.
         self.head: tuple[str, float, tuple[int, ...]] | None = None
         # What the reserved job needs of its node's CPUs and host memory beyond what the jobs
-        # there that end before its start free: (node, millicores, MiB).
-        self.head_hold: tuple[int, int, int] | None = None
+        # there that end before its start free: (node, millicores, MiB) per node it uses (a
+        # multi-node gang uses several).
+        self.head_hold: tuple[tuple[int, int, int], ...] = ()
         self.fenced: PoolState | None = None
         self.reserve_tried = False
         self.blocked_by: str | None = None
@@ -203,39 +204,48 @@ class _QueueWalk:
         # valid on the real state too; bind it there.
         return ftable, fidx, ftable.bind(fidx, self.fenced)
 
-    def hold_for(self, head: Option, start_s: float) -> tuple[int, int, int] | None:
-        """(node, millicores, MiB) the reserved option needs at ``start_s`` beyond what the
-        jobs on its node that end by then free; None for an option without host figures."""
+    def hold_for(self, head: Option, start_s: float) -> tuple[tuple[int, int, int], ...]:
+        """(node, millicores, MiB) the reserved option needs at ``start_s`` on each of its
+        nodes beyond what the jobs there that end by then free; none for an option without
+        host figures."""
         pool = self.state.pool
         if not head.gpu_indices or head.cpus is None or head.host_memory_gib is None:
-            return None
-        k = int(pool.gpu_node[head.gpu_indices[0]])
-        cpu, host = 0, 0
-        for r in self.live:
-            o = r.option
-            on_node = bool(o.gpu_indices) and int(pool.gpu_node[o.gpu_indices[0]]) == k
-            if on_node and self.policy.running_end(r) <= start_s:
-                cpu += round((o.cpus or 0.0) * MILLI_PER_CPU)
-                host += round((o.host_memory_gib or 0.0) * MIB_PER_GIB)
-        need_cpu = round(head.cpus * MILLI_PER_CPU) - cpu
-        need_host = round(head.host_memory_gib * MIB_PER_GIB) - host
-        return k, max(need_cpu, 0), max(need_host, 0)
+            return ()
+        ending = [
+            (r.option, {int(pool.gpu_node[g]) for g in r.option.gpu_indices})
+            for r in self.live
+            if self.policy.running_end(r) <= start_s
+        ]
+        out: list[tuple[int, int, int]] = []
+        for k in dict.fromkeys(int(pool.gpu_node[g]) for g in head.gpu_indices):
+            cpu, host = 0, 0
+            for o, nodes in ending:
+                if k in nodes:
+                    cpu += round((o.cpus or 0.0) * MILLI_PER_CPU)
+                    host += round((o.host_memory_gib or 0.0) * MIB_PER_GIB)
+            need_cpu = round(head.cpus * MILLI_PER_CPU) - cpu
+            need_host = round(head.host_memory_gib * MIB_PER_GIB) - host
+            out.append((k, max(need_cpu, 0), max(need_host, 0)))
+        return tuple(out)
 
     def host_clash(self, opt: Option) -> bool:
-        """Whether ``opt`` lands on the reserved job's node and takes CPUs or host memory the
-        reservation holds there."""
-        hold, state = self.head_hold, self.state
-        if hold is None or not opt.gpu_indices:
+        """Whether ``opt`` lands on a node of the reserved job and takes CPUs or host memory
+        the reservation holds there."""
+        state = self.state
+        if not self.head_hold or not opt.gpu_indices:
             return False
-        k = hold[0]
         pool = state.pool
-        if int(pool.gpu_node[opt.gpu_indices[0]]) != k:
-            return False
-        free_cpu = int(pool.node_cpu_milli[k] - state.node_cpu_milli[k]) - hold[1]
-        free_host = int(pool.node_host_mib[k] - state.node_host_mib[k]) - hold[2]
+        mine = {int(pool.gpu_node[g]) for g in opt.gpu_indices}
         cpu = round((opt.cpus or 0.0) * MILLI_PER_CPU)
         host = round((opt.host_memory_gib or 0.0) * MIB_PER_GIB)
-        return cpu > free_cpu or host > free_host
+        for k, hold_cpu, hold_host in self.head_hold:
+            if k not in mine:
+                continue
+            free_cpu = int(pool.node_cpu_milli[k] - state.node_cpu_milli[k]) - hold_cpu
+            free_host = int(pool.node_host_mib[k] - state.node_host_mib[k]) - hold_host
+            if cpu > free_cpu or host > free_host:
+                return True
+        return False
 
     def commit(
         self,

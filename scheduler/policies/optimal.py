@@ -3,7 +3,9 @@
 It places as many of the pending jobs as the free capacity allows (first priority) at the
 least total cost (second), over every concrete slot: each whole-GPU node with enough idle GPUs,
 each open shared GPU (memory and job-count knapsacks), and each free MIG instance (slice
-bitmasks may not overlap), within each node's free CPUs and host memory. Solved with HiGHS.
+bitmasks may not overlap), within each node's free CPUs and host memory. A multi-node gang has
+one column, the core's plan for it (:mod:`scheduler.core.gang`), which takes its share on each
+of its nodes. Solved with HiGHS.
 It is exponential in the worst case, so batches over ``max_jobs`` jobs or pools over
 ``max_gpus`` GPUs are refused.
 """
@@ -20,6 +22,7 @@ import numpy as np
 from scheduler.core.binding import Binding
 from scheduler.core.decide import pending_decision, place, rejected_decision
 from scheduler.core.decision import Decision
+from scheduler.core.gang import GangPlan, node_ask
 from scheduler.core.host import demand_at
 from scheduler.core.options import OptionBatch
 from scheduler.core.pool import KIND_MIG, KIND_SHARED, KIND_WHOLE, MODE_SHARED, MODE_WHOLE, Pool
@@ -64,7 +67,9 @@ class OptimalPolicy(Policy):
         cols: list[tuple[int, int, int]] = []
         cost: list[float] = []
         need_of: list[int] = []
-        host_of: list[tuple[int, int, int]] = []  # per column: node, millicores, host MiB
+        # Per column: (node, millicores, host MiB, GPUs) on each node it uses.
+        host_of: list[list[tuple[int, int, int, int]]] = []
+        plans: dict[int, GangPlan] = {}  # per job with a gang column: the core's plan
         s = state.summary()
         free_mib = pool.capacity_mib - state.used_mib
         for j, table in enumerate(tables):
@@ -72,6 +77,23 @@ class OptimalPolicy(Policy):
                 kind = int(pool.class_kind[c])
                 t = int(pool.class_type[c])
                 need = int(table.need_mib[c])
+                if table.gang[c]:
+                    # A multi-node gang: one column, the core's plan (fewest racks, then nodes).
+                    plan = table.gang_plan(c, state)
+                    if plan is None:
+                        continue
+                    plans[j] = plan
+                    ask = node_ask(table.ask, len(plan.nodes))
+                    cols.append((j, c, _GANG))
+                    cost.append(float(table.cost[c]))
+                    need_of.append(need)
+                    host_of.append(
+                        [
+                            (k, *demand_at(pool, c, plan.share, ask, k, need), plan.share)
+                            for k in plan.nodes
+                        ]
+                    )
+                    continue
                 if kind == KIND_WHOLE:
                     slots = np.flatnonzero(
                         (pool.node_type == t)
@@ -93,7 +115,8 @@ class OptimalPolicy(Policy):
                     need_of.append(need)
                     node = _slot_node(pool, kind, k)
                     n_gpus = pending[j].n_gpus
-                    host_of.append((node, *demand_at(pool, c, n_gpus, table.ask, node, need)))
+                    cpu, host = demand_at(pool, c, n_gpus, table.ask, node, need)
+                    host_of.append([(node, cpu, host, n_gpus)])
         chosen = self._solve(pending, state, cols, cost, need_of, host_of) if cols else {}
 
         decisions: list[Decision] = []
@@ -113,7 +136,10 @@ class OptimalPolicy(Policy):
                 )
                 continue
             c, k = chosen[j]
-            binding = self._bind(state, table, c, k, node_next)
+            if k == _GANG:
+                binding = _bind_gang(state, plans[j], int(pool.class_capacity_mib[c]), node_next)
+            else:
+                binding = self._bind(state, table, c, k, node_next)
             decisions.append(
                 place(
                     table,
@@ -142,12 +168,7 @@ class OptimalPolicy(Policy):
         pool = state.pool
         kind = int(pool.class_kind[c])
         if kind == KIND_WHOLE:
-            if k not in node_next:
-                a = int(pool.node_first[k])
-                b = a + int(pool.node_count[k])
-                idle = np.flatnonzero(~state.busy[a:b] & (state.used_mib[a:b] == 0)) + a
-                node_next[k] = [int(g) for g in idle]
-            free = node_next[k]
+            free = _idle(state, k, node_next)
             n = table.request.n_gpus
             gpus = tuple(free[:n])
             del free[:n]
@@ -167,7 +188,7 @@ class OptimalPolicy(Policy):
         cols: list[tuple[int, int, int]],
         cost: list[float],
         need_of: list[int],
-        host_of: list[tuple[int, int, int]],
+        host_of: list[list[tuple[int, int, int, int]]],
     ) -> dict[int, tuple[int, int]]:
         import highspy
 
@@ -186,13 +207,14 @@ class OptimalPolicy(Policy):
         host_free = s.node_host_free
         for i, (j, c, k) in enumerate(cols):
             row(("job", j), 1.0)[i] = 1.0
-            node, cpu, host = host_of[i]
-            row(("cpu", node), float(cpu_free[node]))[i] = float(cpu)
-            row(("host", node), float(host_free[node]))[i] = float(host)
+            for node, cpu, host, _ in host_of[i]:
+                row(("cpu", node), float(cpu_free[node]))[i] = float(cpu)
+                row(("host", node), float(host_free[node]))[i] = float(host)
             kind = int(pool.class_kind[c])
             if kind == KIND_WHOLE:
-                n_gpus = pending[j].n_gpus
-                row(("node", k), float(s.node_free[k]))[i] = float(n_gpus)
+                # One node, or each node of a gang with its share.
+                for node, _, _, n_gpus in host_of[i]:
+                    row(("node", node), float(s.node_free[node]))[i] = float(n_gpus)
             elif kind == KIND_SHARED:
                 free = float(pool.capacity_mib[k] - state.used_mib[k])
                 slots = float(pool.max_shared[k] - state.shared_count[k])
@@ -246,6 +268,34 @@ class OptimalPolicy(Policy):
             j, c, k = cols[i]
             out[j] = (c, k)
         return out
+
+
+#: The slot of a multi-node gang's one column: the core's plan, not one node.
+_GANG = -1
+
+
+def _idle(state: PoolState, k: int, node_next: dict[int, list[int]]) -> list[int]:
+    """Node ``k``'s idle GPUs not yet handed out in this batch (the list is consumed)."""
+    if k not in node_next:
+        pool = state.pool
+        a = int(pool.node_first[k])
+        b = a + int(pool.node_count[k])
+        idle = np.flatnonzero(~state.busy[a:b] & (state.used_mib[a:b] == 0)) + a
+        node_next[k] = [int(g) for g in idle]
+    return node_next[k]
+
+
+def _bind_gang(
+    state: PoolState, plan: GangPlan, capacity_mib: int, node_next: dict[int, list[int]]
+) -> Binding:
+    """A gang's GPUs from the batch's remaining idle GPUs of each planned node."""
+    gpus: list[int] = []
+    for k in plan.nodes:
+        free = _idle(state, k, node_next)
+        gpus += free[: plan.share]
+        del free[: plan.share]
+    name = state.pool.nodes[plan.nodes[0]].name
+    return Binding(tuple(gpus), name, None, capacity_mib, len(plan.nodes))
 
 
 def _slot_node(pool: Pool, kind: int, k: int) -> int:

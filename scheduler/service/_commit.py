@@ -16,7 +16,7 @@ from scheduler.core.pool import MIB_PER_GIB, MILLI_PER_CPU, Pool, gib_to_mib_cei
 from scheduler.service.events import event
 from scheduler.service.store.keys import queue_name, rq_job_id
 from scheduler.service.store.protocol import Commit, Store
-from scheduler.service.store.records import PlacementRecord, dumps
+from scheduler.service.store.records import GangRank, PlacementRecord, dumps
 
 __all__ = [
     "COMMIT_CHUNK",
@@ -24,9 +24,11 @@ __all__ = [
     "build_commit",
     "capacity_rows",
     "commit_chunks",
+    "gang_ranks",
     "job_meta",
     "placed_event",
     "placement_record",
+    "rank_items",
     "record_option",
     "slot",
 ]
@@ -86,6 +88,7 @@ def placement_record(
     assert opt is not None and opt.node is not None, f"{d.job_id} is not placed"
     _, used, mask = slot(pool, opt)
     runner = d.runner_up_option
+    gang = gang_ranks(pool, d.job_id, attempt, opt) if opt.n_nodes > 1 else None
     return PlacementRecord.model_construct(
         attempt=attempt,
         node=opt.node,
@@ -116,7 +119,61 @@ def placement_record(
         engine=engine,
         cpus=opt.cpus,
         host_memory_gib=opt.host_memory_gib,
+        gang=gang,
+        master_port=None if gang is None else master_port(d.job_id, attempt),
     )
+
+
+#: torchrun's default rendezvous port; a gang's port is drawn above it per (job, attempt) so
+#: two gangs whose master shares a node do not collide (and a retry does not meet a dying one).
+_PORT_BASE, _PORT_SPAN = 29500, 2000
+
+
+def master_port(job_id: str, attempt: int) -> int:
+    """The rendezvous port of a gang attempt: stable, so every rank computes the same one."""
+    import zlib
+
+    return _PORT_BASE + zlib.crc32(f"{job_id}@{attempt}".encode()) % _PORT_SPAN
+
+
+def gang_ranks(pool: Pool, job_id: str, attempt: int, opt: Option) -> list[GangRank]:
+    """A multi-node option's nodes in rank order: the GPUs run node by node
+    (``gpu_indices`` order), node 0's RQ job keeps the attempt's ordinary id."""
+    per_node: dict[int, list[int]] = {}
+    for g in opt.gpu_indices:
+        per_node.setdefault(int(pool.gpu_node[g]), []).append(int(g))
+    out: list[GangRank] = []
+    offset = 0
+    base = rq_job_id(job_id, attempt)
+    for rank, (k, gpus) in enumerate(per_node.items()):
+        name = pool.nodes[k].name
+        out.append(
+            GangRank(
+                node=name,
+                queue=queue_name(name),
+                rq_job_id=base if rank == 0 else f"{base}-n{rank}",
+                node_rank=rank,
+                rank_offset=offset,
+                gpu_indices=gpus,
+            )
+        )
+        offset += len(gpus)
+    return out
+
+
+def rank_items(rec: PlacementRecord) -> list[tuple[str, str, int, dict[str, Any]]]:
+    """The RQ jobs of a placement, ``(node, job id, attempt, meta)``: one, or one per node of
+    a gang (each meta names its node's rank and RQ id)."""
+    assert rec.job_id is not None
+    meta = job_meta(rec)
+    if rec.gang is None:
+        return [(rec.node, rec.job_id, rec.attempt, meta)]
+    items = []
+    for r in rec.gang:
+        m = dict(meta, node=r.node, gpus=r.gpu_indices, node_rank=r.node_rank)
+        m["rq_job_id"] = r.rq_job_id
+        items.append((r.node, rec.job_id, rec.attempt, m))
+    return items
 
 
 def record_option(rec: PlacementRecord) -> Option:
@@ -141,13 +198,14 @@ def record_option(rec: PlacementRecord) -> Option:
         leftover_gib=rec.leftover_gib,
         cpus=rec.cpus,
         host_memory_gib=rec.host_memory_gib,
+        n_nodes=rec.n_nodes,
     )
 
 
 def alloc_record(rec: PlacementRecord) -> dict[str, Any]:
     """The ``P:allocs`` entry: what the commit adds, what every release takes back.
 
-    ``cpu_milli`` and ``host_mib`` are charged to the node of the allocation's GPUs, exactly
+    ``cpu_milli`` and ``host_mib`` are charged to each node of the allocation's GPUs, exactly
     as PoolState.allocate counts them (the option's figures are whole millicores and MiB)."""
     return {
         "attempt": rec.attempt,

@@ -95,8 +95,16 @@ class _Housekeeping(_ServiceState):
         events = []
         n = 0
         for (jid, attempt), (st, att, raw) in zip(old, rows, strict=True):
-            if st != "placed" or att is None or int(att) != attempt:
-                continue  # started (its run lease covers it now), finished or re-placed
+            if att is None or int(att) != attempt:
+                continue  # finished or re-placed
+            if st == "running":
+                # A gang runs once one rank starts; the others must follow within the lease.
+                got_events = self._reclaim_partial_gang(jid, attempt, raw)
+                n += bool(got_events)
+                events += got_events
+                continue
+            if st != "placed":
+                continue  # its run lease covers it now, or it ended
             try:
                 node = PlacementRecord.model_validate_json(raw or "").node
             except ValidationError:
@@ -115,6 +123,31 @@ class _Housekeeping(_ServiceState):
             events += got_events
         self.events.emit(events)
         return n
+
+    def _reclaim_partial_gang(self, jid: str, attempt: int, raw: str | None) -> list[Any]:
+        """Requeue a running multi-node gang some of whose ranks never started (their node's
+        worker is gone): the started ranks would wait at the rendezvous for ever. Their next
+        heartbeat answers "lost", so their workers stop them."""
+        try:
+            p = PlacementRecord.model_validate_json(raw or "")
+        except ValidationError:
+            return []
+        if p.gang is None:
+            return []
+        fields = [f"rank:{attempt}:{r.node_rank}" for r in p.gang]
+        held = self.store.get_fields([jid], fields)[0]
+        missing = [r for r, w in zip(p.gang, held, strict=True) if w is None]
+        if not missing:
+            return []
+        nodes = ", ".join(r.node for r in missing)
+        ranks = ", ".join(str(r.node_rank) for r in missing)
+        reason = (
+            f"gang rank {ranks} on node {nodes} never started {self.placement_lease_s:g} s "
+            f"after placement (is `snugfit worker --node {missing[0].node}` running?); every "
+            "rank stopped, gang requeued"
+        )
+        got = self.store.requeue(jid, attempt, reason=reason, counter="lost")
+        return self._reclaimed(jid, attempt, got, reason, "gang never fully started", node=nodes)
 
     # -- nodes --------------------------------------------------------------------------------
 

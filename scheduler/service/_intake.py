@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import ValidationError
 
+from predictor.internode import GradientSync
 from predictor.limits import MAX_VRAM_GIB
 from scheduler.core.pool import Pool
 from scheduler.core.requests import PlacementRequest, requested_type
@@ -91,6 +92,9 @@ def decode_request(
             cpus=rr.cpus,
             host_memory_gib=rr.host_memory_gib,
             host_memory_floor_gib=rr.host_memory_floor_gib,
+            sync=None
+            if rr.sync is None
+            else GradientSync(rr.sync[0], rr.sync[1], max(1, int(rr.sync[2])), rr.sync[3]),
         )
     except PlacementError as exc:
         raise InvalidRecord(str(exc)) from None

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from scheduler.core.decision import Decision
-from scheduler.service._commit import job_meta, placed_event
+from scheduler.service._commit import placed_event, rank_items
 from scheduler.service._state import _ServiceState
 from scheduler.service.events import event
 from scheduler.service.store.protocol import Commit
@@ -57,7 +57,7 @@ class _Settle(_ServiceState):
             self._placed[d.job_id] = (rec.attempt, rec.placed_at)
             if self.telemetry is not None and seen is not None:
                 self.telemetry.observe_placement_latency(committed_at - seen.submitted_at)
-            items.append((rec.node, d.job_id, rec.attempt, job_meta(rec)))
+            items += rank_items(rec)
             ev = placed_event(rec)
             if seen is not None and seen.method is not None:
                 ev["method"] = seen.method

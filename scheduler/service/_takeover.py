@@ -114,7 +114,13 @@ class _Leadership(_Housekeeping):
             meta: dict[str, Any] = {"snugfit_job": jid, "recovered": True}
             if p.engine is not None:
                 meta["engine"] = p.engine
-            items.append((p.node, jid, p.attempt, meta))
+            if p.gang is None:
+                items.append((p.node, jid, p.attempt, meta))
+                continue
+            # A gang whose node-0 RQ job is gone: every node's (re-enqueueing is idempotent).
+            for r in p.gang:
+                m = dict(meta, node_rank=r.node_rank, rq_job_id=r.rq_job_id)
+                items.append((r.node, jid, p.attempt, m))
         if items:
             log.warning("re-enqueueing %d placed jobs that had no RQ job", len(items))
             self.store.enqueue(items)

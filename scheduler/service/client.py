@@ -28,7 +28,7 @@ from predictor.prediction import Prediction, PredictionTable
 from predictor.spec import JobSpec, Task, load_specs, parse_spec
 from scheduler.core.decision import Decision
 from scheduler.core.engines import engine_upper_gib
-from scheduler.core.requests import host_floor_gib
+from scheduler.core.requests import gradient_syncs, host_floor_gib
 from scheduler.core.rules import MAX_OOM_RETRIES, MAX_RETRIES
 from scheduler.exceptions import JobFailedError, JobNotFoundError, SchedulerError, ServiceError
 from scheduler.service._workflow import check_parents_exist, default_user, order_by_dependencies
@@ -120,6 +120,7 @@ def build_records(
     runtime_up = columns(table.runtime_upper_s)
     busy = columns(table.busy_frac) if table.busy_frac is not None else None
     host_floor = host_floor_gib(specs)
+    syncs = gradient_syncs(specs)
 
     for i, spec in enumerate(specs):
         assert spec.id is not None
@@ -140,6 +141,9 @@ def build_records(
             "host_memory_gib": spec.host_memory_gib,
             "host_memory_floor_gib": round(host_floor[i], 3),
         }
+        if syncs[i].steps > 0:
+            g = syncs[i]
+            request["sync"] = [g.steps, g.grad_bytes_per_gpu, g.data_parallel, g.charged_s]
         ts = repr(t + i * 1e-6)  # keeps submit order inside one batch
         rec = {
             "id": spec.id,

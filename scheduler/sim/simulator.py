@@ -50,7 +50,13 @@ from scheduler.core.escalation import TableFn, escalate_oom
 from scheduler.core.loop import SchedulerCore
 from scheduler.core.options import option_table
 from scheduler.core.pool import KIND_NAMES, Pool
-from scheduler.core.requests import TYPE_INDEX, PlacementRequest, host_floor_gib, requested_type
+from scheduler.core.requests import (
+    TYPE_INDEX,
+    PlacementRequest,
+    gradient_syncs,
+    host_floor_gib,
+    requested_type,
+)
 from scheduler.core.rules import MAX_OOM_RETRIES, OOM_GROWTH, memory_limit_gib
 from scheduler.exceptions import SimulationError
 from scheduler.policies.base import Policy
@@ -194,6 +200,7 @@ class Simulator:
         # One vectorised pass for the predictor's host memory estimates (the live client does
         # the same at submit).
         host_floors = host_floor_gib(workload.specs)
+        syncs = gradient_syncs(workload.specs)
         for i, spec in enumerate(workload.specs):
             req = PlacementRequest.from_table(
                 spec,
@@ -201,6 +208,7 @@ class Simulator:
                 i,
                 submit_time_s=float(workload.arrival_s[i]),
                 host_memory_floor_gib=host_floors[i],
+                sync=syncs[i],
             )
             req.requested_gpu = requested_type(
                 req.vram_upper_gib, req.n_gpus, workload.requested_gpu[i], pool

@@ -116,7 +116,12 @@ Job record (``P:job:{id}`` fields; JSON values marked ``json``)
                      rejection (every option as columns in ``option_columns``; ``options``
                      spells out only the chosen and runner-up, null elsewhere)
 ``placement``        json: :class:`PlacementRecord` (node, queue, option, env ...)
-``worker``           the worker that runs / ran it
+``worker``           the worker that runs / ran it (a multi-node gang: the first rank's)
+``rank:<a>:<r>``     a multi-node gang: the worker that runs node rank ``r`` of attempt ``a``
+``done:<a>:<r>``     "1" once node rank ``r`` of attempt ``a`` ended well (``gang_done.lua``:
+                     the last one finishes the job)
+``gang``             int, times a gang was requeued because one of its ranks failed (capped by
+                     ``max_retries``)
 ``started_at``       epoch seconds, ``finished_at`` epoch seconds
 ``outcome``          json: :class:`OutcomeRecord` (peak VRAM, runtime, exit code, OOM,
                      ``simulated``)

@@ -69,7 +69,15 @@ class Store(Protocol):
     ) -> list[str]: ...
 
     # transitions
-    def start(self, job_id: str, attempt: int, worker: str, lease_until_ms: int) -> str: ...
+    def start(
+        self,
+        job_id: str,
+        attempt: int,
+        worker: str,
+        lease_until_ms: int,
+        node_rank: int | None = None,
+    ) -> str: ...
+    def gang_rank_done(self, job_id: str, attempt: int, node_rank: int, n_ranks: int) -> str: ...
     def heartbeat(self, job_id: str, attempt: int, lease_until_ms: int) -> str: ...
     def finish(
         self, job_id: str, attempt: int, state: str, outcome_json: str, reason: str

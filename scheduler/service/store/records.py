@@ -111,6 +111,17 @@ class RequestRecord(BaseModel):
     host_memory_floor_gib: float = Field(
         default=0.0, ge=0, le=MAX_HOST_MEMORY_GIB, allow_inf_nan=False
     )
+    # Data-parallel gradient traffic of a multi-GPU training job (predictor.internode):
+    # [steps, gradient bytes per GPU per step, data-parallel degree, inter-node seconds the
+    # predicted runtime already charges]; absent for the rest and in older records.
+    sync: list[float] | None = Field(default=None, min_length=4, max_length=4)
+
+    @field_validator("sync")
+    @classmethod
+    def _finite_sync(cls, v: list[float] | None) -> list[float] | None:
+        if v is not None and not all(math.isfinite(x) and 0 <= x <= 1e30 for x in v):
+            raise ValueError(f"sync must be 4 finite non-negative figures; got {v!r}")
+        return v
 
     @field_validator("gpu", "requested_gpu")
     @classmethod
@@ -146,6 +157,20 @@ class RequestRecord(BaseModel):
             if x is not None and not (math.isfinite(x) and 0 <= x <= MAX_RUNTIME_S):
                 raise ValueError(f"runtimes must be in [0, {MAX_RUNTIME_S:g}] s or null; got {x!r}")
         return v
+
+
+class GangRank(BaseModel):
+    """One node of a multi-node gang: its RQ job, its share of the GPUs (pool indices) and
+    where its ranks start (``RANK`` of its first local rank = ``rank_offset``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node: str = Field(min_length=1, max_length=_MAX_ID_CHARS)
+    queue: str
+    rq_job_id: str
+    node_rank: int = Field(ge=0)
+    rank_offset: int = Field(ge=0)
+    gpu_indices: list[int]
 
 
 class PlacementRecord(BaseModel):
@@ -194,6 +219,15 @@ class PlacementRecord(BaseModel):
     #: were accounted, which hold none).
     cpus: float | None = None
     host_memory_gib: float | None = None
+    #: A multi-node gang (scheduler.core.gang): its nodes in rank order, node 0 being ``node``
+    #: (the rendezvous master), and the rendezvous port; None for single-node placements.
+    #: ``cpus`` and ``host_memory_gib`` are then what each node gives.
+    gang: list[GangRank] | None = None
+    master_port: int | None = None
+
+    @property
+    def n_nodes(self) -> int:
+        return 1 if self.gang is None else len(self.gang)
 
 
 _MAX_ENGINE_BYTES = 4096

@@ -41,10 +41,16 @@ def pool_fingerprint(config_json: str) -> str:
 
 # ``moved`` (off a dead or draining node before the job started) is no retry: its cap only
 # stops a job from bouncing forever between nodes that keep dying.
-_DEFAULT_MAX = {"ooms": "3", "lost": "2", "moved": "1000"}
+_DEFAULT_MAX = {"ooms": "3", "lost": "2", "moved": "1000", "gang": "2"}
 
 
-_MAX_FIELD = {"ooms": "max_oom_retries", "lost": "max_retries", "moved": "max_moves"}
+_MAX_FIELD = {
+    "ooms": "max_oom_retries",
+    "lost": "max_retries",
+    "moved": "max_moves",
+    # A multi-node gang requeued because one of its ranks failed.
+    "gang": "max_retries",
+}
 
 #: What a requeue may rewrite in the job record: the retry's layout (an OOM retry at a higher
 #: tensor parallel degree), never its state, attempt or counters.
@@ -98,6 +104,7 @@ class RedisStore:
         self._commit = s(prelude + _lua("commit"))
         self._start = s(prelude + _lua("start"))
         self._heartbeat = s(prelude + _lua("heartbeat"))
+        self._gang_done = s(prelude + _lua("gang_done"))
         self._finish = s(flow + _lua("finish"))
         self._requeue = s(flow + _lua("requeue"))
         self._cancel = s(flow + _lua("cancel"))
@@ -249,8 +256,22 @@ class RedisStore:
 
     # -- transitions --------------------------------------------------------------------------
 
-    def start(self, job_id: str, attempt: int, worker: str, lease_until_ms: int) -> str:
-        return str(self._start(args=[self.prefix, job_id, attempt, worker, lease_until_ms, _now()]))
+    def start(
+        self,
+        job_id: str,
+        attempt: int,
+        worker: str,
+        lease_until_ms: int,
+        node_rank: int | None = None,
+    ) -> str:
+        args: list[Any] = [self.prefix, job_id, attempt, worker, lease_until_ms, _now()]
+        if node_rank is not None:
+            args.append(node_rank)
+        return str(self._start(args=args))
+
+    def gang_rank_done(self, job_id: str, attempt: int, node_rank: int, n_ranks: int) -> str:
+        """One rank of a gang ended well: 'last' (finish the job now), 'waiting' or 'stale'."""
+        return str(self._gang_done(args=[self.prefix, job_id, attempt, node_rank, n_ranks]))
 
     def heartbeat(self, job_id: str, attempt: int, lease_until_ms: int) -> str:
         return str(self._heartbeat(args=[self.prefix, job_id, attempt, lease_until_ms]))
@@ -366,7 +387,8 @@ class RedisStore:
         for node, job_id, attempt, meta in items:
             desc = f"snugfit job {job_id} attempt {attempt}"
             by_queue.setdefault(queue_name(node), []).append(
-                (rq_job_id(job_id, attempt), job_id, attempt, desc, meta)
+                # A gang's other nodes carry their own RQ id (scheduler.service._commit).
+                (meta.get("rq_job_id") or rq_job_id(job_id, attempt), job_id, attempt, desc, meta)
             )
         tpl = job_template(self.raw, JOB_FUNCTION, _RQ_JOB_KWARGS)
         if tpl is None:

@@ -97,13 +97,13 @@ def test_queue_order_is_priority_then_submit_time() -> None:
 def test_core_rejects_what_fits_nowhere_whatever_the_policy() -> None:
     core = SchedulerCore(Pool.from_dict(POOL).state(), _Lazy(), VirtualClock())
     core.submit(_req("huge", 500.0))
-    core.submit(_req("gang", 10.0, n=4))  # nodes have 2 GPUs each
+    core.submit(_req("gang", 10.0, n=4))  # one 2-GPU node of each type: no 2-node gang
     core.submit(_req("ok", 10.0))
     ds = core.tick(0.0)
     states = {d.job_id: d.state for d in ds}
     assert states == {"huge": "rejected", "gang": "rejected", "ok": "placed"}
     gang = next(d for d in ds if d.job_id == "gang")
-    assert "needs 4 GPUs in one node" in gang.reason
+    assert "needs 4 GPUs of H100-80GB across 2 nodes of 2 GPUs" in gang.reason
     assert core.pending == []
     # The lazy policy did not commit; the core did.
     assert "ok" in core.state

@@ -127,7 +127,7 @@ def test_kueue_style_reasons() -> None:
     assert pinned["B200-180GB x1"].fits_now
 
 
-def test_gang_stays_in_one_node() -> None:
+def test_gang_stays_in_one_node_when_one_node_holds_it() -> None:
     pool = Pool.from_dict(
         {
             "nodes": [
@@ -140,9 +140,9 @@ def test_gang_stays_in_one_node() -> None:
     o = _by_label(enumerate_options(_req(10.0, n=4), state))["H100-80GB x4"]
     assert len(set(o.gpu_indices)) == 4
     assert {pool.nodes[int(pool.gpu_node[g])].name for g in o.gpu_indices} == {o.node}
-    big = _by_label(enumerate_options(_req(10.0, n=8), state))["H100-80GB x8"]
-    assert not big.fits_empty
-    assert big.reason == "H100-80GB: needs 8 GPUs in one node; the largest H100-80GB node has 4"
+    # Larger than any node: a multi-node gang over both (scheduler.core.gang, tests/test_gang).
+    big = _by_label(enumerate_options(_req(10.0, n=8), state))["H100-80GB x8 (2 nodes)"]
+    assert big.fits_now and big.n_nodes == 2
     # Two GPUs busy on each node: a 3-GPU gang must wait even though 4 are free overall.
     two = _by_label(enumerate_options(_req(10.0, n=2), state))["H100-80GB x2"]
     state.allocate(replace(two, gpu_indices=(0, 1), node="h1"), "a")

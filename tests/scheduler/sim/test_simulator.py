@@ -258,3 +258,50 @@ def test_tick_interval_batches_scheduling_passes() -> None:
     assert sims[1].core.counters.ticks < sims[0].core.counters.ticks
     # Nobody waits less than with exact ticks, and at most about one interval more at p50.
     assert batched.metrics.queue_delay_p50_s <= exact.metrics.queue_delay_p50_s + 300.0
+
+
+def test_simulator_runs_multi_node_gangs_and_keeps_every_node_consistent() -> None:
+    from predictor.spec import JobSpec
+
+    pool = Pool.from_dict(
+        {"nodes": [{"name": f"h{k}", "gpu": "H100-80GB", "count": 8} for k in range(3)]}
+    )
+
+    def ft(i: int, n: int) -> JobSpec:
+        return JobSpec.model_validate(
+            {
+                "id": f"ft-{i}",
+                "model": "llama-3.1-8b",
+                "task": "full_finetune",
+                "batch_size": 4,
+                "seq_len": 2048,
+                "steps": 50,
+                "n_gpus": n,
+                "tensor_parallel": 8,
+            }
+        )
+
+    specs = (ft(0, 16), ft(1, 16), ft(2, 8), ft(3, 24))
+    wl = Workload(
+        specs=specs,
+        arrival_s=np.array([0.0, 1.0, 2.0, 3.0]),
+        requested_gpu=("H100-80GB",) * 4,
+        job_class=("train",) * 4,
+        fingerprint=tuple(f"once-{i}" for i in range(4)),
+    )
+    spans: dict[str, set[int]] = {}
+
+    def observe(core: SchedulerCore, decisions: list[Decision], now: float) -> None:
+        core.state.assert_consistent()
+        for d in decisions:
+            if d.state == "placed" and d.chosen_option is not None:
+                spans[d.job_id] = {int(pool.gpu_node[g]) for g in d.chosen_option.gpu_indices}
+
+    sim = Simulator(
+        pool, get_policy("rightsize"), wl, predict_table(list(wl.specs)), seed=0, observer=observe
+    )
+    out = sim.run().to_dict()
+    assert out["n_finished"] == 4 and out["n_rejected"] == 0
+    # Gangs of 2 and 3 nodes (TP=8 keeps a node's eight GPUs together); the 8-GPU job one node.
+    assert len(spans["ft-0"]) == len(spans["ft-1"]) == 2
+    assert len(spans["ft-3"]) == 3 and len(spans["ft-2"]) == 1

@@ -16,26 +16,30 @@ local gk = P .. ':gpu'
 local d_used, d_mig, d_shared, seen_job = {}, {}, {}, {}
 local d_cpu, d_host = {}, {}
 
--- The allocation's node has its CPUs and host memory free (all its GPUs on that one node).
+-- Every node of the allocation (one, or each node of a multi-node gang) has its CPUs and host
+-- memory free; a gang takes an equal share of GPUs on each of its nodes.
 local function check_host(a)
-  local node = redis.call('HGET', gk, a.gpus[1] .. ':node')
-  if not node then return nil end
-  for _, g in ipairs(a.gpus) do
-    if redis.call('HGET', gk, g .. ':node') ~= node then
-      return 'err:GPUs ' .. a.gpus[1] .. ' and ' .. g .. ' are on different nodes'
+  local nodes = alloc_nodes(a)
+  if #nodes == 0 then return nil end
+  if #a.gpus % #nodes ~= 0 then
+    return 'bad:allocation spans ' .. #nodes .. ' nodes with unequal shares of ' .. #a.gpus ..
+      ' GPUs'
+  end
+  if #nodes > 1 and a.kind ~= 0 then return 'bad:only whole GPUs span nodes' end
+  for _, node in ipairs(nodes) do
+    local p = 'n' .. node .. ':'
+    local cpu = tonumber(redis.call('HGET', gk, p .. 'cpu') or '0') + (d_cpu[node] or 0)
+    local cap = tonumber(redis.call('HGET', gk, p .. 'cpu_cap') or '0')
+    if cpu + a.cpu_milli > cap then
+      return 'err:node ' .. node .. ' has ' .. (cap - cpu) .. ' millicores free, needs ' ..
+        a.cpu_milli
     end
-  end
-  local p = 'n' .. node .. ':'
-  local cpu = tonumber(redis.call('HGET', gk, p .. 'cpu') or '0') + (d_cpu[node] or 0)
-  local cap = tonumber(redis.call('HGET', gk, p .. 'cpu_cap') or '0')
-  if cpu + a.cpu_milli > cap then
-    return 'err:node ' .. node .. ' has ' .. (cap - cpu) .. ' millicores free, needs ' .. a.cpu_milli
-  end
-  local host = tonumber(redis.call('HGET', gk, p .. 'host') or '0') + (d_host[node] or 0)
-  local hcap = tonumber(redis.call('HGET', gk, p .. 'host_cap') or '0')
-  if host + a.host_mib > hcap then
-    return 'err:node ' .. node .. ' has ' .. (hcap - host) .. ' MiB host memory free, needs ' ..
-      a.host_mib
+    local host = tonumber(redis.call('HGET', gk, p .. 'host') or '0') + (d_host[node] or 0)
+    local hcap = tonumber(redis.call('HGET', gk, p .. 'host_cap') or '0')
+    if host + a.host_mib > hcap then
+      return 'err:node ' .. node .. ' has ' .. (hcap - host) .. ' MiB host memory free, needs ' ..
+        a.host_mib
+    end
   end
   return nil
 end
@@ -91,8 +95,7 @@ for j = 1, n do
     out[j] = a
   else
     seen_job[job] = true
-    local node = redis.call('HGET', gk, a.gpus[1] .. ':node')
-    if node then
+    for _, node in ipairs(alloc_nodes(a)) do
       d_cpu[node] = (d_cpu[node] or 0) + a.cpu_milli
       d_host[node] = (d_host[node] or 0) + a.host_mib
     end

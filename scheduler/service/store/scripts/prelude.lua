@@ -36,15 +36,24 @@ local function valid_alloc(raw)
   if a.kind ~= 0 and #a.gpus ~= 1 then return 'a MIG or shared allocation takes one GPU' end
   return a
 end
--- The node of an allocation's GPUs (nil for a pool initialised before nodes were stored).
-local function alloc_node(a)
-  return redis.call('HGET', P .. ':gpu', a.gpus[1] .. ':node')
+-- The distinct nodes of an allocation's GPUs in GPU order: one node, or every node of a
+-- multi-node gang, each charged cpu_milli and host_mib (empty for a pool initialised before
+-- nodes were stored).
+local function alloc_nodes(a)
+  local out, seen = {}, {}
+  for _, g in ipairs(a.gpus) do
+    local node = redis.call('HGET', P .. ':gpu', g .. ':node')
+    if node and not seen[node] then
+      seen[node] = true
+      out[#out + 1] = node
+    end
+  end
+  return out
 end
--- Add (sign 1) or take back (sign -1) what a checked allocation holds on its GPUs and node.
+-- Add (sign 1) or take back (sign -1) what a checked allocation holds on its GPUs and nodes.
 local function add_alloc(a, sign)
   local gk = P .. ':gpu'
-  local node = alloc_node(a)
-  if node then
+  for _, node in ipairs(alloc_nodes(a)) do
     redis.call('HINCRBY', gk, 'n' .. node .. ':cpu', string.format('%d', sign * a.cpu_milli))
     redis.call('HINCRBY', gk, 'n' .. node .. ':host', string.format('%d', sign * a.host_mib))
   end
