@@ -20,9 +20,7 @@ from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
 from tests.scheduler.service.test_faults import (  # noqa: F401 (fixtures)
     private_url,
-    procs,
     snugfit,
-    wait_for,
     write_pool,
 )
 from tests.workers.test_worker import drain
@@ -57,7 +55,7 @@ SCRIPT = textwrap.dedent(
 def test_torchrun_ranks_on_two_gang_nodes_meet_and_all_reduce(
     private_url: str,  # noqa: F811
     tmp_path: Path,
-    procs: list[Any],  # noqa: F811
+    procs: list[Any],
 ) -> None:
     script = tmp_path / "ddp.py"
     script.write_text(SCRIPT)

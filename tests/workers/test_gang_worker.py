@@ -17,11 +17,10 @@ from scheduler.service.client import Client
 from scheduler.service.leader import SchedulerService
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
+from tests.procs import wait_for
 from tests.scheduler.service.test_faults import (  # noqa: F401 (fixtures)
     private_url,
-    procs,
     snugfit,
-    wait_for,
     write_pool,
 )
 from tests.workers.test_process import alive
@@ -122,7 +121,7 @@ def test_simulated_workers_run_a_gang(redis_url: str, tmp_path: Path) -> None:
 def test_a_failing_rank_stops_the_gang_and_requeues_it(
     private_url: str,  # noqa: F811
     tmp_path: Path,
-    procs: list,  # noqa: F811
+    procs: list,
 ) -> None:
     store = RedisStore(redis.Redis.from_url(private_url))
     client = Client(store=store)
