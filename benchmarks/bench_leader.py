@@ -23,7 +23,7 @@ import redis  # noqa: E402
 from _common import private_redis, write_result  # noqa: E402
 from bench_service import _submitter  # noqa: E402
 
-from scheduler.core.pool import synthetic_pool  # noqa: E402
+from scheduler.core.synthetic import synthetic_pool  # noqa: E402
 from scheduler.service.leader import SchedulerService  # noqa: E402
 from scheduler.service.store.redis_store import RedisStore  # noqa: E402
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from predictor.analytical import predict_table
-from scheduler.core.pool import synthetic_pool
+from scheduler.core.synthetic import synthetic_pool
 from scheduler.policies.registry import get_policy
 from scheduler.sim.simulator import Simulator
 from scheduler.sim.workload import generate_workload, load_mix

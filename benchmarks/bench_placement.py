@@ -21,8 +21,8 @@ import numpy as np
 
 from scheduler.core.clock import VirtualClock
 from scheduler.core.loop import SchedulerCore
-from scheduler.core.pool import synthetic_pool
 from scheduler.core.requests import PlacementRequest
+from scheduler.core.synthetic import synthetic_pool
 from scheduler.policies.registry import get_policy
 
 OUT = Path(__file__).resolve().parent / "results" / "placement.json"

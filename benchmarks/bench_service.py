@@ -42,7 +42,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from _common import private_redis, write_result  # noqa: E402
 
-from scheduler.core.pool import Pool, synthetic_pool  # noqa: E402
+from scheduler.core.pool import Pool  # noqa: E402
+from scheduler.core.synthetic import synthetic_pool  # noqa: E402
 from scheduler.service.client import Client  # noqa: E402
 from scheduler.service.leader import SchedulerService  # noqa: E402
 from scheduler.service.store.redis_store import RedisStore  # noqa: E402

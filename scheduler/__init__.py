@@ -14,7 +14,7 @@ _EXPORTS: dict[str, str] = {
     "Pool": "scheduler.core.pool",
     "PoolState": "scheduler.core.state",
     "load_pool": "scheduler.core.pool",
-    "synthetic_pool": "scheduler.core.pool",
+    "synthetic_pool": "scheduler.core.synthetic",
     "PlacementRequest": "scheduler.core.requests",
     "RunningJob": "scheduler.core.requests",
     "enumerate_options": "scheduler.core.options",

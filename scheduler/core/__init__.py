@@ -19,7 +19,7 @@ _EXPORTS: dict[str, str] = {
     "Pool": "scheduler.core.pool",
     "PoolConfig": "scheduler.core.pool",
     "load_pool": "scheduler.core.pool",
-    "synthetic_pool": "scheduler.core.pool",
+    "synthetic_pool": "scheduler.core.synthetic",
     "PoolState": "scheduler.core.state",
     "Summary": "scheduler.core.state",
     "TypeFree": "scheduler.core.state",

@@ -13,9 +13,10 @@ from predictor.gpus import GPU_NAMES
 from scheduler.core.decision import Option
 from scheduler.core.mig import mig_mask
 from scheduler.core.options import enumerate_options
-from scheduler.core.pool import Pool, load_pool, synthetic_pool
+from scheduler.core.pool import Pool, load_pool
 from scheduler.core.requests import PlacementRequest
 from scheduler.core.state import PoolState
+from scheduler.core.synthetic import synthetic_pool
 from scheduler.exceptions import PlacementError, PoolError
 
 REPO = Path(__file__).resolve().parents[3]

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from predictor.gpus import GPU_NAMES
 from scheduler.core.decision import Decision, Option
-from scheduler.core.pool import Pool, load_pool, synthetic_pool
+from scheduler.core.pool import Pool, load_pool
 from scheduler.core.requests import PlacementRequest, RunningJob
+from scheduler.core.synthetic import synthetic_pool
 from scheduler.exceptions import PolicyError
 from scheduler.policies.registry import PolicyName, get_policy
 

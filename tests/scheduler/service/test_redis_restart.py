@@ -232,7 +232,7 @@ def test_five_redis_restarts_under_submissions(
 
 
 def test_a_large_placed_backlog_is_checked_a_slice_at_a_time_and_fully(redis_url: str) -> None:
-    from scheduler.core.pool import synthetic_pool
+    from scheduler.core.synthetic import synthetic_pool
     from scheduler.service import _takeover
 
     store = RedisStore(redis.Redis.from_url(redis_url))
