@@ -39,3 +39,13 @@ def test_importing_the_scheduler_package_stays_light() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = set(out.stdout.split())
     assert not {"redis", "rq", "torch", "highspy"} & loaded
+
+
+def test_python_dash_m_runs_the_cli() -> None:
+    import subprocess
+    import sys
+
+    got = subprocess.run(
+        [sys.executable, "-m", "scheduler.cli", "--help"], capture_output=True, text=True
+    )
+    assert got.returncode == 0 and "Usage:" in got.stdout and "predict" in got.stdout
