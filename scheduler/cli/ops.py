@@ -250,25 +250,44 @@ def explain_command(job_id: str, out: Output, url: str | None, prefix: str) -> N
     from scheduler.exceptions import SchedulerError
 
     store = connect_store(url, prefix)
+    derived = None
     try:
         if store.get_job(job_id) is None and _explain_deployment(store, job_id, out):
             return
         raw = store.get_job(job_id)
         rec = load_record(store, job_id)
+        if not out.json and rec.get("state") == "pending" and rec.get("decision") is None:
+            derived = _derived_pending(store, job_id, str(rec.get("reason") or ""))
     finally:
         store.close()
     if out.json:
         out.emit_json(job_view(raw or {}))
         return
-    decision = None
+    decision = derived
     if isinstance(rec.get("decision"), dict):
         try:
             decision = Decision.from_dict(rec["decision"])
         except (SchedulerError, KeyError, TypeError, ValueError) as exc:
             click.echo(f"(the stored decision is unreadable: {exc})", err=True)
+    if derived is not None:
+        click.echo(
+            "(the scheduler stores no decision for a waiting job: these options are priced "
+            "now, read-only, against the pool as it stands)",
+            err=True,
+        )
     preds = rec.get("predictions") if isinstance(rec.get("predictions"), dict) else None
     outcome = rec.get("outcome") if isinstance(rec.get("outcome"), dict) else None
     out.print(explain(rec, decision, predictions=preds, outcome=outcome))
+
+
+def _derived_pending(store: Any, job_id: str, reason: str) -> Any:
+    """The options of a pending job the leader keeps deciding in memory (it stores none),
+    priced now by the dashboard's read-only rule; None for held or dependent jobs."""
+    if reason.startswith(("JobHeldUser", "Dependency")):
+        return None  # the scheduler has not seen it: the reason says what it waits for
+    from scheduler.dashboard.pending import pending_decisions
+
+    return pending_decisions(store, [job_id]).get(job_id)
 
 
 def _explain_deployment(store: Any, dep_id: str, out: Output) -> bool:
