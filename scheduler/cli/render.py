@@ -301,7 +301,9 @@ def explain(
     """Everything ``snugfit explain`` prints for one job record (already parsed)."""
     parts: list[RenderableType] = []
     state = str(job.get("state", "?"))
-    spec = job.get("spec") or {}
+    spec = job.get("spec")
+    if not isinstance(spec, dict):  # a hand-written record: show what can be shown
+        spec = {}
     model = spec.get("model")
     model_name = model.get("name") if isinstance(model, dict) else model
     head = Text()

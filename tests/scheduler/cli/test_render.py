@@ -117,6 +117,13 @@ def test_explain_for_unrun_job_has_no_actuals() -> None:
     assert "predicted vs actual" not in out and "Reason=" not in out
 
 
+def test_explain_survives_a_spec_that_is_not_an_object() -> None:
+    # Anyone who can write to Redis can store any JSON there; explain shows what it can.
+    for spec in (["not", "a", "dict"], "text", 3, None):
+        out = _text(render.explain({"id": "j1", "state": "placed", "spec": spec}, _placed()))
+        assert "job j1" in out and "model=" not in out
+
+
 def test_event_line_is_one_line_with_option_cost_runner_up() -> None:
     d = _placed()
     ev = {"ts": 0.0, "event": "placed", "job_id": "j1", "attempt": 2, "node": "n0",
