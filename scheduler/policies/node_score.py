@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -176,10 +176,15 @@ class NodeScorePolicy(Policy):
 
     # -- hooks --------------------------------------------------------------------------------
 
+    #: A scorer that does not depend on the workload (FGD's does: it overrides :meth:`scorer`).
+    fixed_scorer: ClassVar[Any] = None  # a staticmethod wrapping a Scorer
+
     def scorer(
         self, pending: Sequence[PlacementRequest], running: Sequence[RunningJob], pool: Pool
     ) -> Scorer:
-        raise NotImplementedError
+        if self.fixed_scorer is None:
+            raise NotImplementedError(f"{type(self).__name__} names no scorer")
+        return self.fixed_scorer
 
     def prepare(self, view: NodeView) -> None:
         """Fill any per-node terms the scorer keeps (FGD's class terms)."""
@@ -393,11 +398,7 @@ def _binding(
 class RandomNodePolicy(NodeScorePolicy):
     name = PolicyName.RANDOM
     score_label = "random score"
-
-    def scorer(
-        self, pending: Sequence[PlacementRequest], running: Sequence[RunningJob], pool: Pool
-    ) -> Scorer:
-        return score_random
+    fixed_scorer = staticmethod(score_random)
 
 
 class BestFitNodePolicy(NodeScorePolicy):
@@ -405,11 +406,7 @@ class BestFitNodePolicy(NodeScorePolicy):
 
     name = PolicyName.BESTFIT_NODE
     score_label = "best-fit score"
-
-    def scorer(
-        self, pending: Sequence[PlacementRequest], running: Sequence[RunningJob], pool: Pool
-    ) -> Scorer:
-        return score_bestfit
+    fixed_scorer = staticmethod(score_bestfit)
 
 
 class DotProductPolicy(NodeScorePolicy):
@@ -418,32 +415,20 @@ class DotProductPolicy(NodeScorePolicy):
 
     name = PolicyName.DOTPRODUCT
     score_label = "dot-product score"
-
-    def scorer(
-        self, pending: Sequence[PlacementRequest], running: Sequence[RunningJob], pool: Pool
-    ) -> Scorer:
-        return score_dotproduct
+    fixed_scorer = staticmethod(score_dotproduct)
 
 
 class GpuPackingPolicy(NodeScorePolicy):
     name = PolicyName.GPUPACKING
     score_label = "GPU-packing score"
-
-    def scorer(
-        self, pending: Sequence[PlacementRequest], running: Sequence[RunningJob], pool: Pool
-    ) -> Scorer:
-        return score_gpupacking
+    fixed_scorer = staticmethod(score_gpupacking)
 
 
 class GpuClusteringPolicy(NodeScorePolicy):
     name = PolicyName.GPUCLUSTERING
     score_label = "GPU-clustering score"
     needs_tags = True
-
-    def scorer(
-        self, pending: Sequence[PlacementRequest], running: Sequence[RunningJob], pool: Pool
-    ) -> Scorer:
-        return score_gpuclustering
+    fixed_scorer = staticmethod(score_gpuclustering)
 
 
 def _pod_shapes(
