@@ -103,7 +103,10 @@ def _service(store: RedisStore, redis_url: str, tmp_path: Path) -> SchedulerServ
     data = tmp_path / "published-vram.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in _published_vram()), encoding="utf-8")
     policy = RetrainPolicy(redis_url, every_rows=N, data=(str(data),), check_s=0.0)
-    return SchedulerService(store, POOL, retrain=policy)
+    # The test drives step() by hand and waits for the retrain process between steps (tens of
+    # seconds on a loaded machine): a 5 s lease would lapse in that wait, and a leader that lost
+    # its lease stands by for one step instead of recording the retrain's outcome.
+    return SchedulerService(store, POOL, retrain=policy, lease_ttl_s=900.0)
 
 
 def _run_retrain(svc: SchedulerService) -> dict[str, Any]:
