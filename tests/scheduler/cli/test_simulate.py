@@ -7,12 +7,11 @@ from typing import Any
 from click.testing import CliRunner
 
 from scheduler.cli.simulate import simulate_command
+from tests.openb_csv import NODE_HEAD, POD_HEAD
 
-NODES = "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,8,G2\nn1,32000,131072,2,T4\n"
+NODES = NODE_HEAD + "n0,64000,262144,8,G2\nn1,32000,131072,2,T4\n"
 PODS = (
-    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
-    "creation_time,deletion_time,scheduled_time\n"
-    "p0,4000,4096,1,500,,LS,Running,0,1,0\n"
+    POD_HEAD + "p0,4000,4096,1,500,,LS,Running,0,1,0\n"
     "p1,4000,4096,1,1000,,LS,Running,0,1,0\n"
     "p2,2000,4096,0,0,,LS,Running,0,1,0\n"
 )
