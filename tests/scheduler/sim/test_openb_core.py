@@ -14,10 +14,11 @@ from click.testing import CliRunner
 
 from scheduler.cli.simulate import simulate_command
 from scheduler.core.loop import SchedulerCore
+from scheduler.core.requests import PlacementRequest
 from scheduler.exceptions import TraceError
 from scheduler.policies.registry import PolicyName, get_policy
 from scheduler.sim.openb.core_replay import CORE_POLICY, replay_core
-from scheduler.sim.openb.pool import core_supported, openb_pool, openb_requests
+from scheduler.sim.openb.pool import OpenbPool, core_supported, openb_pool, openb_requests
 from scheduler.sim.openb.replay import replay
 from scheduler.sim.openb.trace import (
     DEFAULT_NODES_CSV,
@@ -43,6 +44,11 @@ NODE_SCORERS = [
 def _pods(tmp_path: Path, *rows: str) -> OpenbWorkload:
     """The pods of these CSV rows, as the replay reads them."""
     return load_pods(write_pods(tmp_path, rows))
+
+
+def _requests(op: OpenbPool, tmp_path: Path, *rows: str) -> list[PlacementRequest]:
+    """Placement requests for the pods of these CSV rows on the pool ``op``."""
+    return openb_requests(_pods(tmp_path, *rows), op)
 
 
 def _trace_pods(tmp_path: Path, n: int = 80, seed: int = 1) -> Path:
@@ -91,13 +97,13 @@ def test_pool_refuses_gpu_less_nodes(tmp_path: Path) -> None:
 def test_milli_gpu_maps_to_whole_mib_and_fits_exactly(cluster, tmp_path: Path) -> None:
     op = openb_pool(cluster)
     # 470 + 530 = 1000 milli-GPU fit one GPU; 471 more do not.
-    pods = _pods(
+    reqs = _requests(
+        op,
         tmp_path,
         "a,1000,1024,1,470,,LS,Running,0,1,0",
         "b,1000,1024,1,530,,LS,Running,0,1,0",
         "c,1000,1024,1,1,,LS,Running,0,1,0",
     )
-    reqs = openb_requests(pods, op)
     cap = int(op.pool.type_capacity_mib[0])
     assert reqs[0].vram_upper_gib[0] * 1024 == 470 * cap // 1000
     state = op.pool.state()
@@ -178,12 +184,12 @@ def test_each_scorer_runs_as_a_live_policy_in_the_core(name, cluster, tmp_path) 
 
 def test_bestfit_node_takes_the_node_with_least_cpu_and_gpu_left(cluster, tmp_path) -> None:
     op = openb_pool(cluster)
-    pods = _pods(
+    reqs = _requests(
+        op,
         tmp_path,
         "big,30000,1024,1,1000,,LS,Running,0,1,0",
         "next,1000,1024,1,1000,,LS,Running,0,1,0",
     )
-    reqs = openb_requests(pods, op)
     state = op.pool.state()
     ds = get_policy(PolicyName.BESTFIT_NODE).schedule(reqs, state, 0.0)
     # The 2-GPU, 32-core node is the tightest fit for both.
