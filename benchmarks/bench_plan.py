@@ -21,7 +21,14 @@ from typing import Any
 from predictor.serving import plan, plan_frontiers, replica_throughput
 from predictor.spec import parse_spec
 from scheduler.cli.report_serving import DEMO_DEPLOYMENTS
-from tests.serving_cases import MLPERF_70B_SERVER, best_per_gpu_tok_s, metrum_tok_s, silex_tok_s
+from tests.serving_cases import (
+    MLPERF_70B_SERVER,
+    SGLANG_VLLM_CASES,
+    best_per_gpu_tok_s,
+    metrum_tok_s,
+    sglang_vllm_option,
+    silex_tok_s,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -100,24 +107,8 @@ def _published() -> list[dict[str, Any]]:
         metrum[gpu] = metrum_tok_s(gpu)
         add(f"Metrum Maverick vLLM 8x{gpu} 1024 concurrent", metrum[gpu], figure)
     add("Metrum B200/H200 ratio", metrum["B200-180GB"] / metrum["H200-141GB"], 9870.0 / 6694.0)
-    for model, gpu, tp, rate, tpot, ttft in (
-        ("llama-3.1-70b", "H100-80GB", 4, 4.0, 0.02358, 0.17915),
-        ("llama-3.1-70b", "H100-80GB", 4, 8.0, 0.02915, 0.20712),
-        ("llama-3.1-8b", "A100-80GB", 1, 4.0, 0.01414, 0.10048),
-    ):
-        spec = {
-            "model": model,
-            "task": "serve",
-            "request_rate": rate,
-            "input_len": 230,
-            "output_len": 194,
-            "gpu": gpu,
-            "tensor_parallel": tp,
-            "slo_ttft_s": None,
-            "slo_tpot_s": None,
-        }
-        options = plan(parse_spec(spec)).options
-        (o,) = [x for x in options if x.shape.slot.mig is None and x.shape.tp == tp]
+    for model, gpu, tp, rate, tpot, ttft in SGLANG_VLLM_CASES:
+        o = sglang_vllm_option(model, gpu, tp, rate)
         case = f"SGLang bench of vLLM 0.6.0, {model} {tp}x{gpu} {rate:g} req/s"
         add(f"{case}: mean step vs median TPOT (s)", o.point.step_s, tpot)
         add(f"{case}: TTFT p95 vs median TTFT (s)", o.point.ttft_p95_s, ttft)

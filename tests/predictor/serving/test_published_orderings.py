@@ -14,7 +14,14 @@ import pytest
 
 from predictor.serving import plan
 from predictor.spec import parse_spec
-from tests.serving_cases import MLPERF_70B_SERVER, best_per_gpu_tok_s, metrum_tok_s, silex_tok_s
+from tests.serving_cases import (
+    MLPERF_70B_SERVER,
+    SGLANG_VLLM_CASES,
+    best_per_gpu_tok_s,
+    metrum_tok_s,
+    sglang_vllm_option,
+    silex_tok_s,
+)
 
 WITHIN = 0.25
 
@@ -108,34 +115,13 @@ def test_metrum_llama4_maverick_8xb200_vs_8xh200_vllm() -> None:
 
 
 @pytest.mark.parametrize(
-    ("model", "gpu", "tp", "rate", "tpot_median_s", "ttft_median_s"),
-    [
-        # ../shared/validation rows sglang_bench_vllm060-0006, -0008 and -0002: vLLM 0.6.0,
-        # ShareGPT, Poisson arrivals, bf16; medians.
-        ("llama-3.1-70b", "H100-80GB", 4, 4.0, 0.02358, 0.17915),
-        ("llama-3.1-70b", "H100-80GB", 4, 8.0, 0.02915, 0.20712),
-        ("llama-3.1-8b", "A100-80GB", 1, 4.0, 0.01414, 0.10048),
-    ],
+    ("model", "gpu", "tp", "rate", "tpot_median_s", "ttft_median_s"), SGLANG_VLLM_CASES
 )
 def test_latency_at_rate_against_sglang_benchmark_of_vllm(
     model: str, gpu: str, tp: int, rate: float, tpot_median_s: float, ttft_median_s: float
 ) -> None:
-    # ShareGPT mean output 194 tokens = 3,700.64 tok/s / 19.04 req/s (row -0012); the mean
-    # input (230) is an assumption, the row does not give it.
-    spec = parse_spec(
-        {
-            "model": model,
-            "task": "serve",
-            "request_rate": rate,
-            "input_len": 230,
-            "output_len": 194,
-            "gpu": gpu,
-            "tensor_parallel": tp,
-            "slo_ttft_s": None,
-            "slo_tpot_s": None,
-        }
-    )
-    (o,) = [x for x in plan(spec).options if x.shape.slot.mig is None and x.shape.tp == tp]
+    # The cases and the workload's assumptions: tests.serving_cases.
+    o = sglang_vllm_option(model, gpu, tp, rate)
     assert o.replicas == 1
     # The mean step time at the load is the median TPOT's estimate: within 25% (-15%..+10%).
     assert _close(o.point.step_s, tpot_median_s), o.point.step_s
