@@ -14,11 +14,16 @@ from typing import Any
 import click
 
 __all__ = [
+    "NODE_STALE_S",
     "PoolFile",
     "ShippedFile",
     "client_for",
+    "host_option",
+    "jobs_file_option",
     "measurement_files",
+    "node_stale_option",
     "pool_option",
+    "port_option",
     "redis_option",
     "shipped_pools",
     "store_options",
@@ -156,3 +161,42 @@ def store_options(f: Any) -> Any:
     """``--redis``/``--url`` (as ``url``) and ``--prefix``: the commands that open the store
     directly (``open_store(url, prefix)``) rather than through the client."""
     return _url_option(_prefix_option(f))
+
+
+def jobs_file_option(help: str = "Jobs as JSONL, JSON or YAML.") -> Any:
+    """``--input`` (as ``input_path``): the job file a command reads (``load_specs``)."""
+    return click.option(
+        "--input", "input_path", required=True, type=click.Path(path_type=Path), help=help
+    )
+
+
+def host_option(flag: str, *, help: str) -> Any:
+    """An address to bind, loopback by default (``help`` says what another address exposes)."""
+    return click.option(flag, default="127.0.0.1", show_default=True, help=help)
+
+
+def port_option(flag: str, *, default: int | None, help: str) -> Any:
+    """A TCP port to serve on (0: a free one, which the command prints)."""
+    return click.option(
+        flag,
+        type=click.IntRange(0, 65535),
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
+#: The heartbeat age after which a node counts as down. One default for the scheduler, which
+#: stops placing on it, and the dashboard, which shows it down, so the two agree.
+NODE_STALE_S = 15.0
+
+
+def node_stale_option(*, help: str) -> Any:
+    """``--node-stale``: seconds without a worker heartbeat before a node counts as down."""
+    return click.option(
+        "--node-stale",
+        type=click.FloatRange(min=0.1),
+        default=NODE_STALE_S,
+        show_default=True,
+        help=help,
+    )

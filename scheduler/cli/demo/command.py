@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from scheduler.cli._options import pool_option
+from scheduler.cli._options import pool_option, port_option
 
 __all__ = ["demo_command"]
 
@@ -45,11 +45,9 @@ __all__ = ["demo_command"]
     is_flag=True,
     help="Leave the private Redis running afterwards (explore with log / explain / pool).",
 )
-@click.option(
+@port_option(
     "--dashboard-port",
-    type=click.IntRange(0, 65535),
     default=0,
-    show_default=True,
     help="Port of the live web dashboard the demo serves on 127.0.0.1 (0: a free one).",
 )
 @click.option("--no-dashboard", is_flag=True, help="Do not serve the live web dashboard.")
