@@ -21,14 +21,7 @@ from typing import Any
 from predictor.serving import plan, plan_frontiers, replica_throughput
 from predictor.spec import parse_spec
 from scheduler.cli.report_serving import DEMO_DEPLOYMENTS
-from tests.serving_cases import (
-    MLPERF_70B_SERVER,
-    SGLANG_VLLM_CASES,
-    best_per_gpu_tok_s,
-    metrum_tok_s,
-    sglang_vllm_option,
-    silex_tok_s,
-)
+from tests import serving_cases as cases
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -89,8 +82,8 @@ def _published() -> list[dict[str, Any]]:
         add(f"TRT-LLM perf overview 70B 1000/1000 {gpu} TP{tp} {w}", got["output_tok_s"], figure)
     per_gpu = {}
     for gpu, w, figure in (("B200-180GB", "fp4", 10755.0), ("H200-141GB", "fp8", 4100.0)):
-        p = plan(parse_spec({**MLPERF_70B_SERVER, "gpu": gpu, "weight_dtype": w}))
-        per_gpu[gpu] = best_per_gpu_tok_s(p)
+        p = plan(parse_spec({**cases.MLPERF_70B_SERVER, "gpu": gpu, "weight_dtype": w}))
+        per_gpu[gpu] = cases.best_per_gpu_tok_s(p)
         add(f"MLPerf v4.1 Llama-2-70B Server per GPU {gpu} {w}", per_gpu[gpu], figure)
     add(
         "MLPerf v4.1 B200/H200 per-GPU ratio",
@@ -99,16 +92,16 @@ def _published() -> list[dict[str, Any]]:
     )
     silex = {}
     for gpu, users, figure in (("A100-80GB", 50, 570.0), ("H100-80GB", 500, 7000.0)):
-        silex[gpu] = silex_tok_s(gpu, users)
+        silex[gpu] = cases.silex_tok_s(gpu, users)
         add(f"Silex 70B bf16 TP4 200/200 {gpu} {users} users", silex[gpu], figure)
     add("Silex H100/A100 ratio", silex["H100-80GB"] / silex["A100-80GB"], 7000.0 / 570.0)
     metrum = {}
     for gpu, figure in (("B200-180GB", 9870.0), ("H200-141GB", 6694.0)):
-        metrum[gpu] = metrum_tok_s(gpu)
+        metrum[gpu] = cases.metrum_tok_s(gpu)
         add(f"Metrum Maverick vLLM 8x{gpu} 1024 concurrent", metrum[gpu], figure)
     add("Metrum B200/H200 ratio", metrum["B200-180GB"] / metrum["H200-141GB"], 9870.0 / 6694.0)
-    for model, gpu, tp, rate, tpot, ttft in SGLANG_VLLM_CASES:
-        o = sglang_vllm_option(model, gpu, tp, rate)
+    for model, gpu, tp, rate, tpot, ttft in cases.SGLANG_VLLM_CASES:
+        o = cases.sglang_vllm_option(model, gpu, tp, rate)
         case = f"SGLang bench of vLLM 0.6.0, {model} {tp}x{gpu} {rate:g} req/s"
         add(f"{case}: mean step vs median TPOT (s)", o.point.step_s, tpot)
         add(f"{case}: TTFT p95 vs median TTFT (s)", o.point.ttft_p95_s, ttft)
