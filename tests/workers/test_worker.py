@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from rq import Queue, SimpleWorker
 from rq.serializers import JSONSerializer
 
@@ -26,11 +25,6 @@ from workers.simulated import SimulatedRun
 from workers.worker import NodeWorker
 
 POOL = Pool.from_dict({"name": "one", "nodes": [{"name": "n1", "gpu": "H100-80GB", "count": 2}]})
-
-
-@pytest.fixture
-def store(redis_url: str) -> RedisStore:
-    return RedisStore(redis.Redis.from_url(redis_url))
 
 
 def make_worker(store: RedisStore, tmp_path: Path, **kw: Any) -> NodeWorker:
