@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 __all__ = [
+    "NODE_HEARTBEAT_S",
     "NODE_STALE_S",
     "PoolFile",
     "ShippedFile",
@@ -21,12 +22,14 @@ __all__ = [
     "host_option",
     "jobs_file_option",
     "measurement_files",
+    "node_heartbeat_option",
     "node_stale_option",
     "pool_option",
     "port_option",
     "redis_option",
     "shipped_pools",
     "store_options",
+    "time_scale_option",
 ]
 
 
@@ -186,8 +189,10 @@ def port_option(flag: str, *, default: int | None, help: str) -> Any:
     )
 
 
-#: The heartbeat age after which a node counts as down. One default for the scheduler, which
-#: stops placing on it, and the dashboard, which shows it down, so the two agree.
+#: Node liveness: a worker beats every ``NODE_HEARTBEAT_S``; a node whose last beat is older
+#: than ``NODE_STALE_S`` counts as down, with one default for the scheduler (which stops placing
+#: on it) and the dashboard (which shows it down). The stale age must exceed the beat.
+NODE_HEARTBEAT_S = 5.0
 NODE_STALE_S = 15.0
 
 
@@ -198,5 +203,27 @@ def node_stale_option(*, help: str) -> Any:
         type=click.FloatRange(min=0.1),
         default=NODE_STALE_S,
         show_default=True,
+        help=help,
+    )
+
+
+def node_heartbeat_option(f: Any) -> Any:
+    """``--node-heartbeat``: seconds between a worker's node liveness beats."""
+    return click.option(
+        "--node-heartbeat",
+        type=click.FloatRange(min=0.01),
+        default=NODE_HEARTBEAT_S,
+        show_default=True,
+        help="Seconds between node liveness beats (the scheduler's --node-stale must exceed it).",
+    )(f)
+
+
+def time_scale_option(*, default: float | None, help: str) -> Any:
+    """``--time-scale``: real seconds per workload second of a time-scaled (simulated) run."""
+    return click.option(
+        "--time-scale",
+        type=click.FloatRange(min=0.0, min_open=True),
+        default=default,
+        show_default=default is not None,
         help=help,
     )

@@ -7,7 +7,13 @@ from typing import Any
 
 import click
 
-from scheduler.cli._options import host_option, node_stale_option, port_option, store_options
+from scheduler.cli._options import (
+    host_option,
+    node_stale_option,
+    port_option,
+    store_options,
+    time_scale_option,
+)
 
 __all__ = ["dashboard_command", "start_with_metrics"]
 
@@ -19,11 +25,8 @@ __all__ = ["dashboard_command", "start_with_metrics"]
 @port_option("--port", default=8765, help="Port to serve on (0 picks a free one and prints it).")
 @store_options
 @node_stale_option(help="A node whose worker heartbeat is older than this shows as down.")
-@click.option(
-    "--time-scale",
-    type=click.FloatRange(min=0.0, min_open=True),
+@time_scale_option(
     default=1.0,
-    show_default=True,
     help="Real seconds per workload second of the runs shown (a time-scaled simulated run).",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Log every request.")

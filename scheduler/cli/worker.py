@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from scheduler.cli._options import pool_option, redis_option
+from scheduler.cli._options import node_heartbeat_option, pool_option, redis_option
 
 __all__ = ["worker_command"]
 
@@ -50,13 +50,7 @@ __all__ = ["worker_command"]
     default=None,
     help="History JSONL (default: $SNUGFIT_HOME/history.jsonl).",
 )
-@click.option(
-    "--node-heartbeat",
-    type=click.FloatRange(min=0.01),
-    default=5.0,
-    show_default=True,
-    help="Seconds between node liveness beats (the scheduler's --node-stale must exceed it).",
-)
+@node_heartbeat_option
 @click.option("--burst", is_flag=True, help="Exit when the queue is empty.")
 @click.option("-v", "--verbose", is_flag=True)
 def worker_command(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from scheduler.cli._options import pool_option, port_option
+from scheduler.cli._options import pool_option, port_option, time_scale_option
 
 __all__ = ["demo_command"]
 
@@ -14,11 +14,8 @@ __all__ = ["demo_command"]
 @click.command(name="demo")
 @click.option("--jobs", type=int, default=300, show_default=True, help="Jobs to submit.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Workload and truth seed.")
-@click.option(
-    "--time-scale",
-    type=float,
-    default=None,
-    help="Real seconds per workload second (default: fit the run into about 40 s).",
+@time_scale_option(
+    default=None, help="Real seconds per workload second (default: fit the run into about 40 s)."
 )
 @click.option(
     "--output-dir",
@@ -72,8 +69,6 @@ def demo_command(
 
     if jobs < 1:
         raise click.BadParameter(f"must be at least 1; got {jobs}", param_hint="--jobs")
-    if time_scale is not None and not time_scale > 0:
-        raise click.BadParameter(f"must be > 0; got {time_scale}", param_hint="--time-scale")
     cfg = DemoConfig(
         jobs=jobs,
         seed=seed,
