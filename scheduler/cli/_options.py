@@ -19,6 +19,7 @@ __all__ = [
     "PoolFile",
     "ShippedFile",
     "client_for",
+    "home_file_option",
     "host_option",
     "jobs_file_option",
     "measurement_files",
@@ -226,4 +227,15 @@ def time_scale_option(*, default: float | None, help: str) -> Any:
         default=default,
         show_default=default is not None,
         help=help,
+    )
+
+
+def home_file_option(flag: str, *, what: str, name: str) -> Any:
+    """A file option that defaults to ``$SNUGFIT_HOME/<name>``: None here, the command resolves
+    it with :func:`~scheduler.service.store.embedded.snugfit_home` when it runs."""
+    return click.option(
+        flag,
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help=f"{what} (default: $SNUGFIT_HOME/{name}).",
     )

@@ -14,6 +14,7 @@ import click
 
 from scheduler.cli._options import (
     client_for,
+    home_file_option,
     host_option,
     node_stale_option,
     pool_option,
@@ -259,12 +260,7 @@ def _retrain_policy(redis_url: str | None, rows: int, hours: float, data: tuple[
     show_default=True,
     help="Pending jobs considered per step (memory stays flat beyond it).",
 )
-@click.option(
-    "--log-file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Placement log JSONL (default: $SNUGFIT_HOME/placement-log.jsonl).",
-)
+@home_file_option("--log-file", what="Placement log JSONL", name="placement-log.jsonl")
 @click.option("--simulated", is_flag=True, help="Label placements as simulated (demo, tests).")
 @node_stale_option(
     help="A node whose worker heartbeat is older than this takes no new placements, and its "
