@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import socket
@@ -13,7 +14,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RESULTS", "private_redis", "write_result"]
+__all__ = [
+    "RESULTS",
+    "openb_arguments",
+    "openb_list_name",
+    "openb_pod_lists",
+    "private_redis",
+    "write_result",
+]
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -58,3 +66,32 @@ def private_redis() -> Iterator[str]:
         finally:
             proc.terminate()
             proc.wait()
+
+
+def openb_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The options both openb benchmarks take: ``--seeds``, ``--policy`` (repeatable),
+    ``--nodes`` (the node list CSV) and ``--pods`` (repeatable; see :func:`openb_pod_lists`)."""
+    from scheduler.sim.openb.trace import DEFAULT_NODES_CSV
+
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--policy", action="append", default=None)
+    ap.add_argument("--nodes", default=str(DEFAULT_NODES_CSV))
+    ap.add_argument("--pods", action="append", default=None, help="list name or csv path")
+    return ap
+
+
+def openb_pod_lists(names: list[str] | None) -> list[Path]:
+    """Pod list CSVs by name (``default`` -> the trace's ``openb_pod_list_default.csv``) or by
+    path (anything with a ``/``); none given: the default list."""
+    from scheduler.sim.openb.trace import DEFAULT_PODS_CSV
+
+    folder = DEFAULT_PODS_CSV.parent
+    return [
+        folder / f"openb_pod_list_{n}.csv" if "/" not in n else Path(n)
+        for n in names or ["default"]
+    ]
+
+
+def openb_list_name(path: Path) -> str:
+    """``openb_pod_list_multigpu50.csv`` -> ``multigpu50``."""
+    return path.stem.removeprefix("openb_pod_list_")

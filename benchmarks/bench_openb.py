@@ -21,8 +21,10 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from _common import openb_arguments, openb_list_name, openb_pod_lists
+
 from scheduler.sim.openb.replay import replay_seeds
-from scheduler.sim.openb.trace import DEFAULT_NODES_CSV, DEFAULT_PODS_CSV, load_nodes, load_pods
+from scheduler.sim.openb.trace import DEFAULT_PODS_CSV, load_nodes, load_pods
 
 PAPER_UNALLOCATED_PCT = {
     "fgd": 4.61,
@@ -42,8 +44,7 @@ def _pod_lists(names: list[str] | None, all_pods: bool) -> list[Path]:
         found = sorted(trace_dir.glob("openb_pod_list_*.csv"))
         # default first: it is the headline, and an interrupted sweep should have it.
         return sorted(found, key=lambda p: p.name != DEFAULT_PODS_CSV.name)
-    names = names or ["default"]
-    return [trace_dir / f"openb_pod_list_{n}.csv" if "/" not in n else Path(n) for n in names]
+    return openb_pod_lists(names)
 
 
 def _one(nodes: str, pods: str, policy: str, seeds: list[int]) -> dict[str, Any]:
@@ -53,11 +54,7 @@ def _one(nodes: str, pods: str, policy: str, seeds: list[int]) -> dict[str, Any]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--policy", action="append", default=None)
-    ap.add_argument("--nodes", default=str(DEFAULT_NODES_CSV))
-    ap.add_argument("--pods", action="append", default=None, help="list name or csv path")
+    ap = openb_arguments(argparse.ArgumentParser())
     ap.add_argument("--all-pods", action="store_true", help="every openb_pod_list_*.csv")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
     ap.add_argument("--out", type=Path, default=OUT, help="JSON to write")
@@ -71,7 +68,11 @@ def main() -> None:
         "benchmark": "openb_130pct",
         "command": "python benchmarks/bench_openb.py "
         + f"--seeds {args.seeds} "
-        + ("--all-pods" if args.all_pods else " ".join(f"--pods {p.stem[15:]}" for p in lists))
+        + (
+            "--all-pods"
+            if args.all_pods
+            else " ".join(f"--pods {openb_list_name(p)}" for p in lists)
+        )
         + "".join(f" --policy {p}" for p in policies),
         "nodes": Path(args.nodes).name,
         "seeds": seeds,
@@ -98,9 +99,9 @@ def main() -> None:
                     ours["unallocated_gpu_pct_at_130"] - fgd["unallocated_gpu_pct_at_130"], 3
                 )
                 entry["ours_no_worse_than_fgd"] = entry["ours_minus_fgd_pct"] <= 0
-            out["lists"][pods.stem[15:]] = entry
+            out["lists"][openb_list_name(pods)] = entry
             print(
-                f"{pods.stem[15:]:>12}: "
+                f"{openb_list_name(pods):>12}: "
                 + ", ".join(f"{p} {r['unallocated_gpu_pct_at_130']:.2f}%" for p, r in res.items())
                 + f"  ({max(r['wall_s_per_seed'] for r in res.values()):.1f} s/seed max)",
                 flush=True,

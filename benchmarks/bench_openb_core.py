@@ -20,9 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _common import openb_arguments, openb_list_name, openb_pod_lists
+
 from scheduler.sim.openb.core_replay import replay_core
 from scheduler.sim.openb.replay import replay_seeds
-from scheduler.sim.openb.trace import DEFAULT_NODES_CSV, DEFAULT_PODS_CSV, load_nodes, load_pods
+from scheduler.sim.openb.trace import DEFAULT_PODS_CSV, load_nodes, load_pods
 
 PAPER_UNALLOCATED_PCT = {"fgd": 4.61, "bestfit": 6.92, "gpupacking": 8.00, "dotproduct": 9.15}
 PAPER_TOLERANCE_PCT = 0.3
@@ -54,27 +56,19 @@ def _run(nodes: str, pods: Path, policy: str, seeds: list[int]) -> dict[str, Any
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--policy", action="append", default=None)
-    ap.add_argument("--nodes", default=str(DEFAULT_NODES_CSV))
-    ap.add_argument("--pods", action="append", default=None, help="list name or csv path")
+    ap = openb_arguments(argparse.ArgumentParser())
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     policies = args.policy or ["fgd", "bestfit", "fgdstrand"]
     seeds = list(range(42, 42 + args.seeds))
-    trace_dir = DEFAULT_PODS_CSV.parent
-    lists = [
-        trace_dir / f"openb_pod_list_{n}.csv" if "/" not in n else Path(n)
-        for n in (args.pods or ["default"])
-    ]
+    lists = openb_pod_lists(args.pods)
     t0 = time.perf_counter()
     out: dict[str, Any] = {
         "benchmark": "openb_core_130pct",
         "simulated": True,
         "command": "python benchmarks/bench_openb_core.py "
         + f"--seeds {args.seeds} "
-        + " ".join(f"--pods {p.stem[15:]}" for p in lists)
+        + " ".join(f"--pods {openb_list_name(p)}" for p in lists)
         + "".join(f" --policy {p}" for p in policies),
         "nodes": Path(args.nodes).name,
         "seeds": seeds,
@@ -85,10 +79,11 @@ def main() -> None:
     }
     for pods in lists:
         entry = {p: _run(args.nodes, pods, p, seeds) for p in policies}
-        out["lists"][pods.stem[15:]] = entry
+        name = openb_list_name(pods)
+        out["lists"][name] = entry
         for p, r in entry.items():
             print(
-                f"{pods.stem[15:]:>12} {p:>10}: core {r['core']['unallocated_gpu_pct_at_130']:.3f}%"
+                f"{name:>12} {p:>10}: core {r['core']['unallocated_gpu_pct_at_130']:.3f}%"
                 f" legacy {r['legacy']['unallocated_gpu_pct_at_130']:.3f}%"
                 f" equal={r['equal_per_seed']} core {r['core_wall_s_per_seed']:.1f} s/seed wall,"
                 f" {r['core_cpu_s_per_seed']:.1f} s CPU",

@@ -21,6 +21,7 @@ from typing import Any
 from predictor.serving import plan, plan_frontiers, replica_throughput
 from predictor.spec import parse_spec
 from scheduler.cli.report_serving import DEMO_DEPLOYMENTS
+from tests import serving_cases as cases
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -79,22 +80,10 @@ def _published() -> list[dict[str, Any]]:
     ):
         got = replica_throughput("llama-3.3-70b", gpu, tp, w, "fp8", "trtllm", 1000, 1000)
         add(f"TRT-LLM perf overview 70B 1000/1000 {gpu} TP{tp} {w}", got["output_tok_s"], figure)
-    base = {
-        "model": "llama-2-70b",
-        "task": "serve",
-        "framework": "trtllm",
-        "request_rate": 100.0,
-        "input_len": 300,
-        "output_len": 290,
-        "slo_ttft_s": 2.0,
-        "slo_tpot_s": 0.2,
-    }
     per_gpu = {}
     for gpu, w, figure in (("B200-180GB", "fp4", 10755.0), ("H200-141GB", "fp8", 4100.0)):
-        p = plan(parse_spec({**base, "gpu": gpu, "weight_dtype": w}))
-        per_gpu[gpu] = max(
-            o.throughput_at_slo_tok_s / o.n_gpus for o in p.options if o.shape.slot.mig is None
-        )
+        p = plan(parse_spec({**cases.MLPERF_70B_SERVER, "gpu": gpu, "weight_dtype": w}))
+        per_gpu[gpu] = cases.best_per_gpu_tok_s(p)
         add(f"MLPerf v4.1 Llama-2-70B Server per GPU {gpu} {w}", per_gpu[gpu], figure)
     add(
         "MLPerf v4.1 B200/H200 per-GPU ratio",
@@ -103,38 +92,16 @@ def _published() -> list[dict[str, Any]]:
     )
     silex = {}
     for gpu, users, figure in (("A100-80GB", 50, 570.0), ("H100-80GB", 500, 7000.0)):
-        got = replica_throughput(
-            "llama-3.3-70b", gpu, 4, "bf16", "bf16", "vllm", 200, 200, concurrency=users
-        )
-        silex[gpu] = got["output_tok_s"]
+        silex[gpu] = cases.silex_tok_s(gpu, users)
         add(f"Silex 70B bf16 TP4 200/200 {gpu} {users} users", silex[gpu], figure)
     add("Silex H100/A100 ratio", silex["H100-80GB"] / silex["A100-80GB"], 7000.0 / 570.0)
     metrum = {}
     for gpu, figure in (("B200-180GB", 9870.0), ("H200-141GB", 6694.0)):
-        got = replica_throughput(
-            "llama-4-maverick", gpu, 8, "fp8", "fp8", "vllm", 256, 256, concurrency=1024
-        )
-        metrum[gpu] = got["output_tok_s"]
+        metrum[gpu] = cases.metrum_tok_s(gpu)
         add(f"Metrum Maverick vLLM 8x{gpu} 1024 concurrent", metrum[gpu], figure)
     add("Metrum B200/H200 ratio", metrum["B200-180GB"] / metrum["H200-141GB"], 9870.0 / 6694.0)
-    for model, gpu, tp, rate, tpot, ttft in (
-        ("llama-3.1-70b", "H100-80GB", 4, 4.0, 0.02358, 0.17915),
-        ("llama-3.1-70b", "H100-80GB", 4, 8.0, 0.02915, 0.20712),
-        ("llama-3.1-8b", "A100-80GB", 1, 4.0, 0.01414, 0.10048),
-    ):
-        spec = {
-            "model": model,
-            "task": "serve",
-            "request_rate": rate,
-            "input_len": 230,
-            "output_len": 194,
-            "gpu": gpu,
-            "tensor_parallel": tp,
-            "slo_ttft_s": None,
-            "slo_tpot_s": None,
-        }
-        options = plan(parse_spec(spec)).options
-        (o,) = [x for x in options if x.shape.slot.mig is None and x.shape.tp == tp]
+    for model, gpu, tp, rate, tpot, ttft in cases.SGLANG_VLLM_CASES:
+        o = cases.sglang_vllm_option(model, gpu, tp, rate)
         case = f"SGLang bench of vLLM 0.6.0, {model} {tp}x{gpu} {rate:g} req/s"
         add(f"{case}: mean step vs median TPOT (s)", o.point.step_s, tpot)
         add(f"{case}: TTFT p95 vs median TTFT (s)", o.point.ttft_p95_s, ttft)

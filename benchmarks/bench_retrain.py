@@ -31,64 +31,34 @@ import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import redis
 
+from tests.retrain_cases import BROKEN, HONEST, Factor, N, published_vram, remeasured
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-N = 24
-
-Factor = Callable[[int, str], float]  # (row number, node) -> multiplier of the published peak
 
 
 def _uniform(x: float) -> Factor:
     return lambda i, node: x
 
 
-def _noise(i: int, node: str) -> float:
-    return 1.0 + float(np.random.default_rng(1000 + i).uniform(-0.05, 0.05))
-
-
-def _random(i: int, node: str) -> float:
-    return float(np.random.default_rng(2000 + i).choice([5.0, 0.2]))
-
-
-HONEST: dict[str, Factor] = {"agreeing": lambda i, n: 1.0, "noise_5pct": _noise}
-BROKEN: dict[str, Factor] = {
-    "doubled": lambda i, n: 2.0,
-    "tripled": lambda i, n: 3.0,
-    "times_0.4": lambda i, n: 0.4,
-    "contradictory_2x_0.5x": lambda i, n: 2.0 if n == "n0" else 0.5,
-    "random_5x_0.2x": _random,
-}
 SWEEP = (1.1, 1.2, 1.3, 1.5)
 #: Random honest draws for the false-rejection rate: each withholds N random catalogue-GPU runs
 #: from the published rows and brings them back as history (new rows exchangeable with the old).
 NULL_DRAWS = 40
 
 
-def published_vram() -> list[dict[str, Any]]:
-    path = ROOT / "datasets" / "measured" / "published.jsonl"
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-    return [r for r in rows if r.get("peak_vram_gib") is not None]
-
-
 def history_rows(factor: Factor, runs: list[dict[str, Any]] | None = None) -> list[str]:
     """``N`` published runs on catalogue GPUs measured again on two nodes, peaks × ``factor``."""
-    out = []
     runs = runs or [r for r in published_vram() if isinstance(r.get("gpu"), str)][:N]
-    for i, r in enumerate(runs):
-        node = f"n{i % 2}"
-        row = dict(r, id=f"hist-{uuid.uuid4().hex[:6]}-{i}", origin="history", simulated=False)
-        row["source"] = f"snugfit worker w-{node} node {node}, job re-{i}@1"
-        row["hardware"] = {"node": node}
-        row["peak_vram_gib"] = round(r["peak_vram_gib"] * factor(i, node), 3)
-        out.append(json.dumps(row))
-    return out
+    return [
+        remeasured(r, i, factor, f"hist-{uuid.uuid4().hex[:6]}-{i}") for i, r in enumerate(runs)
+    ]
 
 
 def run_case(url: str, rows: list[str], data: list[str]) -> dict[str, Any]:

@@ -47,18 +47,12 @@ from scheduler.core.synthetic import synthetic_pool  # noqa: E402
 from scheduler.service.client import Client  # noqa: E402
 from scheduler.service.leader import SchedulerService  # noqa: E402
 from scheduler.service.store.redis_store import RedisStore  # noqa: E402
+from tests.jobs import inference_spec  # noqa: E402
 
 
 def spec(i: int) -> dict[str, Any]:
-    return {
-        "id": f"b{i}",
-        "model": "llama-3.1-8b",
-        "task": "inference",
-        "batch_size": 8,
-        "input_len": 512,
-        "output_len": 128,
-        "num_requests": 100,
-    }
+    """Job ``b{i}``: the tests' small llama-3.1-8b inference job (every job the same shape)."""
+    return inference_spec(i, id=f"b{i}")
 
 
 def _same_shape_table_fn() -> Any:

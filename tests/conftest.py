@@ -7,11 +7,16 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+from tests.procs import Procs, stop_all
+
+if TYPE_CHECKING:
+    from scheduler.service.store import RedisStore
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -97,10 +102,18 @@ def redis_client(redis_url: str) -> Iterator[object]:
 
 
 @pytest.fixture
-def procs() -> Iterator[list[subprocess.Popen[bytes]]]:
+def procs() -> Iterator[Procs]:
     """Processes a test starts (append them); stopped and reaped when it ends."""
-    from tests.procs import stop_all
-
-    started: list[subprocess.Popen[bytes]] = []
+    started: Procs = []
     yield started
     stop_all(started)
+
+
+@pytest.fixture
+def store(redis_url: str) -> RedisStore:
+    """A store on a real, empty Redis database: the service is only ever tested on Redis."""
+    import redis
+
+    from scheduler.service.store import RedisStore
+
+    return RedisStore(redis.Redis.from_url(redis_url))

@@ -8,6 +8,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+#: The processes a test started: the ``procs`` fixture's list, stopped when the test ends.
+Procs = list[subprocess.Popen[bytes]]
+
 
 def wait_for(cond: Callable[[], Any], timeout: float, what: str) -> None:
     """Poll ``cond`` until it is true; fail naming ``what`` after ``timeout`` seconds."""

@@ -14,14 +14,23 @@ from typing import Any
 import click
 
 __all__ = [
+    "NODE_HEARTBEAT_S",
+    "NODE_STALE_S",
     "PoolFile",
     "ShippedFile",
     "client_for",
+    "home_file_option",
+    "host_option",
+    "jobs_file_option",
     "measurement_files",
+    "node_heartbeat_option",
+    "node_stale_option",
     "pool_option",
+    "port_option",
     "redis_option",
     "shipped_pools",
     "store_options",
+    "time_scale_option",
 ]
 
 
@@ -156,3 +165,77 @@ def store_options(f: Any) -> Any:
     """``--redis``/``--url`` (as ``url``) and ``--prefix``: the commands that open the store
     directly (``open_store(url, prefix)``) rather than through the client."""
     return _url_option(_prefix_option(f))
+
+
+def jobs_file_option(help: str = "Jobs as JSONL, JSON or YAML.") -> Any:
+    """``--input`` (as ``input_path``): the job file a command reads (``load_specs``)."""
+    return click.option(
+        "--input", "input_path", required=True, type=click.Path(path_type=Path), help=help
+    )
+
+
+def host_option(flag: str, *, help: str) -> Any:
+    """An address to bind, loopback by default (``help`` says what another address exposes)."""
+    return click.option(flag, default="127.0.0.1", show_default=True, help=help)
+
+
+def port_option(flag: str, *, default: int | None, help: str) -> Any:
+    """A TCP port to serve on (0: a free one, which the command prints)."""
+    return click.option(
+        flag,
+        type=click.IntRange(0, 65535),
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
+#: Node liveness: a worker beats every ``NODE_HEARTBEAT_S``; a node whose last beat is older
+#: than ``NODE_STALE_S`` counts as down, with one default for the scheduler (which stops placing
+#: on it) and the dashboard (which shows it down). The stale age must exceed the beat.
+NODE_HEARTBEAT_S = 5.0
+NODE_STALE_S = 15.0
+
+
+def node_stale_option(*, help: str) -> Any:
+    """``--node-stale``: seconds without a worker heartbeat before a node counts as down."""
+    return click.option(
+        "--node-stale",
+        type=click.FloatRange(min=0.1),
+        default=NODE_STALE_S,
+        show_default=True,
+        help=help,
+    )
+
+
+def node_heartbeat_option(f: Any) -> Any:
+    """``--node-heartbeat``: seconds between a worker's node liveness beats."""
+    return click.option(
+        "--node-heartbeat",
+        type=click.FloatRange(min=0.01),
+        default=NODE_HEARTBEAT_S,
+        show_default=True,
+        help="Seconds between node liveness beats (the scheduler's --node-stale must exceed it).",
+    )(f)
+
+
+def time_scale_option(*, default: float | None, help: str) -> Any:
+    """``--time-scale``: real seconds per workload second of a time-scaled (simulated) run."""
+    return click.option(
+        "--time-scale",
+        type=click.FloatRange(min=0.0, min_open=True),
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
+def home_file_option(flag: str, *, what: str, name: str) -> Any:
+    """A file option that defaults to ``$SNUGFIT_HOME/<name>``: None here, the command resolves
+    it with :func:`~scheduler.service.store.embedded.snugfit_home` when it runs."""
+    return click.option(
+        flag,
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help=f"{what} (default: $SNUGFIT_HOME/{name}).",
+    )

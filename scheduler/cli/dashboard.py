@@ -7,38 +7,26 @@ from typing import Any
 
 import click
 
-from scheduler.cli._options import store_options
+from scheduler.cli._options import (
+    host_option,
+    node_stale_option,
+    port_option,
+    store_options,
+    time_scale_option,
+)
 
 __all__ = ["dashboard_command", "start_with_metrics"]
 
 
 @click.command(name="dashboard")
-@click.option(
-    "--host",
-    default="127.0.0.1",
-    show_default=True,
-    help="Address to bind; 0.0.0.0 exposes every job, user and cost to the network.",
+@host_option(
+    "--host", help="Address to bind; 0.0.0.0 exposes every job, user and cost to the network."
 )
-@click.option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=8765,
-    show_default=True,
-    help="Port to serve on (0 picks a free one and prints it).",
-)
+@port_option("--port", default=8765, help="Port to serve on (0 picks a free one and prints it).")
 @store_options
-@click.option(
-    "--node-stale",
-    type=click.FloatRange(min=0.1),
-    default=15.0,
-    show_default=True,
-    help="A node whose worker heartbeat is older than this shows as down.",
-)
-@click.option(
-    "--time-scale",
-    type=click.FloatRange(min=0.0, min_open=True),
+@node_stale_option(help="A node whose worker heartbeat is older than this shows as down.")
+@time_scale_option(
     default=1.0,
-    show_default=True,
     help="Real seconds per workload second of the runs shown (a time-scaled simulated run).",
 )
 @click.option("-v", "--verbose", is_flag=True, help="Log every request.")

@@ -74,10 +74,19 @@ def _split(values: tuple[str, ...]) -> list[str] | None:
 # snugfit queue
 
 
+def _owner_filters(f: Any) -> Any:
+    """``-u/--user`` and ``--team`` (as ``users``, ``teams``): only jobs of these users or teams,
+    repeated or comma-separated (:func:`_split`)."""
+    users = click.option(
+        "-u", "--user", "users", multiple=True, help="Only these users (repeat or a,b)."
+    )
+    teams = click.option("--team", "teams", multiple=True, help="Only these teams (repeat or a,b).")
+    return users(teams(f))
+
+
 @click.command("queue")
 @click.argument("job_ids", nargs=-1)
-@click.option("-u", "--user", "users", multiple=True, help="Only these users (repeat or a,b).")
-@click.option("--team", "teams", multiple=True, help="Only these teams.")
+@_owner_filters
 @click.option(
     "-t",
     "--state",
@@ -161,8 +170,7 @@ def _vs(actual: float | None, predicted: float | None, unit: str) -> str:
 @click.option(
     "--by", type=click.Choice(["user", "team"]), default=None, help="Sum per user or team."
 )
-@click.option("-u", "--user", "users", multiple=True, help="Only these users.")
-@click.option("--team", "teams", multiple=True, help="Only these teams.")
+@_owner_filters
 @redis_option
 @output_options(width=False, json_help="Typed JSON: jobs, groups and total.")
 def acct_command(

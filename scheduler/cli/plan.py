@@ -13,6 +13,7 @@ from predictor.exceptions import PredictorError
 from predictor.gpus import GPU_NAMES
 from predictor.serving import ServingPlan, plan
 from predictor.spec import JobSpec, load_specs
+from scheduler.cli._options import jobs_file_option
 from scheduler.cli.output import Output, dumps_json, output_options, resolve_format
 
 __all__ = ["contract_table", "plan_command", "plan_parts", "plan_title", "render_plan"]
@@ -107,13 +108,7 @@ def render_plan(p: ServingPlan, out: TextIO | None = None, max_rows: int = 15) -
 
 
 @click.command("plan")
-@click.option(
-    "--input",
-    "input_path",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="`task: serve` jobs as YAML, JSON or JSONL.",
-)
+@jobs_file_option("`task: serve` jobs as YAML, JSON or JSONL.")
 @click.option("--gpu", type=click.Choice(GPU_NAMES), default=None, help="Plan on one type only.")
 @output_options(json_help="One contract object per job per line.")
 def plan_command(input_path: Path, gpu: str | None, out: Output) -> None:

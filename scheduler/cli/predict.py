@@ -14,6 +14,7 @@ from predictor.gpus import GPU_NAMES, GpuType, gpu_catalogue
 from predictor.models import catalogue
 from predictor.prediction import Prediction, contract_rows
 from predictor.spec import JobSpec, load_specs
+from scheduler.cli._options import jobs_file_option
 from scheduler.cli.output import Format, Output, output_options
 
 __all__ = ["gpus_command", "models_command", "predict_command", "render_predictions"]
@@ -79,13 +80,7 @@ def _human_seconds(s: float) -> str:
 
 
 @click.command("predict")
-@click.option(
-    "--input",
-    "input_path",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="Jobs as JSONL, JSON or YAML.",
-)
+@jobs_file_option()
 @click.option("--gpu", type=click.Choice(GPU_NAMES), default=None, help="Predict for one type.")
 @click.option("--output", type=click.Path(path_type=Path), default=None, help="JSONL output file.")
 @click.option(

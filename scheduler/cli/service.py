@@ -12,7 +12,15 @@ from typing import Any
 
 import click
 
-from scheduler.cli._options import client_for, pool_option, redis_option
+from scheduler.cli._options import (
+    client_for,
+    home_file_option,
+    host_option,
+    node_stale_option,
+    pool_option,
+    port_option,
+    redis_option,
+)
 from scheduler.cli.output import Output, output_options
 from scheduler.service.retrain import DEFAULT_RETRAIN_HOURS, DEFAULT_RETRAIN_ROWS
 
@@ -252,32 +260,17 @@ def _retrain_policy(redis_url: str | None, rows: int, hours: float, data: tuple[
     show_default=True,
     help="Pending jobs considered per step (memory stays flat beyond it).",
 )
-@click.option(
-    "--log-file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Placement log JSONL (default: $SNUGFIT_HOME/placement-log.jsonl).",
-)
+@home_file_option("--log-file", what="Placement log JSONL", name="placement-log.jsonl")
 @click.option("--simulated", is_flag=True, help="Label placements as simulated (demo, tests).")
-@click.option(
-    "--node-stale",
-    type=click.FloatRange(min=0.1),
-    default=15.0,
-    show_default=True,
+@node_stale_option(
     help="A node whose worker heartbeat is older than this takes no new placements, and its "
-    "unstarted jobs move elsewhere (no retry used).",
+    "unstarted jobs move elsewhere (no retry used)."
 )
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(0, 65535),
-    default=None,
-    help="Serve Prometheus metrics on this port (/metrics).",
+@port_option(
+    "--metrics-port", default=None, help="Serve Prometheus metrics on this port (/metrics)."
 )
-@click.option(
-    "--metrics-host",
-    default="127.0.0.1",
-    show_default=True,
-    help="Address the metrics endpoint binds; 0.0.0.0 exposes it to the network.",
+@host_option(
+    "--metrics-host", help="Address the metrics endpoint binds; 0.0.0.0 exposes it to the network."
 )
 @click.option(
     "--dashboard",

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import click
 
-from scheduler.cli._options import pool_option, redis_option
+from scheduler.cli._options import (
+    home_file_option,
+    node_heartbeat_option,
+    pool_option,
+    redis_option,
+)
 
 __all__ = ["worker_command"]
 
@@ -44,19 +49,8 @@ __all__ = ["worker_command"]
     help="Job lease, seconds (renewed every --heartbeat).",
 )
 @click.option("--heartbeat", type=float, default=1.0, show_default=True)
-@click.option(
-    "--history",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="History JSONL (default: $SNUGFIT_HOME/history.jsonl).",
-)
-@click.option(
-    "--node-heartbeat",
-    type=click.FloatRange(min=0.01),
-    default=5.0,
-    show_default=True,
-    help="Seconds between node liveness beats (the scheduler's --node-stale must exceed it).",
-)
+@home_file_option("--history", what="History JSONL", name="history.jsonl")
+@node_heartbeat_option
 @click.option("--burst", is_flag=True, help="Exit when the queue is empty.")
 @click.option("-v", "--verbose", is_flag=True)
 def worker_command(

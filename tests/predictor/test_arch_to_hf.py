@@ -9,6 +9,7 @@ import pytest
 from predictor.arch_to_hf import hf_config_kwargs, hf_family
 from predictor.exceptions import UnmappedArchError
 from predictor.models import catalogue, resolve_model
+from tests.jobs import TINY_LLAMA
 
 
 def test_every_catalogue_model_maps_or_says_why() -> None:
@@ -55,19 +56,9 @@ def test_traced_and_profiler_build_the_same_config() -> None:
 def test_rotary_layernorm_gelu_decoder_is_gpt_neox_and_gqa_ones_are_refused() -> None:
     from predictor.models import ModelArch
 
-    phi = ModelArch(
-        name="phi-like",
-        n_layers=24,
-        hidden_size=2048,
-        n_heads=32,
-        n_kv_heads=32,
-        head_dim=64,
-        intermediate_size=8192,
-        vocab_size=51200,
-        gated_mlp=False,
-        norm="layernorm",
-        position="rope",
-    )
+    # The tiny llama's sizes with every head its own KV head, a plain MLP and LayerNorm.
+    sizes = {**TINY_LLAMA, "name": "phi-like", "n_layers": 24, "n_kv_heads": 4}
+    phi = ModelArch(**sizes, gated_mlp=False, norm="layernorm", position="rope")
     model_type, kw = hf_config_kwargs(phi)
     assert model_type == "gpt_neox"
     assert kw["use_parallel_residual"] and kw["num_hidden_layers"] == 24

@@ -163,25 +163,23 @@ def test_stated_compile_chunked_loss_and_offload_reach_the_spec():
         "peft": None,
         "gpu_model": "A100 80GB",
     }
-    eager = convert_vram_row(
-        _vram(**base, notes="Cumulative settings: no compile; standard cross-entropy.")
-    )["spec"]
+
+    def spec(notes, **kw):
+        return convert_vram_row(_vram(**{**base, **kw}, notes=notes))["spec"]
+
+    eager = spec("Cumulative settings: no compile; standard cross-entropy.")
     assert "compile" not in eager and eager["chunked_loss"] is False
-    compiled = convert_vram_row(
-        _vram(
-            **base,
-            notes="Cumulative settings: no compile; standard cross-entropy; "
-            "+ torch.compile; + CEWithChunkedOutputLoss.",
-        )
-    )["spec"]
+    compiled = spec(
+        "Cumulative settings: no compile; standard cross-entropy; "
+        "+ torch.compile; + CEWithChunkedOutputLoss."
+    )
     assert compiled["compile"] is True and compiled["chunked_loss"] is True
-    offload = convert_vram_row(
-        _vram(
-            **{**base, "workload": "lora", "peft": "LoRA r=8 on q_proj,v_proj"},
-            notes="LoRA row uses packed 4096, compile, chunked CE, activation "
-            "checkpointing and activation offloading.",
-        )
-    )["spec"]
+    offload = spec(
+        "LoRA row uses packed 4096, compile, chunked CE, activation "
+        "checkpointing and activation offloading.",
+        workload="lora",
+        peft="LoRA r=8 on q_proj,v_proj",
+    )
     assert offload["activation_offload"] is True and offload["compile"] is True
     on = convert_vram_row(_vram(framework="torchtune (PyTorch, torch.compile on)"))["spec"]
     assert on["compile"] is True

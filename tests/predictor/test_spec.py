@@ -7,6 +7,7 @@ import pytest
 
 from predictor.exceptions import SpecError, UnknownModelError
 from predictor.spec import DType, JobSpec, LoraTarget, Optimizer, Task, load_specs, parse_spec
+from tests.jobs import TINY_LLAMA
 
 INFER = {"model": "llama-3.1-8b", "task": "inference"}
 TRAIN = {"model": "llama-3.1-8b", "task": "full_finetune"}
@@ -85,20 +86,9 @@ def test_unknown_model_is_rejected_with_suggestion() -> None:
 
 
 def test_explicit_architecture_object() -> None:
-    arch = {
-        "name": "tiny",
-        "n_layers": 2,
-        "hidden_size": 64,
-        "n_heads": 4,
-        "n_kv_heads": 4,
-        "head_dim": 16,
-        "intermediate_size": 128,
-        "vocab_size": 1000,
-        "tie_embeddings": True,
-        "n_experts": 1,
-        "n_active_experts": 1,
-        "params_b": None,
-    }
+    # The tiny llama's sizes, with every other key an explicit object may carry.
+    extra = {"tie_embeddings": True, "n_experts": 1, "n_active_experts": 1, "params_b": None}
+    arch = {**TINY_LLAMA, "name": "tiny", **extra}
     spec = parse_spec({**TRAIN, "model": arch})
     assert spec.arch.n_layers == 2 and spec.model_name == "tiny"
 

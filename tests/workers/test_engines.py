@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import redis
 
 from scheduler.core.pool import Pool
 from scheduler.service.client import Client
@@ -25,11 +24,6 @@ ECHO = (
     "{k: v for k, v in os.environ.items() if k.startswith(('SNUGFIT_', 'FRAC'))}]))"
 )
 BREAKDOWN = {"weights": 15.0, "activations": 1.0, "logits": 0.5, "overhead": 0.5, "kv_cache": 3.0}
-
-
-@pytest.fixture
-def store(redis_url: str) -> RedisStore:
-    return RedisStore(redis.Redis.from_url(redis_url))
 
 
 def test_fractions_follow_each_engines_definition() -> None:

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import redis
 
 from predictor.exceptions import SpecError
 from predictor.spec import parse_spec
@@ -27,11 +26,6 @@ MIG_POOL = Pool.from_dict(
     }
 )
 DUMP_ENV = "import json, os; print('ENV=' + json.dumps([os.getcwd(), dict(os.environ)]))"
-
-
-@pytest.fixture
-def store(redis_url: str) -> RedisStore:
-    return RedisStore(redis.Redis.from_url(redis_url))
 
 
 def run_one(store: RedisStore, tmp_path: Path, job: dict, pool: Pool = POOL, **kw):  # type: ignore[no-untyped-def]

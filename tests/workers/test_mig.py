@@ -8,7 +8,6 @@ import sys
 from typing import Any
 
 import pytest
-import redis
 
 from scheduler.core.pool import Pool
 from scheduler.service.client import Client
@@ -25,11 +24,6 @@ H100 = {"name": "NVIDIA H100 80GB HBM3", "total_bytes": 80 << 30}
 def mig_pool(mig: Any) -> Pool:
     node = {"name": "n1", "gpu": "H100-80GB", "count": 1, "mode": "mig", "mig": mig}
     return Pool.from_dict({"name": "mig", "nodes": [node]})
-
-
-@pytest.fixture
-def store(redis_url: str) -> RedisStore:
-    return RedisStore(redis.Redis.from_url(redis_url))
 
 
 def worker(store: RedisStore, pool: Pool, nvml: FakeNvml) -> NodeWorker:

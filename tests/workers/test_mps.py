@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import redis
 
 from scheduler.core.pool import Pool
 from scheduler.core.shares import shared_compute_share
@@ -73,11 +72,6 @@ def fake_mps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def calls(log: Path) -> list[dict]:  # type: ignore[type-arg]
     return [json.loads(x) for x in log.read_text().splitlines()] if log.exists() else []
-
-
-@pytest.fixture
-def store(redis_url: str) -> RedisStore:
-    return RedisStore(redis.Redis.from_url(redis_url))
 
 
 def nvml() -> FakeNvml:

@@ -10,9 +10,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-import redis
-
 from predictor.analytical import predict_table
 from predictor.history import fingerprint_dict
 from predictor.prediction import PredictionTable
@@ -34,11 +31,6 @@ OOM = "torch.OutOfMemoryError: CUDA out of memory."
 def _predict(specs: Sequence[JobSpec]) -> PredictionTable:
     # The client and the worker's re-prediction share one predictor, as in a deployment.
     return predict_table(list(specs))
-
-
-@pytest.fixture
-def store(redis_url: str) -> RedisStore:
-    return RedisStore(redis.Redis.from_url(redis_url))
 
 
 def _worker(store: RedisStore, tmp_path: Path, pool: Pool, **kw: Any) -> NodeWorker:

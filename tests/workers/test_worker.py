@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from rq import Queue, SimpleWorker
 from rq.serializers import JSONSerializer
 
@@ -22,14 +21,10 @@ from scheduler.service.store.keys import queue_name
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
 from workers.process import detect_oom
+from workers.simulated import SimulatedRun
 from workers.worker import NodeWorker
 
 POOL = Pool.from_dict({"name": "one", "nodes": [{"name": "n1", "gpu": "H100-80GB", "count": 2}]})
-
-
-@pytest.fixture
-def store(redis_url: str) -> RedisStore:
-    return RedisStore(redis.Redis.from_url(redis_url))
 
 
 def make_worker(store: RedisStore, tmp_path: Path, **kw: Any) -> NodeWorker:
@@ -308,23 +303,25 @@ def test_mig_slice_is_exposed_by_its_mig_uuid(store: RedisStore, tmp_path: Path)
     assert env["CUDA_VISIBLE_DEVICES"] != w.ctx.mig_uuids[(1, "1g.10gb", 0)]
 
 
-def test_simulated_truth_is_the_same_for_every_attempt() -> None:
-    from workers.simulated import SimulatedRun
+def _simulated_run(
+    job_id: str, attempt: int, peak_gib: float, runtime_s: float, time_scale: float
+) -> SimulatedRun:
+    """A simulated job of fingerprint ``fp`` (seed 0) on an 80 GiB slot."""
+    return SimulatedRun(
+        job_id,
+        attempt,
+        fingerprint="fp",
+        seed=0,
+        predicted_peak_gib=peak_gib,
+        predicted_runtime_s=runtime_s,
+        limit_gib=80.0,
+        time_scale=time_scale,
+        label="t",
+    )
 
-    runs = [
-        SimulatedRun(
-            "job-x",
-            attempt,
-            fingerprint="fp",
-            seed=0,
-            predicted_peak_gib=40.0,
-            predicted_runtime_s=100.0,
-            limit_gib=80.0,
-            time_scale=0.0,
-            label="t",
-        )
-        for attempt in (1, 2, 3)
-    ]
+
+def test_simulated_truth_is_the_same_for_every_attempt() -> None:
+    runs = [_simulated_run("job-x", attempt, 40.0, 100.0, 0.0) for attempt in (1, 2, 3)]
     assert len({r.true_peak_gib for r in runs}) == 1
     assert len({r.true_runtime_s for r in runs}) == 1
 
@@ -350,19 +347,7 @@ def test_simulated_worker_draws_the_simulators_truth() -> None:
 
 
 def test_cancelled_simulated_run_records_the_time_it_ran() -> None:
-    from workers.simulated import SimulatedRun
-
-    run = SimulatedRun(
-        "job-c",
-        1,
-        fingerprint="fp",
-        seed=0,
-        predicted_peak_gib=1.0,
-        predicted_runtime_s=1e6,
-        limit_gib=80.0,
-        time_scale=1.0,
-        label="t",
-    )
+    run = _simulated_run("job-c", 1, 1.0, 1e6, 1.0)
     run.start()
     run.stop()
     res = run.result()

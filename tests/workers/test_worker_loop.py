@@ -8,15 +8,13 @@ import subprocess
 import time
 from pathlib import Path
 
-import redis
-
 from scheduler.core.pool import Pool
 from scheduler.service.client import Client
 from scheduler.service.leader import SchedulerService
 from scheduler.service.store.keys import queue_name
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
-from tests.procs import wait_for
+from tests.procs import Procs, wait_for
 from tests.scheduler.service.test_faults import snugfit, write_pool
 
 POOL = {"name": "one", "nodes": [{"name": "n1", "gpu": "H100-80GB", "count": 2}]}
@@ -30,11 +28,8 @@ def _worker(tmp_path: Path, url: str) -> subprocess.Popen[bytes]:
 
 
 def test_idle_worker_stops_on_sigterm(
-    tmp_path: Path,
-    redis_url: str,
-    procs: list[subprocess.Popen[bytes]],
+    tmp_path: Path, redis_url: str, store: RedisStore, procs: Procs
 ) -> None:
-    store = RedisStore(redis.Redis.from_url(redis_url))
     w = _worker(tmp_path, redis_url)
     procs.append(w)
     wait_for(lambda: "n1" in store.nodes(), 60, "the worker to register")
@@ -46,11 +41,8 @@ def test_idle_worker_stops_on_sigterm(
 
 
 def test_job_stranded_in_rq_intermediate_list_is_put_back_and_runs(
-    tmp_path: Path,
-    redis_url: str,
-    procs: list[subprocess.Popen[bytes]],
+    tmp_path: Path, redis_url: str, store: RedisStore, procs: Procs
 ) -> None:
-    store = RedisStore(redis.Redis.from_url(redis_url))
     client = Client(store=store)
     svc = SchedulerService(store, Pool.from_dict(POOL))
     h = client.submit(spec(0))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from scheduler.cli._options import pool_option
+from scheduler.cli._options import pool_option, port_option, time_scale_option
 
 __all__ = ["demo_command"]
 
@@ -14,11 +14,8 @@ __all__ = ["demo_command"]
 @click.command(name="demo")
 @click.option("--jobs", type=int, default=300, show_default=True, help="Jobs to submit.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Workload and truth seed.")
-@click.option(
-    "--time-scale",
-    type=float,
-    default=None,
-    help="Real seconds per workload second (default: fit the run into about 40 s).",
+@time_scale_option(
+    default=None, help="Real seconds per workload second (default: fit the run into about 40 s)."
 )
 @click.option(
     "--output-dir",
@@ -45,11 +42,9 @@ __all__ = ["demo_command"]
     is_flag=True,
     help="Leave the private Redis running afterwards (explore with log / explain / pool).",
 )
-@click.option(
+@port_option(
     "--dashboard-port",
-    type=click.IntRange(0, 65535),
     default=0,
-    show_default=True,
     help="Port of the live web dashboard the demo serves on 127.0.0.1 (0: a free one).",
 )
 @click.option("--no-dashboard", is_flag=True, help="Do not serve the live web dashboard.")
@@ -74,8 +69,6 @@ def demo_command(
 
     if jobs < 1:
         raise click.BadParameter(f"must be at least 1; got {jobs}", param_hint="--jobs")
-    if time_scale is not None and not time_scale > 0:
-        raise click.BadParameter(f"must be > 0; got {time_scale}", param_hint="--time-scale")
     cfg = DemoConfig(
         jobs=jobs,
         seed=seed,

@@ -12,8 +12,16 @@ from __future__ import annotations
 
 import pytest
 
-from predictor.serving import plan, replica_throughput
+from predictor.serving import plan
 from predictor.spec import parse_spec
+from tests.serving_cases import (
+    MLPERF_70B_SERVER,
+    SGLANG_VLLM_CASES,
+    best_per_gpu_tok_s,
+    metrum_tok_s,
+    sglang_vllm_option,
+    silex_tok_s,
+)
 
 WITHIN = 0.25
 
@@ -63,28 +71,11 @@ def test_mlperf_v41_llama2_70b_server_b200_fp4_vs_h200() -> None:
     # MLPerf Inference v4.1 Llama-2-70B Server: 1x B200 FP4 10,755 tok/s (validation row
     # mlperf_inf_v4.1_llama2_70b-0002) vs an 8x H200 system at ~4,100 per GPU (issue 15;
     # the stored rows give 3,717/GPU for an 8x H200 submission and 4,202 for 1x H200).
-    # Server constraints TTFT 2 s / TPOT 200 ms (MLPerf p99; snugfit plans p95). OpenOrca mean
-    # output ~290 tokens (completed tokens/s / samples/s in MLPerf server logs); mean input
-    # 300 is an assumption.
-    base = {
-        "model": "llama-2-70b",
-        "task": "serve",
-        "framework": "trtllm",
-        "request_rate": 100.0,
-        "input_len": 300,
-        "output_len": 290,
-        "slo_ttft_s": 2.0,
-        "slo_tpot_s": 0.2,
-    }
+    # Scenario and its assumptions: tests.serving_cases.MLPERF_70B_SERVER.
+    base = MLPERF_70B_SERVER
     b200 = plan(parse_spec({**base, "gpu": "B200-180GB", "weight_dtype": "fp4"}))
     h200 = plan(parse_spec({**base, "gpu": "H200-141GB", "weight_dtype": "fp8"}))
-
-    def per_gpu(p) -> float:  # type: ignore[no-untyped-def]
-        return max(
-            o.throughput_at_slo_tok_s / o.n_gpus for o in p.options if o.shape.slot.mig is None
-        )
-
-    b, h = per_gpu(b200), per_gpu(h200)
+    b, h = best_per_gpu_tok_s(b200), best_per_gpu_tok_s(h200)
     ratio, measured_ratio = b / h, 10755.0 / 4100.0
     assert b > h and _close(ratio, measured_ratio), (b, h, ratio)  # 2.61 vs 2.62
     # Known gap: both absolute figures are ~28% low (7,714 vs 10,755; 2,953 vs 4,100). The
@@ -97,12 +88,7 @@ def test_silex_llama33_70b_bf16_tp4_a100_vs_h100() -> None:
     # Silex Data Solutions (as quoted in issue 15; not in ../shared/validation), 200/200 bf16
     # TP4: 4x A100 saturates near 570 tok/s at 50 users, 4x H100 reaches ~7,000 at 500 users.
     # Engine not stated in the quote: vLLM assumed; A100-80GB assumed.
-    a100 = replica_throughput(
-        "llama-3.3-70b", "A100-80GB", 4, "bf16", "bf16", "vllm", 200, 200, concurrency=50
-    )["output_tok_s"]
-    h100 = replica_throughput(
-        "llama-3.3-70b", "H100-80GB", 4, "bf16", "bf16", "vllm", 200, 200, concurrency=500
-    )["output_tok_s"]
+    a100, h100 = silex_tok_s("A100-80GB", 50), silex_tok_s("H100-80GB", 500)
     assert h100 > a100
     assert _close(h100, 7000.0), h100  # 6,803 (-3%)
     predicted_ratio, measured_ratio = h100 / a100, 7000.0 / 570.0
@@ -118,12 +104,7 @@ def test_metrum_llama4_maverick_8xb200_vs_8xh200_vllm() -> None:
     # Metrum AI (metrum.ai blog "llama-h200-v-b200-performance"): vLLM, 256/256 tokens, 1,024
     # concurrent: 8x B200 9,870 vs 8x H200 6,694 output tok/s (+47%). TP8 and FP8 weights
     # (Meta's FP8 Maverick checkpoint) assumed; the post does not state them.
-    b = replica_throughput(
-        "llama-4-maverick", "B200-180GB", 8, "fp8", "fp8", "vllm", 256, 256, concurrency=1024
-    )["output_tok_s"]
-    h = replica_throughput(
-        "llama-4-maverick", "H200-141GB", 8, "fp8", "fp8", "vllm", 256, 256, concurrency=1024
-    )["output_tok_s"]
+    b, h = metrum_tok_s("B200-180GB"), metrum_tok_s("H200-141GB")
     assert b > h and _close(b / h, 9870.0 / 6694.0), b / h  # 1.50 vs 1.47
     # Stated gap: both absolute figures are ~4x above Metrum's (41.9k vs 9.9k; 27.9k vs 6.7k).
     # TensorRT-LLM on the same 8x B200 reaches 79,617 tok/s at 1000/1000 (perf overview), so
@@ -134,34 +115,13 @@ def test_metrum_llama4_maverick_8xb200_vs_8xh200_vllm() -> None:
 
 
 @pytest.mark.parametrize(
-    ("model", "gpu", "tp", "rate", "tpot_median_s", "ttft_median_s"),
-    [
-        # ../shared/validation rows sglang_bench_vllm060-0006, -0008 and -0002: vLLM 0.6.0,
-        # ShareGPT, Poisson arrivals, bf16; medians.
-        ("llama-3.1-70b", "H100-80GB", 4, 4.0, 0.02358, 0.17915),
-        ("llama-3.1-70b", "H100-80GB", 4, 8.0, 0.02915, 0.20712),
-        ("llama-3.1-8b", "A100-80GB", 1, 4.0, 0.01414, 0.10048),
-    ],
+    ("model", "gpu", "tp", "rate", "tpot_median_s", "ttft_median_s"), SGLANG_VLLM_CASES
 )
 def test_latency_at_rate_against_sglang_benchmark_of_vllm(
     model: str, gpu: str, tp: int, rate: float, tpot_median_s: float, ttft_median_s: float
 ) -> None:
-    # ShareGPT mean output 194 tokens = 3,700.64 tok/s / 19.04 req/s (row -0012); the mean
-    # input (230) is an assumption, the row does not give it.
-    spec = parse_spec(
-        {
-            "model": model,
-            "task": "serve",
-            "request_rate": rate,
-            "input_len": 230,
-            "output_len": 194,
-            "gpu": gpu,
-            "tensor_parallel": tp,
-            "slo_ttft_s": None,
-            "slo_tpot_s": None,
-        }
-    )
-    (o,) = [x for x in plan(spec).options if x.shape.slot.mig is None and x.shape.tp == tp]
+    # The cases and the workload's assumptions: tests.serving_cases.
+    o = sglang_vllm_option(model, gpu, tp, rate)
     assert o.replicas == 1
     # The mean step time at the load is the median TPOT's estimate: within 25% (-15%..+10%).
     assert _close(o.point.step_s, tpot_median_s), o.point.step_s

@@ -12,19 +12,11 @@ pytest.importorskip("peft")
 
 from predictor.spec import parse_spec
 from predictor.traced import TraceCache, TracedPredictor, trace_specs
+from tests.jobs import TINY_LLAMA
 
 pytestmark = pytest.mark.torch
 
-TINY: dict[str, Any] = {
-    "name": "tiny-llama",
-    "n_layers": 1,
-    "hidden_size": 32,
-    "n_heads": 2,
-    "n_kv_heads": 1,
-    "head_dim": 16,
-    "intermediate_size": 64,
-    "vocab_size": 256,
-}
+TINY = TINY_LLAMA
 
 
 def test_trace_then_cache_hit(tmp_path: Any) -> None:

@@ -14,9 +14,6 @@ import threading
 from pathlib import Path
 from typing import IO
 
-import pytest
-import redis
-
 from scheduler.cli._follow import TailDiff
 from scheduler.core.pool import Pool
 from scheduler.service.client import Client
@@ -73,11 +70,6 @@ def _follow(url: str, home: Path, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-@pytest.fixture
-def store(redis_url: str) -> RedisStore:
-    return RedisStore(redis.Redis.from_url(redis_url))
 
 
 def test_follow_waits_for_a_pending_job_then_prints_its_output_until_it_succeeds(

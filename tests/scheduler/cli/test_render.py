@@ -8,8 +8,9 @@ import pytest
 from rich.console import Console
 
 from scheduler.cli import render
-from scheduler.core.decision import Decision, Option
+from scheduler.core.decision import Decision
 from scheduler.core.pool import load_pool
+from tests.placement import option as _opt
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -18,29 +19,6 @@ def _text(renderable: object, width: int = 200) -> str:
     console = Console(width=width, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(renderable)
     return console.export_text()
-
-
-def _opt(gpu: str, cost: float, *, fits: bool = True, kind: str = "whole", **kw: object) -> Option:
-    base: dict[str, object] = dict(
-        kind=kind,
-        gpu_type=gpu,
-        node="n0" if fits else None,
-        gpu_indices=(0,) if fits else (),
-        mig_profile="1g.10gb" if kind == "mig" else None,
-        n_gpus=1,
-        capacity_gib=80.0,
-        reserved_gib=20.0,
-        vram_gib=17.5,
-        vram_upper_gib=19.9,
-        runtime_s=3600.0,
-        cost_usd=cost,
-        fits_now=fits,
-        fits_empty=True,
-        reason="" if fits else f"insufficient free {gpu}: 1 more needed",
-        mig_start=0 if kind == "mig" else None,
-    )
-    base.update(kw)
-    return Option(**base)  # type: ignore[arg-type]
 
 
 def _placed() -> Decision:

@@ -11,30 +11,13 @@ from scheduler.core.pool import Pool
 from scheduler.core.requests import PlacementRequest
 from scheduler.exceptions import SchedulerError
 from scheduler.policies.rightsize import RightSizePolicy
+from tests.placement import option
 
 
 def _option(**kw: object) -> Option:
-    base: dict[str, object] = dict(
-        kind="mig",
-        gpu_type="A100-80GB",
-        node="m0",
-        gpu_indices=(3,),
-        mig_profile="1g.10gb",
-        n_gpus=1,
-        capacity_gib=10.0,
-        reserved_gib=9.5,
-        vram_gib=8.1,
-        vram_upper_gib=9.4,
-        runtime_s=1234.5,
-        cost_usd=0.1 + 0.2,
-        fits_now=True,
-        fits_empty=True,
-        reason="",
-        mig_start=6,
-        leftover_gib=0.5,
-    )
-    base.update(kw)
-    return Option(**base)  # type: ignore[arg-type]
+    """A fitting MIG slice with every optional field set (the round trip covers them)."""
+    fields = {"kind": "mig", "mig_start": 6, "leftover_gib": 0.5, **kw}
+    return option("A100-80GB", 0.1 + 0.2, **fields)
 
 
 def test_option_round_trip_is_exact_through_json() -> None:

@@ -17,6 +17,8 @@ from scheduler.core.escalation import (
 )
 from scheduler.core.pool import Pool
 from scheduler.core.requests import PlacementRequest
+from tests.jobs import BIG_70B_FP8
+from tests.placement import node, pool_of
 
 
 def _esc(kind: str, reserved: float, cap: float, largest: float = math.inf):  # type: ignore[no-untyped-def]
@@ -49,15 +51,7 @@ def test_nothing_bigger_fails_with_the_reason() -> None:
 
 
 def test_largest_slot_respects_a_pinned_type() -> None:
-    pool = Pool.from_dict(
-        {
-            "name": "p",
-            "nodes": [
-                {"name": "a", "gpu": "A100-40GB", "count": 1},
-                {"name": "b", "gpu": "B200-180GB", "count": 1},
-            ],
-        }
-    )
+    pool = pool_of(node("a", "A100-40GB", 1), node("b", "B200-180GB", 1), name="p")
     assert largest_slot_gib(pool) > 170
     assert 39 < largest_slot_gib(pool, "A100-40GB") < 41
     assert largest_slot_gib(pool, "H100-80GB") == 0.0
@@ -67,15 +61,7 @@ def test_largest_slot_respects_a_pinned_type() -> None:
 
 # 70B in fp8: about 70 GiB per GPU at TP=1 (analytical), so one H100 holds the prediction and an
 # OOM there (the truth was bigger) leaves no GPU of an H100 pool that holds the grown floor.
-_BIG = {
-    "id": "big",
-    "model": "llama-3.1-70b",
-    "task": "inference",
-    "weight_dtype": "fp8",
-    "batch_size": 1,
-    "input_len": 512,
-    "output_len": 64,
-}
+_BIG = {"id": "big", **BIG_70B_FP8}
 
 
 def _spec(**kw: object) -> JobSpec:
@@ -83,8 +69,7 @@ def _spec(**kw: object) -> JobSpec:
 
 
 def _pool(*counts: int, gpu: str = "H100-80GB") -> Pool:
-    nodes = [{"name": f"n{i}", "gpu": gpu, "count": c} for i, c in enumerate(counts)]
-    return Pool.from_dict({"name": "p", "nodes": nodes})
+    return pool_of(*(node(f"n{i}", gpu, c) for i, c in enumerate(counts)), name="p")
 
 
 def _predict(specs: Sequence[JobSpec]) -> PredictionTable:
@@ -142,15 +127,7 @@ def test_data_parallel_is_kept_when_tensor_parallelism_grows() -> None:
 def test_a_degree_the_pool_cannot_hold_is_skipped_for_the_next() -> None:
     # 70B in bf16 OOMed with all of a lone H200: at TP=2 each GPU needs ~88 GiB, more than an
     # H100 and no node has two H200s; TP=4 (~45 GiB) fits the 4-GPU H100 node.
-    pool = Pool.from_dict(
-        {
-            "name": "p",
-            "nodes": [
-                {"name": "a", "gpu": "H200-141GB", "count": 1},
-                {"name": "b", "gpu": "H100-80GB", "count": 4},
-            ],
-        }
-    )
+    pool = pool_of(node("a", "H200-141GB", 1), node("b", "H100-80GB", 4), name="p")
     spec = _spec(weight_dtype="bf16", max_tensor_parallel=8)
     e = _oom(spec, pool, reserved=140.0, cap=140.5, gpu="H200-141GB")
     assert e.tensor_parallel is not None and e.tensor_parallel.spec.tensor_parallel == 4
@@ -159,15 +136,7 @@ def test_a_degree_the_pool_cannot_hold_is_skipped_for_the_next() -> None:
 
 
 def test_a_bigger_gpu_type_comes_before_more_tensor_parallelism() -> None:
-    pool = Pool.from_dict(
-        {
-            "name": "p",
-            "nodes": [
-                {"name": "a", "gpu": "H100-80GB", "count": 4},
-                {"name": "b", "gpu": "H200-141GB", "count": 1},
-            ],
-        }
-    )
+    pool = pool_of(node("a", "H100-80GB", 4), node("b", "H200-141GB", 1), name="p")
     e = _oom(_spec(max_tensor_parallel=8), pool)
     assert e.possible and e.tensor_parallel is None and "bigger GPU type" in e.reason
 
@@ -194,15 +163,7 @@ def test_without_permission_the_reason_says_how_to_give_it() -> None:
 
 
 def test_a_pinned_type_bounds_the_retry_too() -> None:
-    pool = Pool.from_dict(
-        {
-            "name": "p",
-            "nodes": [
-                {"name": "a", "gpu": "H100-80GB", "count": 1},
-                {"name": "b", "gpu": "A100-80GB", "count": 2},
-            ],
-        }
-    )
+    pool = pool_of(node("a", "H100-80GB", 1), node("b", "A100-80GB", 2), name="p")
     # Pinned to H100s, of which no node has two: the A100 node does not count.
     e = _oom(_spec(gpu="H100-80GB", max_tensor_parallel=2), pool)
     assert not e.possible and "no node has 2 GPUs" in e.reason
@@ -211,15 +172,7 @@ def test_a_pinned_type_bounds_the_retry_too() -> None:
 
 
 def test_largest_slot_counts_only_nodes_that_hold_the_gang() -> None:
-    pool = Pool.from_dict(
-        {
-            "name": "p",
-            "nodes": [
-                {"name": "a", "gpu": "H100-80GB", "count": 4},
-                {"name": "b", "gpu": "B200-180GB", "count": 1},
-            ],
-        }
-    )
+    pool = pool_of(node("a", "H100-80GB", 4), node("b", "B200-180GB", 1), name="p")
     assert largest_slot_gib(pool, n_gpus=1) > 170
     assert 79 < largest_slot_gib(pool, n_gpus=2) < 81
     assert largest_slot_gib(pool, n_gpus=8) == 0.0

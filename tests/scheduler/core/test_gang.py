@@ -17,6 +17,7 @@ from scheduler.core.requests import PlacementRequest
 from scheduler.core.state import PoolState
 from scheduler.exceptions import PlacementError
 from scheduler.policies.registry import get_policy
+from tests.placement import flat_request
 
 
 def _pool(*nodes: tuple[str, int, str | None], gpu: str = "H100-80GB") -> Pool:
@@ -30,16 +31,7 @@ def _pool(*nodes: tuple[str, int, str | None], gpu: str = "H100-80GB") -> Pool:
 
 
 def _req(job_id: str, n: int, *, tp: int = 1, upper: float = 60.0, **kw: Any) -> PlacementRequest:
-    return PlacementRequest(
-        job_id,
-        [upper * 0.9] * 5,
-        [upper] * 5,
-        [3600.0] * 5,
-        [4000.0] * 5,
-        n_gpus=n,
-        tensor_parallel=tp,
-        **kw,
-    )
+    return flat_request(job_id, upper, n, runtime_upper=4000.0, tensor_parallel=tp, **kw)
 
 
 def _tick(state: PoolState, *reqs: PlacementRequest) -> dict[str, Decision]:

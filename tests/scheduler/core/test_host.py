@@ -18,20 +18,13 @@ from scheduler.core.requests import PlacementRequest
 from scheduler.core.state import PoolState
 from scheduler.exceptions import PlacementError, PoolError
 from scheduler.policies.registry import get_policy
+from tests.placement import flat_request, node, pool_of
 
 B200_NODE = {"name": "b200-0", "gpu": "B200-180GB", "count": 8}
 
 
 def _req(job_id: str, upper: float = 20.0, n: int = 1, **kw: object) -> PlacementRequest:
-    return PlacementRequest(
-        job_id,
-        [upper * 0.9] * 5,
-        [upper] * 5,
-        [3600.0] * 5,
-        [4000.0] * 5,
-        n_gpus=n,
-        **kw,  # type: ignore[arg-type]
-    )
+    return flat_request(job_id, upper, n, runtime_upper=4000.0, **kw)
 
 
 def _tick(pool: Pool, *reqs: PlacementRequest, policy: str = "rightsize") -> dict[str, Decision]:
@@ -49,20 +42,10 @@ def _bound(req: PlacementRequest, state: PoolState, label: str) -> Option:
 
 
 def test_node_defaults_are_the_dgx_figures_per_gpu_times_the_node_size() -> None:
-    pool = Pool.from_dict(
-        {
-            "nodes": [
-                {"name": "h", "gpu": "H100-80GB", "count": 8},
-                {"name": "a", "gpu": "A100-40GB", "count": 4},
-                {
-                    "name": "b",
-                    "gpu": "B200-180GB",
-                    "count": 8,
-                    "cpus": 224,
-                    "host_memory_gib": 4096,
-                },
-            ]
-        }
+    pool = pool_of(
+        node("h", "H100-80GB", 8),
+        node("a", "A100-40GB", 4),
+        node("b", "B200-180GB", 8, cpus=224, host_memory_gib=4096),
     )
     h, a, b = pool.nodes
     assert (h.cpus, h.host_memory_gib) == (112, 2048)  # DGX H100: 112 cores, 2 TiB
@@ -110,20 +93,10 @@ def test_shipped_pools_still_load() -> None:
 
 
 def test_default_job_takes_its_nodes_share_per_gpu_slice_or_slot() -> None:
-    pool = Pool.from_dict(
-        {
-            "nodes": [
-                {"name": "h", "gpu": "H100-80GB", "count": 8},
-                {"name": "m", "gpu": "A100-80GB", "count": 4, "mode": "mig", "mig": "dynamic"},
-                {
-                    "name": "s",
-                    "gpu": "H200-141GB",
-                    "count": 2,
-                    "mode": "shared",
-                    "max_shared_jobs": 4,
-                },
-            ]
-        }
+    pool = pool_of(
+        node("h", "H100-80GB", 8),
+        node("m", "A100-80GB", 4, mode="mig", mig="dynamic"),
+        node("s", "H200-141GB", 2, mode="shared", max_shared_jobs=4),
     )
     state = pool.state()
     opts = {o.label: o for o in enumerate_options(_req("j", 9.0, n=2), state) if o.fits_now}
@@ -143,20 +116,10 @@ def test_default_job_takes_its_nodes_share_per_gpu_slice_or_slot() -> None:
 
 
 def test_shares_fill_a_node_exactly_so_default_jobs_place_as_before() -> None:
-    pool = Pool.from_dict(
-        {
-            "nodes": [
-                {"name": "h", "gpu": "H100-80GB", "count": 8},
-                {"name": "m", "gpu": "A100-80GB", "count": 1, "mode": "mig", "mig": "dynamic"},
-                {
-                    "name": "s",
-                    "gpu": "H200-141GB",
-                    "count": 1,
-                    "mode": "shared",
-                    "max_shared_jobs": 3,
-                },
-            ]
-        }
+    pool = pool_of(
+        node("h", "H100-80GB", 8),
+        node("m", "A100-80GB", 1, mode="mig", mig="dynamic"),
+        node("s", "H200-141GB", 1, mode="shared", max_shared_jobs=3),
     )
     reqs = [_req(f"h{i}", 40.0, gpu="H100-80GB") for i in range(8)]
     reqs += [_req(f"m{i}", 9.0, gpu="A100-80GB") for i in range(7)]  # 7 x 1g.10gb

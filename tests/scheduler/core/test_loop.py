@@ -16,6 +16,7 @@ from scheduler.core.table import OptionTable
 from scheduler.exceptions import PlacementError, SchedulerError
 from scheduler.policies.base import Policy
 from scheduler.policies.registry import PolicyName, get_policy
+from tests.placement import flat_request
 
 POOL = {
     "nodes": [
@@ -26,16 +27,7 @@ POOL = {
 
 
 def _req(job_id: str, upper: float, n: int = 1, t: float = 0.0, prio: int = 0) -> PlacementRequest:
-    return PlacementRequest(
-        job_id,
-        [upper * 0.9] * 5,
-        [upper] * 5,
-        [100.0] * 5,
-        [120.0] * 5,
-        n_gpus=n,
-        submit_time_s=t,
-        priority=prio,
-    )
+    return flat_request(job_id, upper, n, runtime=100.0, submit_time_s=t, priority=prio)
 
 
 class _Lazy(Policy):

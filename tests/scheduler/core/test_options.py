@@ -17,6 +17,7 @@ from scheduler.core.pool import Pool
 from scheduler.core.requests import PlacementRequest
 from scheduler.core.shares import shared_compute_share
 from scheduler.core.table import OptionTable
+from tests.placement import flat_request, node, pool_of
 
 MIXED = {
     "prices": {"H100-80GB": 3.0},
@@ -33,16 +34,7 @@ MIXED = {
 def _req(
     upper: float | list[float], n: int = 1, runtime: float = 3600.0, **kw: object
 ) -> PlacementRequest:
-    ups = [upper] * 5 if isinstance(upper, float | int) else upper
-    return PlacementRequest(
-        str(kw.pop("job_id", "j")),
-        [u * 0.9 for u in ups],
-        ups,
-        [runtime] * 5,
-        [runtime * 1.2] * 5,
-        n_gpus=n,
-        **kw,  # type: ignore[arg-type]
-    )
+    return flat_request(str(kw.pop("job_id", "j")), upper, n, runtime=runtime, **kw)
 
 
 def _by_label(opts: list[Option]) -> dict[str, Option]:
@@ -128,14 +120,7 @@ def test_kueue_style_reasons() -> None:
 
 
 def test_gang_stays_in_one_node_when_one_node_holds_it() -> None:
-    pool = Pool.from_dict(
-        {
-            "nodes": [
-                {"name": "h1", "gpu": "H100-80GB", "count": 4},
-                {"name": "h2", "gpu": "H100-80GB", "count": 4},
-            ]
-        }
-    )
+    pool = pool_of(node("h1", "H100-80GB", 4), node("h2", "H100-80GB", 4))
     state = pool.state()
     o = _by_label(enumerate_options(_req(10.0, n=4), state))["H100-80GB x4"]
     assert len(set(o.gpu_indices)) == 4
@@ -152,14 +137,7 @@ def test_gang_stays_in_one_node_when_one_node_holds_it() -> None:
 
 
 def test_pack_prefers_the_fullest_node() -> None:
-    pool = Pool.from_dict(
-        {
-            "nodes": [
-                {"name": "h1", "gpu": "H100-80GB", "count": 4},
-                {"name": "h2", "gpu": "H100-80GB", "count": 4},
-            ]
-        }
-    )
+    pool = pool_of(node("h1", "H100-80GB", 4), node("h2", "H100-80GB", 4))
     state = pool.state()
     first = _by_label(enumerate_options(_req(10.0, n=1), state))["H100-80GB x1"]
     state.allocate(first, "a")

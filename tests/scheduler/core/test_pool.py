@@ -18,15 +18,14 @@ from scheduler.core.requests import PlacementRequest
 from scheduler.core.state import PoolState
 from scheduler.core.synthetic import synthetic_pool
 from scheduler.exceptions import PlacementError, PoolError
+from tests.placement import flat_request, node, pool_of
 
 REPO = Path(__file__).resolve().parents[3]
 POOLS = REPO / "datasets" / "pools"
 
 
 def _req(job_id: str, upper: float, n: int = 1, runtime: float = 3600.0) -> PlacementRequest:
-    return PlacementRequest(
-        job_id, [upper * 0.9] * 5, [upper] * 5, [runtime] * 5, [runtime * 1.2] * 5, n_gpus=n
-    )
+    return flat_request(job_id, upper, n, runtime=runtime)
 
 
 def _snapshot(s: PoolState) -> tuple[bytes, ...]:
@@ -59,34 +58,18 @@ def test_bad_fields_are_reported_with_node_name() -> None:
     with pytest.raises(PoolError, match="node 'x' field count"):
         Pool.from_dict({"nodes": [{"name": "x", "gpu": "H100-80GB", "count": 0}]})
     with pytest.raises(PoolError, match="appears twice"):
-        Pool.from_dict(
-            {"nodes": [{"name": "a", "gpu": "H100-80GB"}, {"name": "a", "gpu": "H100-80GB"}]}
-        )
+        pool_of(node("a", "H100-80GB"), node("a", "H100-80GB"))
 
 
 def test_price_overrides_apply_and_unknown_price_type_fails() -> None:
-    pool = Pool.from_dict(
-        {"prices": {"H100-80GB": 2.5}, "nodes": [{"name": "a", "gpu": "H100-80GB", "count": 1}]}
-    )
+    pool = pool_of(node("a", "H100-80GB", 1), prices={"H100-80GB": 2.5})
     assert pool.price_for("H100-80GB") == 2.5
     with pytest.raises(PoolError, match="unknown GPU type"):
         Pool.from_dict({"prices": {"X": 1.0}, "nodes": [{"name": "a", "gpu": "H100-80GB"}]})
 
 
 def test_static_mig_layout_follows_placement_rules() -> None:
-    ok = Pool.from_dict(
-        {
-            "nodes": [
-                {
-                    "name": "m",
-                    "gpu": "A100-80GB",
-                    "count": 1,
-                    "mode": "mig",
-                    "mig": [["1g.10gb", "4g.40gb", "2g.20gb"]],
-                }
-            ]
-        }
-    )
+    ok = pool_of(node("m", "A100-80GB", 1, mode="mig", mig=[["1g.10gb", "4g.40gb", "2g.20gb"]]))
     layout = ok.nodes[0].mig_layout
     assert layout is not None
     starts = dict(layout[0])
@@ -94,23 +77,9 @@ def test_static_mig_layout_follows_placement_rules() -> None:
     assert starts["4g.40gb"] == 0
     # Two 4g instances cannot share one GPU (compute slices overlap).
     with pytest.raises(PoolError, match="does not fit one A100-80GB"):
-        Pool.from_dict(
-            {
-                "nodes": [
-                    {
-                        "name": "m",
-                        "gpu": "A100-80GB",
-                        "count": 1,
-                        "mode": "mig",
-                        "mig": [["4g.40gb", "4g.40gb"]],
-                    }
-                ]
-            }
-        )
+        pool_of(node("m", "A100-80GB", 1, mode="mig", mig=[["4g.40gb", "4g.40gb"]]))
     with pytest.raises(PoolError, match="cannot start at slot 1"):
-        Pool.from_dict(
-            {"nodes": [{"name": "m", "gpu": "H100-80GB", "mode": "mig", "mig": ["3g.40gb@1"]}]}
-        )
+        pool_of(node("m", "H100-80GB", mode="mig", mig=["3g.40gb@1"]))
     with pytest.raises(PoolError, match="unknown MIG profile"):
         Pool.from_dict({"nodes": [{"name": "m", "gpu": "H100-80GB", "mode": "mig", "mig": ["9g"]}]})
     with pytest.raises(PoolError, match="needs a layout"):
@@ -127,9 +96,7 @@ def test_mig_masks_forbid_overlaps_and_allow_valid_mixes() -> None:
 
 
 def test_dynamic_mig_repartitions_on_demand() -> None:
-    pool = Pool.from_dict(
-        {"nodes": [{"name": "m", "gpu": "A100-80GB", "count": 1, "mode": "mig", "mig": "dynamic"}]}
-    )
+    pool = pool_of(node("m", "A100-80GB", 1, mode="mig", mig="dynamic"))
     state = pool.state()
     # Seven 1g.10gb jobs fill the GPU; an eighth has nowhere to go.
     for k in range(7):
@@ -150,19 +117,7 @@ def test_dynamic_mig_repartitions_on_demand() -> None:
 
 
 def test_shared_gpu_cap_and_memory_limit() -> None:
-    pool = Pool.from_dict(
-        {
-            "nodes": [
-                {
-                    "name": "s",
-                    "gpu": "H100-80GB",
-                    "count": 1,
-                    "mode": "shared",
-                    "max_shared_jobs": 2,
-                }
-            ]
-        }
-    )
+    pool = pool_of(node("s", "H100-80GB", 1, mode="shared", max_shared_jobs=2))
     state = pool.state()
     for k in range(2):
         o = next(o for o in enumerate_options(_req(f"j{k}", 10.0), state) if o.kind == "shared")

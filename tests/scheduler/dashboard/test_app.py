@@ -45,11 +45,6 @@ POOL = Pool.from_dict(
 PAIR: dict[str, Any] = {"gpu": "H100-80GB", "n_gpus": 2, "tensor_parallel": 2}
 
 
-@pytest.fixture
-def store(redis_url: str) -> RedisStore:
-    return RedisStore(redis.Redis.from_url(redis_url))
-
-
 def _placed_cluster(store: RedisStore) -> Client:
     """Small jobs on the shared and MIG nodes, one 2-GPU job on n1, one waiting for n1, one
     that fits nowhere: one scheduler step, as the service runs it."""

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import signal
 import socket
-import subprocess
 from pathlib import Path
 
 import httpx
-import redis
 from click.testing import CliRunner
 
 from scheduler.cli.dashboard import dashboard_command
@@ -20,17 +18,15 @@ from scheduler.service.client import Client
 from scheduler.service.leader import SchedulerService
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
+from tests.procs import Procs
 from tests.scheduler.dashboard._procs import served_url, start
 
 POOL = Pool.from_dict({"name": "one", "nodes": [{"name": "n1", "gpu": "H100-80GB", "count": 2}]})
 
 
 def test_dashboard_command_serves_on_loopback_and_stops_on_sigterm(
-    redis_url: str,
-    tmp_path: Path,
-    procs: list[subprocess.Popen[bytes]],
+    redis_url: str, store: RedisStore, tmp_path: Path, procs: Procs
 ) -> None:
-    store = RedisStore(redis.Redis.from_url(redis_url))
     Client(store=store).submit(spec(0))
     SchedulerService(store, POOL).step()
     log = tmp_path / "dashboard.log"
@@ -58,8 +54,7 @@ def test_dashboard_command_names_the_fix_when_the_port_is_taken(redis_url: str) 
     assert "--port (0 picks one)" in got.output
 
 
-def test_in_process_server_starts_serves_and_stops(redis_url: str) -> None:
-    store = RedisStore(redis.Redis.from_url(redis_url))
+def test_in_process_server_starts_serves_and_stops(store: RedisStore) -> None:
     dash = start_in_thread(create_app(store))
     try:
         assert httpx.get(dash.url + "healthz", timeout=10).status_code == 200

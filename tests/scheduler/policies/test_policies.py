@@ -18,6 +18,7 @@ from scheduler.core.requests import PlacementRequest, RunningJob
 from scheduler.core.synthetic import synthetic_pool
 from scheduler.exceptions import PolicyError
 from scheduler.policies.registry import PolicyName, get_policy
+from tests.placement import node, pool_of
 
 REPO = Path(__file__).resolve().parents[3]
 OURS = [p for p in PolicyName if p is not PolicyName.FGD]
@@ -122,14 +123,8 @@ def test_requested_takes_whole_requested_gpus_only() -> None:
 
 
 def test_firstfit_and_bestfit_choice_rules() -> None:
-    pool = Pool.from_dict(
-        {
-            "nodes": [
-                {"name": "b200", "gpu": "B200-180GB", "count": 1},
-                {"name": "a80", "gpu": "A100-80GB", "count": 1},
-                {"name": "a40", "gpu": "A100-40GB", "count": 1},
-            ]
-        }
+    pool = pool_of(
+        node("b200", "B200-180GB", 1), node("a80", "A100-80GB", 1), node("a40", "A100-40GB", 1)
     )
     d = get_policy("firstfit").schedule([_req("f", 30.0)], pool.state(), 0.0)[0]
     assert _opt(d).gpu_type == "B200-180GB"  # first GPU in pool order
@@ -174,14 +169,7 @@ def test_requested_strict_fifo_blocks_behind_the_head() -> None:
 
 
 def test_rightsize_waits_for_a_cheaper_type_only_within_the_deadline() -> None:
-    pool = Pool.from_dict(
-        {
-            "nodes": [
-                {"name": "a40", "gpu": "A100-40GB", "count": 1},
-                {"name": "b200", "gpu": "B200-180GB", "count": 1},
-            ]
-        }
-    )
+    pool = pool_of(node("a40", "A100-40GB", 1), node("b200", "B200-180GB", 1))
     state = pool.state()
     x = PlacementRequest("x", [9.0] * 5, [10.0] * 5, [600.0] * 5, [700.0] * 5)
     blocker = get_policy("rightsize").schedule([x], state, 0.0)[0]
@@ -218,14 +206,7 @@ def test_optimal_refuses_big_batches() -> None:
 def test_optimal_beats_queue_order_greedy_and_rightsize_repacks_to_match() -> None:
     # One A100-40GB and one H100; both jobs are cheapest on the A100, but b saves more there.
     # In queue order a grabs it first and b pays for that; the optimum swaps them.
-    pool = Pool.from_dict(
-        {
-            "nodes": [
-                {"name": "a40", "gpu": "A100-40GB", "count": 1},
-                {"name": "h100", "gpu": "H100-80GB", "count": 1},
-            ]
-        }
-    )
+    pool = pool_of(node("a40", "A100-40GB", 1), node("h100", "H100-80GB", 1))
     a = PlacementRequest("a", [5.0] * 5, [5.0] * 5, [1000.0] * 5, [1000.0] * 5)
     b = PlacementRequest("b", [30.0] * 5, [30.0] * 5, [4000, 4000, 3000, 3000, 3000], [1.0] * 5)
     myopic = _placed_cost(get_policy("rightsize", lookahead=0).schedule([a, b], pool.state(), 0.0))

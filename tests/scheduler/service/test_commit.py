@@ -15,6 +15,7 @@ from scheduler.service.store.protocol import Commit
 from scheduler.service.store.records import dumps
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
+from tests.scheduler.service._ledger import assert_ledger_matches_allocations
 
 WHOLE = {"name": "w", "nodes": [{"name": "n", "gpu": "H100-80GB", "count": 4}]}
 SHARED_NODE = {"name": "n", "gpu": "H100-80GB", "count": 2, "mode": "shared", "max_shared_jobs": 4}
@@ -56,7 +57,7 @@ def test_forged_huge_reservation_leaves_no_orphaned_capacity(
     for i in range(1, 4):
         assert client.get(f"job-{i}").status() == "placed"
     svc.assert_consistent()
-    _capacity_adds_up(store)
+    assert_ledger_matches_allocations(store)
 
 
 def test_meta_alloc_and_event_are_derived_from_the_one_record(
@@ -95,21 +96,6 @@ def test_meta_alloc_and_event_are_derived_from_the_one_record(
             assert decision["options"][decision["runner_up"]] == rec.runner_up
 
 
-def _capacity_adds_up(store: RedisStore) -> None:
-    """P:gpu holds exactly what the allocations say, per GPU."""
-    g = store.gpu_state()
-    used: dict[int, int] = {}
-    shared: dict[int, int] = {}
-    for raw in store.allocations().values():
-        a = json.loads(raw)
-        for gi in a["gpus"]:
-            used[gi] = used.get(gi, 0) + a["used_mib"]
-            shared[gi] = shared.get(gi, 0) + (a["kind"] == 2)
-    n = sum(1 for k in g if k.endswith(":cap"))
-    assert {i: g[f"{i}:used"] for i in range(n)} == {i: used.get(i, 0) for i in range(n)}
-    assert {i: g[f"{i}:shared"] for i in range(n)} == {i: shared.get(i, 0) for i in range(n)}
-
-
 def _setup(store: RedisStore, data: dict, n_jobs: int) -> SchedulerService:
     """A leader that owns the pool in Redis, and ``n_jobs`` pending jobs job-0.."""
     pool = Pool.from_dict(data)
@@ -142,7 +128,7 @@ def test_a_gpu_listed_twice_is_not_booked_twice(store: RedisStore) -> None:
         [Commit(f"job-{i}", 0, _alloc([1], 81559), "{}", "{}") for i in range(2)], whole.token
     )
     assert res[0].startswith("ok:") and res[1] == "err:GPU 1 is taken"
-    _capacity_adds_up(store)
+    assert_ledger_matches_allocations(store)
 
 
 def _setup_fresh(store: RedisStore, data: dict, n_jobs: int) -> SchedulerService:
@@ -165,7 +151,7 @@ def test_a_malformed_value_rejects_one_job_and_commits_the_rest(store: RedisStor
     assert sorted(store.allocations()) == ["job-0", "job-3"]
     for v in bad_values[1:]:
         assert _commit(store, svc, "job-1", _alloc([1], v)).startswith("bad:used_mib")
-    _capacity_adds_up(store)
+    assert_ledger_matches_allocations(store)
 
 
 def test_release_takes_back_exactly_what_the_commit_added(store: RedisStore) -> None:
@@ -200,7 +186,7 @@ def test_a_garbage_allocation_does_not_break_finish_requeue_or_cancel(
     # What job-1 holds is still counted; the garbage entry's unknown share is not.
     g = store.gpu_state()
     assert g["0:used"] == 2000 and g["0:shared"] == 1
-    _capacity_adds_up(store)
+    assert_ledger_matches_allocations(store)
 
 
 def test_an_empty_token_never_passes_the_leader_fence(store: RedisStore) -> None:
@@ -242,4 +228,4 @@ def test_the_leader_rejects_a_job_whose_commit_is_malformed_and_places_the_rest(
     assert any(e["event"] == "rejected" and e["job_id"] == "job-1" for _, e in store.events())
     svc.step()
     svc.assert_consistent()
-    _capacity_adds_up(store)
+    assert_ledger_matches_allocations(store)

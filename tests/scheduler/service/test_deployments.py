@@ -39,11 +39,6 @@ CHAT = {"id": "chat", "model": "llama-3.1-8b", "task": "serve", "request_rate": 
 
 
 @pytest.fixture
-def store(redis_url: str) -> RedisStore:
-    return RedisStore(redis.Redis.from_url(redis_url))
-
-
-@pytest.fixture
 def svc(store: RedisStore) -> SchedulerService:
     s = SchedulerService(store, POOL, leader_election=False)
     s.step()  # writes the pool into Redis: the client plans for it

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from scheduler.core.pool import Pool
 from scheduler.service.client import Client
 from scheduler.service.leader import SchedulerService
@@ -22,21 +24,32 @@ POOL = {
 }
 
 
+#: A 2 x 8 H100 gang: larger than either node, so it spans both.
+GANG = {"gpu": "H100-80GB", "n_gpus": 16, "tensor_parallel": 8}
+
+
+@pytest.fixture
+def client(store: RedisStore) -> Client:
+    return Client(store=store)
+
+
+@pytest.fixture
+def svc(store: RedisStore) -> SchedulerService:
+    return SchedulerService(store, Pool.from_dict(POOL))
+
+
 def _rq_jobs(store: RedisStore, node: str) -> list[str]:
     raw = store.raw.lrange(f"rq:queue:snugfit:node:{node}", 0, -1)
     return [x.decode() if isinstance(x, bytes) else str(x) for x in raw]
 
 
 def test_16_gpu_gang_commits_on_both_nodes_and_is_refused_while_one_is_busy(
-    store: RedisStore,
+    store: RedisStore, client: Client, svc: SchedulerService
 ) -> None:
-    pool = Pool.from_dict(POOL)
-    client = Client(store=store)
-    svc = SchedulerService(store, pool)
     one = client.submit(spec("one", gpu="H100-80GB"))
     svc.step()
     assert one.placement is not None
-    big = client.submit(spec("big", gpu="H100-80GB", n_gpus=16, tensor_parallel=8))
+    big = client.submit(spec("big", **GANG))
     svc.step()
     # One GPU of one node is taken: a 2 x 8 gang cannot start, and the decision says so.
     assert big.status() == "pending"
@@ -77,18 +90,15 @@ def test_16_gpu_gang_commits_on_both_nodes_and_is_refused_while_one_is_busy(
 
 
 def test_lua_commit_refuses_a_gang_when_one_of_its_nodes_lost_the_capacity(
-    store: RedisStore,
+    store: RedisStore, client: Client, svc: SchedulerService
 ) -> None:
     # Two leaders' views: a gang and a 1-GPU job on node 1 commit in the same chunk; the
     # second to be checked is refused and nothing of it is taken on either node.
-    pool = Pool.from_dict(POOL)
-    client = Client(store=store)
-    svc = SchedulerService(store, pool)
-    client.submit(spec("big", gpu="H100-80GB", n_gpus=16, tensor_parallel=8))
+    client.submit(spec("big", **GANG))
     svc.step()
     alloc = json.loads(store.allocations()["job-big"])
     # Forge a second gang on the same GPUs: the commit must refuse it whole.
-    client.submit(spec("twin", gpu="H100-80GB", n_gpus=16, tensor_parallel=8))
+    client.submit(spec("twin", **GANG))
     from scheduler.service.store.protocol import Commit
     from scheduler.service.store.records import dumps
 
@@ -158,7 +168,7 @@ def test_a_new_leader_rebuilds_a_gang_from_redis(store: RedisStore) -> None:
     pool = Pool.from_dict(POOL)
     client = Client(store=store)
     first = SchedulerService(store, pool)
-    big = client.submit(spec("big", gpu="H100-80GB", n_gpus=16, tensor_parallel=8))
+    big = client.submit(spec("big", **GANG))
     first.step()
     assert big.placement is not None and big.placement.n_nodes == 2
     first.resign()

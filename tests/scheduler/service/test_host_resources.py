@@ -15,6 +15,7 @@ from scheduler.service.store.protocol import Commit
 from scheduler.service.store.records import dumps
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
+from tests.scheduler.service._ledger import assert_ledger_matches_allocations
 
 POOL = {
     "name": "cpu",
@@ -27,21 +28,6 @@ POOL = {
 
 def _node_counters(store: RedisStore) -> dict[str, int]:
     return {k: v for k, v in store.gpu_state().items() if k.startswith("n")}
-
-
-def _counters_add_up(store: RedisStore) -> None:
-    """P:gpu's per-node CPU and host counters hold exactly what the allocations say."""
-    g = store.gpu_state()
-    cpu: dict[int, int] = {}
-    host: dict[int, int] = {}
-    for raw in store.allocations().values():
-        a = json.loads(raw)
-        k = g[f"{a['gpus'][0]}:node"]
-        cpu[k] = cpu.get(k, 0) + a.get("cpu_milli", 0)
-        host[k] = host.get(k, 0) + a.get("host_mib", 0)
-    for k in (0, 1):
-        assert g[f"n{k}:cpu"] == cpu.get(k, 0) and g[f"n{k}:host"] == host.get(k, 0)
-        assert g[f"n{k}:cpu"] <= g[f"n{k}:cpu_cap"] and g[f"n{k}:host"] <= g[f"n{k}:host_cap"]
 
 
 def test_job_refused_for_cpu_live_says_which_resource_it_lacked(store: RedisStore) -> None:
@@ -75,14 +61,14 @@ def test_job_refused_for_cpu_live_says_which_resource_it_lacked(store: RedisStor
         huge.reason
     )
     svc.assert_consistent()
-    _counters_add_up(store)
+    assert_ledger_matches_allocations(store)
     # The hog finishes: its cores come back and the pinned job starts on the B200 node.
     assert store.start("job-hog", 1, "w", int(time.time() * 1000) + 60_000) == "ok"
     assert store.finish("job-hog", 1, "succeeded", "{}", "done") == "ok"
     svc.step()
     assert stuck.placement is not None and stuck.placement.node == "b200-0"
     assert _node_counters(store)["n0:cpu"] == 24_000
-    _counters_add_up(store)
+    assert_ledger_matches_allocations(store)
 
 
 def test_snugfit_pool_and_explain_show_cpus_and_host_memory(

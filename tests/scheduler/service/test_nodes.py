@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import redis
 from click.testing import CliRunner
 
 from scheduler.cli import cli
@@ -21,7 +20,7 @@ from scheduler.service.leader import SchedulerService
 from scheduler.service.nodes import node_statuses
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
-from tests.procs import wait_for
+from tests.procs import Procs, wait_for
 from tests.scheduler.service.test_faults import snugfit, write_pool
 
 REPO = Path(__file__).resolve().parents[3]
@@ -159,14 +158,11 @@ def test_worker_for_a_node_not_in_the_pool_exits_at_once(tmp_path: Path, redis_u
 
 
 def test_sigstopped_worker_its_queued_job_runs_elsewhere_with_no_retry_used(
-    tmp_path: Path,
-    redis_url: str,
-    procs: list[subprocess.Popen[bytes]],
+    tmp_path: Path, redis_url: str, store: RedisStore, procs: Procs
 ) -> None:
     """Real worker processes: the cheap node's worker is frozen (SIGSTOP: no heartbeat, its
     queue unread) right after a job is placed there; the job runs on the other node."""
     pool_file = write_pool(tmp_path, POOL)
-    store = RedisStore(redis.Redis.from_url(redis_url))
     client = Client(store=store)
     svc = _service(store, node_stale_s=3.0)
     svc.step()

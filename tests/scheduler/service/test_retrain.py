@@ -16,11 +16,9 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import redis
 
@@ -34,50 +32,18 @@ from scheduler.service.leader import SchedulerService
 from scheduler.service.retrain import Retrainer, RetrainPolicy
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec
+from tests.retrain_cases import BROKEN, HONEST, Factor, N, published_vram, remeasured
 
 REPO = Path(__file__).resolve().parents[3]
 POOL = Pool.from_dict({"name": "one", "nodes": [{"name": "n1", "gpu": "H100-80GB", "count": 2}]})
-N = 24
-
-Factor = Callable[[int, str], float]  # (row number, node) -> multiplier of the published peak
-
-
-def _noise(i: int, node: str) -> float:
-    return 1.0 + float(np.random.default_rng(1000 + i).uniform(-0.05, 0.05))
-
-
-def _random(i: int, node: str) -> float:
-    return float(np.random.default_rng(2000 + i).choice([5.0, 0.2]))
-
-
-BROKEN: dict[str, Factor] = {
-    "doubled": lambda i, n: 2.0,
-    "tripled": lambda i, n: 3.0,
-    "times_0.4": lambda i, n: 0.4,
-    "contradictory_2x_0.5x": lambda i, n: 2.0 if n == "n0" else 0.5,
-    "random_5x_0.2x": _random,
-}
-
-
-def _published_vram() -> list[dict[str, Any]]:
-    path = REPO / "datasets" / "measured" / "published.jsonl"
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-    return [r for r in rows if r.get("peak_vram_gib") is not None]
 
 
 def _history_rows(factor: Factor | float, n: int = N, first: int = 0) -> list[str]:
     """``n`` published runs measured again on the cluster, their peaks times ``factor``."""
-    out = []
-    on_catalogue_gpus = [r for r in _published_vram() if isinstance(r.get("gpu"), str)]
-    for i, r in enumerate(on_catalogue_gpus[first : first + n], first):
-        row = dict(r, id=f"hist-{i}", origin="history", simulated=False)
-        node = f"n{i % 2}"  # two nodes, as two workers would report them
-        row["source"] = f"snugfit worker w-{node} node {node}, job re-{i}@1"
-        row["hardware"] = {"node": node}
-        x = factor(i, node) if callable(factor) else factor
-        row["peak_vram_gib"] = round(r["peak_vram_gib"] * x, 3)
-        out.append(json.dumps(row))
-    return out
+    f = factor if callable(factor) else (lambda i, node: factor)
+    on_catalogue_gpus = [r for r in published_vram() if isinstance(r.get("gpu"), str)]
+    runs = on_catalogue_gpus[first : first + n]
+    return [remeasured(r, i, f, f"hist-{i}") for i, r in enumerate(runs, first)]
 
 
 @pytest.fixture
@@ -101,7 +67,7 @@ def _retrain_events(store: RedisStore) -> list[dict[str, Any]]:
 
 def _service(store: RedisStore, redis_url: str, tmp_path: Path) -> SchedulerService:
     data = tmp_path / "published-vram.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in _published_vram()), encoding="utf-8")
+    data.write_text("".join(json.dumps(r) + "\n" for r in published_vram()), encoding="utf-8")
     policy = RetrainPolicy(redis_url, every_rows=N, data=(str(data),), check_s=0.0)
     # The test drives step() by hand and waits for the retrain process between steps (tens of
     # seconds on a loaded machine): a 5 s lease would lapse in that wait, and a leader that lost
@@ -119,7 +85,7 @@ def _run_retrain(svc: SchedulerService) -> dict[str, Any]:
     return got[-1]
 
 
-@pytest.mark.parametrize("factor", [1.0, _noise], ids=["agreeing", "noise_5pct"])
+@pytest.mark.parametrize("factor", HONEST.values(), ids=HONEST.keys())
 def test_retrain_after_n_rows_is_accepted_and_the_next_prediction_names_it(
     redis_url: str, tmp_path: Path, home: Path, factor: Factor | float
 ) -> None:

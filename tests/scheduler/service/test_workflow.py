@@ -15,7 +15,7 @@ import pytest
 from predictor.gpus import get_gpu
 from scheduler.core.pool import Pool, load_pool
 from scheduler.exceptions import ServiceError, UnknownDependencyError
-from scheduler.service.client import Client
+from scheduler.service.client import Client, JobHandle
 from scheduler.service.leader import SchedulerService
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
@@ -45,6 +45,17 @@ def _run_attempt(store: RedisStore, job_id: str, state: str = "succeeded") -> No
     outcome = json.dumps({"attempt": attempt, "state": state, "runtime_s": 1.0})
     reason = "" if state == "succeeded" else "exit code 1"
     assert store.finish(job_id, attempt, state, outcome, reason) == "ok"
+
+
+def _started(
+    store: RedisStore, client: Client, pool: Pool, lease_ms: int
+) -> tuple[JobHandle, SchedulerService]:
+    """Job ``a`` placed by a new leader and started by worker ``w1`` with this lease."""
+    h = client.submit(spec("a"))
+    svc = SchedulerService(store, pool)
+    svc.step()
+    assert store.start(h.id, 1, "w1", lease_ms) == "ok"
+    return h, svc
 
 
 def _share(p: dict[str, Any]) -> float:
@@ -297,10 +308,7 @@ def test_requeue_placed_and_finished_jobs_as_new_attempts(
 def test_requeue_a_running_job_stops_it_first_then_places_it_again(
     store: RedisStore, client: Client, small: Pool
 ) -> None:
-    h = client.submit(spec("a"))
-    svc = SchedulerService(store, small)
-    svc.step()
-    assert store.start(h.id, 1, "w1", _lease()) == "ok"
+    h, svc = _started(store, client, small, _lease())
     assert client.requeue(h.id) == {h.id: "requested"}
     assert h.status() == "running" and store.alloc_ids() == [h.id]  # held until it stops
     assert store.heartbeat(h.id, 1, _lease()) == "cancel"  # the worker is told to stop it
@@ -314,10 +322,7 @@ def test_requeue_a_running_job_stops_it_first_then_places_it_again(
 def test_requeue_of_a_running_job_whose_worker_dies_still_requeues(
     store: RedisStore, client: Client, small: Pool
 ) -> None:
-    h = client.submit(spec("a"))
-    svc = SchedulerService(store, small)
-    svc.step()
-    assert store.start(h.id, 1, "w1", int(time.time() * 1000) - 1) == "ok"  # lease expired
+    h, svc = _started(store, client, small, int(time.time() * 1000) - 1)  # lease expired
     client.requeue(h.id)
     svc.step()  # the lease reclaim meets the requeue request: pending, then placed again
     assert h.placement is not None and h.placement.attempt == 2

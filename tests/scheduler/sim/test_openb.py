@@ -17,17 +17,9 @@ from scheduler.sim.openb.trace import (
     load_pods,
     tune_workload,
 )
+from tests.openb_csv import G2_T4_NODES, NODE_HEAD, write_pods
 
-NODES = """sn,cpu_milli,memory_mib,gpu,model
-n0,64000,262144,8,G2
-n1,64000,262144,8,G2
-n2,32000,131072,2,T4
-n3,32000,131072,0,
-"""
-PODS_HEAD = (
-    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
-    "creation_time,deletion_time,scheduled_time\n"
-)
+NODES = G2_T4_NODES + "n3,32000,131072,0,\n"
 
 
 def _pods(tmp_path: Path) -> Path:
@@ -37,9 +29,7 @@ def _pods(tmp_path: Path) -> Path:
         kind = rng.integers(4)
         num, milli = [(0, 0), (1, 500), (1, 1000), (2, 1000)][kind]
         rows.append(f"p{i},{int(rng.choice([2000, 4000]))},4096,{num},{milli},,LS,Running,0,1,0")
-    p = tmp_path / "pods.csv"
-    p.write_text(PODS_HEAD + "\n".join(rows) + "\n")
-    return p
+    return write_pods(tmp_path, rows)
 
 
 @pytest.fixture
@@ -127,13 +117,10 @@ def test_fgdstrand_sends_cpu_only_pods_to_cpu_rich_nodes(tmp_path: Path, seed: i
     # T4-like one. A CPU-only pod on the lean node would strand its GPUs, wherever it lands in
     # the arrival order; on the rich node it strands nothing.
     nodes = tmp_path / "nodes.csv"
-    nodes.write_text(
-        "sn,cpu_milli,memory_mib,gpu,model\nlean,96000,393216,8,G2\nrich,104000,524288,2,T4\n"
-    )
+    nodes.write_text(NODE_HEAD + "lean,96000,393216,8,G2\nrich,104000,524288,2,T4\n")
     rows = [f"g{i},12000,16384,1,1000,,LS,Running,0,1,0" for i in range(13)]  # 130% of 10 GPUs
     rows.append("c0,32000,16384,0,0,,LS,Running,0,1,0")
-    pods = tmp_path / "pods.csv"
-    pods.write_text(PODS_HEAD + "\n".join(rows) + "\n")
+    pods = write_pods(tmp_path, rows)
     c, w = load_nodes(nodes), load_pods(pods)
     r = replay(c, w, "fgdstrand", seed)
     assert r.n_pods == 14  # the trace is exactly at 130%: no clones
@@ -145,13 +132,10 @@ def test_fgdstrand_sends_cpu_only_pods_to_cpu_rich_nodes(tmp_path: Path, seed: i
 @pytest.mark.parametrize("policy", [p.value for p in OpenbPolicy])
 def test_gpu_type_constraint_is_honoured(tmp_path: Path, policy: str) -> None:
     nodes = tmp_path / "nodes.csv"
-    nodes.write_text(
-        "sn,cpu_milli,memory_mib,gpu,model\na,64000,262144,2,T4\nb,64000,262144,2,P100\n"
-    )
+    nodes.write_text(NODE_HEAD + "a,64000,262144,2,T4\nb,64000,262144,2,P100\n")
     rows = [f"s{i},1000,1024,1,{m},P100,LS,Running,0,1,0" for i, m in enumerate([500, 1000] * 4)]
     rows += [f"w{i},1000,1024,2,1000,T4,LS,Running,0,1,0" for i in range(2)]
-    pods = tmp_path / "pods.csv"
-    pods.write_text(PODS_HEAD + "\n".join(rows) + "\n")
+    pods = write_pods(tmp_path, rows)
     c, w = load_nodes(nodes), load_pods(pods)
     r = replay(c, w, policy, seed=1)
     # The tuned workload is the trace plus clones; every placed pod must sit on its own type.

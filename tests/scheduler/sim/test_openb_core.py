@@ -14,28 +14,22 @@ from click.testing import CliRunner
 
 from scheduler.cli.simulate import simulate_command
 from scheduler.core.loop import SchedulerCore
+from scheduler.core.requests import PlacementRequest
 from scheduler.exceptions import TraceError
 from scheduler.policies.registry import PolicyName, get_policy
 from scheduler.sim.openb.core_replay import CORE_POLICY, replay_core
-from scheduler.sim.openb.pool import core_supported, openb_pool, openb_requests
+from scheduler.sim.openb.pool import OpenbPool, core_supported, openb_pool, openb_requests
 from scheduler.sim.openb.replay import replay
 from scheduler.sim.openb.trace import (
     DEFAULT_NODES_CSV,
     DEFAULT_PODS_CSV,
+    OpenbWorkload,
     load_nodes,
     load_pods,
 )
+from tests.openb_csv import G2_T4_NODES, write_pods
 
-NODES = """sn,cpu_milli,memory_mib,gpu,model
-n0,64000,262144,8,G2
-n1,64000,262144,8,G2
-n2,32000,131072,2,T4
-n3,96000,393216,4,V100M32
-"""
-HEAD = (
-    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
-    "creation_time,deletion_time,scheduled_time\n"
-)
+NODES = G2_T4_NODES + "n3,96000,393216,4,V100M32\n"
 NODE_SCORERS = [
     PolicyName.FGD_NODE,
     PolicyName.FGD_STRAND,
@@ -47,10 +41,14 @@ NODE_SCORERS = [
 ]
 
 
-def _write(tmp_path: Path, rows: list[str], name: str = "pods.csv") -> Path:
-    p = tmp_path / name
-    p.write_text(HEAD + "\n".join(rows) + "\n")
-    return p
+def _pods(tmp_path: Path, *rows: str) -> OpenbWorkload:
+    """The pods of these CSV rows, as the replay reads them."""
+    return load_pods(write_pods(tmp_path, rows))
+
+
+def _requests(op: OpenbPool, tmp_path: Path, *rows: str) -> list[PlacementRequest]:
+    """Placement requests for the pods of these CSV rows on the pool ``op``."""
+    return openb_requests(_pods(tmp_path, *rows), op)
 
 
 def _trace_pods(tmp_path: Path, n: int = 80, seed: int = 1) -> Path:
@@ -66,7 +64,7 @@ def _trace_pods(tmp_path: Path, n: int = 80, seed: int = 1) -> Path:
         cpu = int(rng.choice([1000, 2000, 4000, 8000, 16000]))
         mem = int(rng.choice([2048, 8192, 32768]))
         rows.append(f"p{i},{cpu},{mem},{num},{milli},,LS,Running,0,1,0")
-    return _write(tmp_path, rows)
+    return write_pods(tmp_path, rows)
 
 
 @pytest.fixture
@@ -99,17 +97,13 @@ def test_pool_refuses_gpu_less_nodes(tmp_path: Path) -> None:
 def test_milli_gpu_maps_to_whole_mib_and_fits_exactly(cluster, tmp_path: Path) -> None:
     op = openb_pool(cluster)
     # 470 + 530 = 1000 milli-GPU fit one GPU; 471 more do not.
-    pods = load_pods(
-        _write(
-            tmp_path,
-            [
-                "a,1000,1024,1,470,,LS,Running,0,1,0",
-                "b,1000,1024,1,530,,LS,Running,0,1,0",
-                "c,1000,1024,1,1,,LS,Running,0,1,0",
-            ],
-        )
+    reqs = _requests(
+        op,
+        tmp_path,
+        "a,1000,1024,1,470,,LS,Running,0,1,0",
+        "b,1000,1024,1,530,,LS,Running,0,1,0",
+        "c,1000,1024,1,1,,LS,Running,0,1,0",
     )
-    reqs = openb_requests(pods, op)
     cap = int(op.pool.type_capacity_mib[0])
     assert reqs[0].vram_upper_gib[0] * 1024 == 470 * cap // 1000
     state = op.pool.state()
@@ -125,16 +119,12 @@ def test_milli_gpu_maps_to_whole_mib_and_fits_exactly(cluster, tmp_path: Path) -
 
 
 def test_pods_the_core_cannot_place_are_named(cluster, tmp_path: Path) -> None:
-    pods = load_pods(
-        _write(
-            tmp_path,
-            [
-                "ok,1000,1024,1,500,,LS,Running,0,1,0",
-                "cpu,1000,1024,0,0,,LS,Running,0,1,0",
-                "multi,1000,1024,2,1000,,LS,Running,0,1,0",
-                "spec,1000,1024,1,1000,T4|G2,LS,Running,0,1,0",
-            ],
-        )
+    pods = _pods(
+        tmp_path,
+        "ok,1000,1024,1,500,,LS,Running,0,1,0",
+        "cpu,1000,1024,0,0,,LS,Running,0,1,0",
+        "multi,1000,1024,2,1000,,LS,Running,0,1,0",
+        "spec,1000,1024,1,1000,T4|G2,LS,Running,0,1,0",
     )
     assert core_supported(pods).tolist() == [True, True, True, False]
     with pytest.raises(TraceError, match=re.escape("pod 3: gpu_spec='G2|T4'")):
@@ -143,15 +133,11 @@ def test_pods_the_core_cannot_place_are_named(cluster, tmp_path: Path) -> None:
 
 def test_cpu_only_and_multi_gpu_pods_take_what_they_ask(cluster, tmp_path: Path) -> None:
     op = openb_pool(cluster)
-    pods = load_pods(
-        _write(
-            tmp_path,
-            [
-                "share,4000,1024,1,500,,LS,Running,0,1,0",
-                "cpu,30000,65536,0,0,,LS,Running,0,1,0",
-                "gang,8000,8192,8,1000,,LS,Running,0,1,0",
-            ],
-        )
+    pods = _pods(
+        tmp_path,
+        "share,4000,1024,1,500,,LS,Running,0,1,0",
+        "cpu,30000,65536,0,0,,LS,Running,0,1,0",
+        "gang,8000,8192,8,1000,,LS,Running,0,1,0",
     )
     reqs = openb_requests(pods, op)
     state = op.pool.state()
@@ -198,13 +184,12 @@ def test_each_scorer_runs_as_a_live_policy_in_the_core(name, cluster, tmp_path) 
 
 def test_bestfit_node_takes_the_node_with_least_cpu_and_gpu_left(cluster, tmp_path) -> None:
     op = openb_pool(cluster)
-    pods = load_pods(
-        _write(
-            tmp_path,
-            ["big,30000,1024,1,1000,,LS,Running,0,1,0", "next,1000,1024,1,1000,,LS,Running,0,1,0"],
-        )
+    reqs = _requests(
+        op,
+        tmp_path,
+        "big,30000,1024,1,1000,,LS,Running,0,1,0",
+        "next,1000,1024,1,1000,,LS,Running,0,1,0",
     )
-    reqs = openb_requests(pods, op)
     state = op.pool.state()
     ds = get_policy(PolicyName.BESTFIT_NODE).schedule(reqs, state, 0.0)
     # The 2-GPU, 32-core node is the tightest fit for both.
@@ -245,7 +230,7 @@ def test_simulate_openb_rightsize_runs_through_the_core(cluster, tmp_path) -> No
 def test_simulate_openb_says_which_engine_ran(cluster, tmp_path) -> None:
     nodes = tmp_path / "nodes.csv"
     rows = ["a,1000,1024,1,500,,LS,Running,0,1,0", "b,2000,1024,1,1000,G2,LS,Running,0,1,0"]
-    pods = _write(tmp_path, rows, "mixed.csv")
+    pods = write_pods(tmp_path, rows, "mixed.csv")
     base = ["--nodes", str(nodes), "--pods", str(pods), "--policy", "rightsize", "--seeds", "1"]
     auto = _cli(base)
     assert auto["engine"] == "replay" and auto["delegated_to"] == "fgdstrand"
