@@ -10,7 +10,7 @@ from ._published_fields import _dtype, _framework, _gpu, _int, _Skip
 from ._published_models import _resolve_model
 from .measurements import measurement_row
 
-__all__ = ["convert_runtime_row"]
+__all__ = ["POWER_CAP_QUIRK", "convert_runtime_row"]
 
 
 def _training_task(workload: str) -> str | None:
@@ -22,6 +22,33 @@ def _training_task(workload: str) -> str | None:
     if w in ("lora", "qlora"):
         return w
     return None
+
+
+#: The engine a source names outside the excerpt stored in the row (framework field says "not
+#: stated"), keyed by the source URL, each with where it says so.
+_SOURCE_ENGINE: dict[str, tuple[str, str]] = {
+    "https://github.com/SemiAnalysisAI/InferenceX/issues/828": (
+        "vllm",
+        "engine from the issue's own sweep: 'GPU power monitoring sweep: gptoss h100 vllm "
+        "TP2/4/8 x conc4-64' (issue #828, the bot's PR title for CI run 22537293745)",
+    ),
+}
+
+
+#: GPUs run below their nominal clocks at a power cap the source does not state: no catalogue
+#: GPU type or JobSpec field expresses that, so the rows are kept but never calibrate.
+POWER_CAP_QUIRK = (
+    "[quirk:power-cap] the source ran these GPUs power limited at a cap it does not state; "
+    "the catalogue type is the GPU at its nominal TDP"
+)
+
+
+def _row_framework(r: Mapping[str, Any], notes: list[str]) -> str:
+    stated = _SOURCE_ENGINE.get(str(r.get("source") or ""))
+    if stated is not None and _framework(r.get("framework")) == "other":
+        notes.append(stated[1])
+        return stated[0]
+    return _framework(r.get("framework"))
 
 
 def _per_gpu_tokens(r: Mapping[str, Any]) -> float | None:
@@ -45,12 +72,14 @@ def convert_runtime_row(r: Mapping[str, Any]) -> dict[str, Any]:
     tp = int(r.get("tp") or 1)
     pp = int(r.get("pp") or 1)
     notes: list[str] = []
+    if "power limited" in str(r.get("gpu") or "").lower():
+        notes.append(POWER_CAP_QUIRK)
     task = _training_task(workload)
     fields: dict[str, Any] = {}
     spec: dict[str, Any] = {
         "id": r["id"],
         "model": model,
-        "framework": _framework(r.get("framework")),
+        "framework": _row_framework(r, notes),
         "n_gpus": n_gpus,
         "tensor_parallel": tp,
         "pipeline_parallel": pp,
