@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -149,7 +150,7 @@ def _training_fields(
     par = f"{r.get('parallelism_notes') or ''} {r.get('framework') or ''}"
     if "checkpointing=true" in par.lower().replace(" ", ""):
         spec["gradient_checkpointing"] = True
-    if dp_spec > 1 and ("FSDP" in par or "fsdp" in par.lower()):
+    if dp_spec > 1 and _fsdp_on(par):
         spec["zero_stage"] = 3
     elif dp_spec > 1 and spec["framework"] == "megatron":
         # Megatron-Core's distributed optimizer shards optimizer states across DP ranks.
@@ -159,6 +160,15 @@ def _training_fields(
     # runtime_s would repeat step_time_s (steps=1) and double-count the row in reports.
     fields["step_time_s"] = step
     return fields
+
+
+def _fsdp_on(par: str) -> bool:
+    """FSDP named in the parallelism text, and not switched off: Megatron-Bridge's tables
+    write ``FSDP=0`` or ``FSDP=n/a`` for runs without it (its distributed optimizer)."""
+    m = re.search(r"fsdp\s*=\s*([^;,\s]+)", par, re.IGNORECASE)
+    if m:
+        return m.group(1).isdigit() and int(m.group(1)) > 0
+    return "fsdp" in par.lower()
 
 
 def metric_is(r: Mapping[str, Any], name: str) -> bool:
