@@ -19,7 +19,9 @@ efficiency from :mod:`predictor.efficiency`:
   over the achieved link bandwidth (NVLink 3/4/5 by GPU, PCIe without NVLink, InfiniBand
   between nodes). Stacks without CUDA graphs (HF, research stacks) also pay a host barrier per
   collective that grows with ``log2(TP)``: each rank issues its kernels from its own process
-  and the all-reduce waits for the slowest.
+  and the all-reduce waits for the slowest. MoE training sends every token's ``k`` routed
+  copies to the experts' GPUs and back (dispatch and combine all-to-alls over the data-parallel
+  ranks of a node); the permutation into expert order is elementwise HBM traffic.
 
 Prefill (TTFT) is compute-bound but never faster than reading the weights once; a decode step
 (TPOT) is the larger of reading weights + KV cache at the achieved bandwidth (MBU) and the
