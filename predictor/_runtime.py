@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -42,13 +41,7 @@ from .efficiency import Efficiencies, default_efficiencies, gpu_architecture
 from .gpus import GpuType
 from .spec import DType, Framework, Task
 
-__all__ = [
-    "RuntimeModel",
-    "decode_step_s",
-    "internode_ring_bw",
-    "prefill_s",
-    "runtime_figures",
-]
+__all__ = ["RuntimeModel", "decode_step_s", "prefill_s", "runtime_figures"]
 
 _IDX_T = {t: TASKS.index(t) for t in Task}
 _IDX_F = {f: FRAMEWORKS.index(f) for f in Framework}
@@ -254,19 +247,6 @@ def _uncaptured_sync_s(j: JobArrays, eff: Efficiencies) -> np.ndarray:
     return _uncaptured(j) * eff["comm.uncaptured_latency_s"] * np.log2(np.maximum(j.tp, 1.0))
 
 
-def internode_ring_bw(eff: Efficiencies, model_parallel: Any) -> Any:
-    """Achieved bandwidth per rank of a data-parallel all-reduce that spans nodes.
-
-    NCCL runs one ring channel per NIC, so what a node sends leaves through all of its
-    ``_NODE_GPUS`` NICs at once (``comm.inter_node_gbps`` each). After the GPUs of a node that
-    hold the same shard reduce over NVLink, the node all-reduces ``min(TP·PP, 8)`` distinct
-    shards between nodes: each shard's ring gets ``8 / min(TP·PP, 8)`` NICs (one NIC per rank
-    at TP·PP ≥ 8, the whole node's network for pure data parallelism).
-    """
-    shards = np.minimum(np.maximum(model_parallel, 1.0), _NODE_GPUS)
-    return eff["comm.inter_node_gbps"] * 1e9 * _NODE_GPUS / shards
-
-
 def _peak(j: JobArrays, g: _Gpus) -> np.ndarray:
     idx = j.compute_dtype.astype(np.int64)
     if g.per_job:
@@ -299,7 +279,7 @@ def _training_step_s(j: JobArrays, g: _Gpus, eff: Efficiencies) -> tuple[np.ndar
         * allreduce_s(_col(tokens_mb * j.hidden * j.compute_bytes), _col(tp), g.link, eff)
     )
     inter = _col(j.n_gpus) > _NODE_GPUS
-    dp_link = np.where(inter, internode_ring_bw(eff, _col(tp * pp)), g.link)
+    dp_link = np.where(inter, eff["comm.inter_node_gbps"] * 1e9, g.link)
     trainable = np.where(is_peft, j.lora_params, j.total_params) / (tp * pp)
     grad_bytes = trainable * 2.0 * np.where(j.zero_stage >= 3, 1.5, 1.0)
     dp_s = eff["comm.dp_exposed"] * allreduce_s(_col(grad_bytes), _col(dp), dp_link, eff)

@@ -9,11 +9,9 @@ charge for the other: per job the training steps, the gradient bytes each GPU ho
 (``trainable params x 2 bytes / (TP x PP)``, x1.5 under ZeRO-3, as the analytical runtime counts
 them), its data-parallel degree and the inter-node seconds the analytical runtime already
 charged. :func:`internode_allreduce_s` prices one step's all-reduce between nodes: the GPUs of a
-node that hold the same shard first reduce over NVLink, then one copy of each distinct shard
-the node holds (``min(TP·PP, GPUs on the node)`` of them) crosses the node's network in
-NCCL's ring over the ``p`` data-parallel ranks (``2(p-1)/p`` of the bytes, plus its latency
-terms; the ring's channels are spread over all of the node's NICs), of which
-``comm.dp_exposed`` is not hidden behind the backward pass. Inference replicas do not synchronise: zero.
+node first reduce over NVLink, then the node's share crosses its network as a ring over the
+nodes (``2(d-1)/d`` of the bytes, plus NCCL's latency terms), of which ``comm.dp_exposed`` is
+not hidden behind the backward pass. Inference replicas do not synchronise: zero.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ._jobarrays import TASKS, job_arrays
-from ._runtime import _NODE_GPUS, allreduce_s, internode_ring_bw
+from ._runtime import _NODE_GPUS, allreduce_s
 from .efficiency import default_efficiencies
 from .spec import JobSpec, Task
 
@@ -42,7 +40,6 @@ class GradientSync:
     grad_bytes_per_gpu: float = 0.0
     data_parallel: int = 1
     charged_s: float = 0.0  # inter-node all-reduce seconds already in the predicted runtime
-    model_parallel: int = 1  # TP × PP: distinct gradient shards across a model replica
 
 
 def gradient_sync(specs: Sequence[JobSpec]) -> list[GradientSync]:
@@ -54,18 +51,17 @@ def gradient_sync(specs: Sequence[JobSpec]) -> list[GradientSync]:
     peft = np.isin(j.task, _PEFT)
     trainable = np.where(peft, j.lora_params, j.total_params) / (j.tp * j.pp)
     grad = trainable * 2.0 * np.where(j.zero_stage >= 3, 1.5, 1.0)
-    link = internode_ring_bw(eff, j.tp * j.pp)
+    link = np.full_like(grad, eff["comm.inter_node_gbps"] * 1e9)
     charged = eff["comm.dp_exposed"] * allreduce_s(grad, j.dp, link, eff) * j.steps
     charged = np.where(j.n_gpus > _NODE_GPUS, charged, 0.0)
     train = np.isin(j.task, _TRAINING)
     return [
-        GradientSync(float(s), float(g), int(d), float(c), int(mp)) if t else GradientSync()
-        for s, g, d, c, mp, t in zip(
+        GradientSync(float(s), float(g), int(d), float(c)) if t else GradientSync()
+        for s, g, d, c, t in zip(
             j.steps.tolist(),
             grad.tolist(),
             j.dp.tolist(),
             charged.tolist(),
-            (j.tp * j.pp).tolist(),
             train.tolist(),
             strict=True,
         )
@@ -81,13 +77,7 @@ def internode_allreduce_s(
     if sync.steps <= 0 or d <= 1:
         return 0.0
     eff = default_efficiencies()
-    # The node's GPUs that hold the same shard reduce over NVLink first; what crosses the
-    # network is one copy of each distinct shard the node holds.
-    shards = min(max(sync.model_parallel, 1), gpus_per_node)
-    node_bytes = np.array([sync.grad_bytes_per_gpu * shards])
+    node_bytes = np.array([sync.grad_bytes_per_gpu * gpus_per_node])
     link = np.array([network_gbps / 8.0 * 1e9])
-    # NCCL's ring runs over every data-parallel rank, its channels spread over the node's NICs:
-    # the node sends 2(p-1)/p of those bytes, p the data-parallel degree (nccl-tests' busbw).
-    ring = np.array([float(max(sync.data_parallel, 1))])
-    step = allreduce_s(node_bytes, ring, link, eff)
+    step = allreduce_s(node_bytes, np.array([float(d)]), link, eff)
     return float(eff["comm.dp_exposed"] * step[0] * sync.steps)

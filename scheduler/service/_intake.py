@@ -94,13 +94,7 @@ def decode_request(
             host_memory_floor_gib=rr.host_memory_floor_gib,
             sync=None
             if rr.sync is None
-            else GradientSync(
-                rr.sync[0],
-                rr.sync[1],
-                max(1, int(rr.sync[2])),
-                rr.sync[3],
-                max(1, int(rr.sync[4])) if len(rr.sync) > 4 else 1,
-            ),
+            else GradientSync(rr.sync[0], rr.sync[1], max(1, int(rr.sync[2])), rr.sync[3]),
         )
     except PlacementError as exc:
         raise InvalidRecord(str(exc)) from None

@@ -143,13 +143,7 @@ def build_records(
         }
         if syncs[i].steps > 0:
             g = syncs[i]
-            request["sync"] = [
-                g.steps,
-                g.grad_bytes_per_gpu,
-                g.data_parallel,
-                g.charged_s,
-                g.model_parallel,
-            ]
+            request["sync"] = [g.steps, g.grad_bytes_per_gpu, g.data_parallel, g.charged_s]
         ts = repr(t + i * 1e-6)  # keeps submit order inside one batch
         rec = {
             "id": spec.id,

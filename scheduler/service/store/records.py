@@ -113,15 +113,14 @@ class RequestRecord(BaseModel):
     )
     # Data-parallel gradient traffic of a multi-GPU training job (predictor.internode):
     # [steps, gradient bytes per GPU per step, data-parallel degree, inter-node seconds the
-    # predicted runtime already charges, TP x PP (absent in older records: 1)]; absent for the
-    # rest and in older records.
-    sync: list[float] | None = Field(default=None, min_length=4, max_length=5)
+    # predicted runtime already charges]; absent for the rest and in older records.
+    sync: list[float] | None = Field(default=None, min_length=4, max_length=4)
 
     @field_validator("sync")
     @classmethod
     def _finite_sync(cls, v: list[float] | None) -> list[float] | None:
         if v is not None and not all(math.isfinite(x) and 0 <= x <= 1e30 for x in v):
-            raise ValueError(f"sync must be 4 or 5 finite non-negative figures; got {v!r}")
+            raise ValueError(f"sync must be 4 finite non-negative figures; got {v!r}")
         return v
 
     @field_validator("gpu", "requested_gpu")

@@ -242,30 +242,3 @@ def test_every_policy_places_a_gang_beside_a_node_sized_job(policy: str) -> None
     eight = state.option_of("eight")
     assert big.n_nodes == 2 and not set(big.gpu_indices) & set(eight.gpu_indices)
     state.assert_consistent()
-
-
-def test_pure_data_parallel_gang_sends_one_reduced_copy_per_node() -> None:
-    """Eight data-parallel ranks of a node hold the same gradient, so the node sends one copy
-    (not eight) over all its NICs; NCCL's ring over the 16 ranks sends 2·15/16 of it, where an
-    8-way TP replica per node (2 ranks per shard) sends 2·1/2 of its 8 distinct 1/8 shards."""
-    from predictor.internode import gradient_sync, internode_allreduce_s
-    from predictor.spec import JobSpec
-
-    base = {
-        "model": "llama-3.1-8b",
-        "task": "full_finetune",
-        "batch_size": 4,
-        "seq_len": 2048,
-        "steps": 1000,
-        "n_gpus": 16,
-    }
-    dp = gradient_sync([JobSpec.model_validate({"id": "dp", **base})])[0]
-    tp = gradient_sync([JobSpec.model_validate({"id": "tp", **base, "tensor_parallel": 8})])[0]
-    assert (dp.model_parallel, tp.model_parallel) == (1, 8)
-    assert dp.grad_bytes_per_gpu == pytest.approx(8 * tp.grad_bytes_per_gpu)
-    # Same bytes per node (one full gradient = 8 distinct 1/8 shards), ring factors 1.875 : 1.
-    dp_net = internode_allreduce_s(dp, 8, 2, 3200.0) / dp.steps
-    tp_net = internode_allreduce_s(tp, 8, 2, 3200.0) / tp.steps
-    assert dp_net / tp_net == pytest.approx(1.875, rel=0.05)
-    # The predictor's own charge is the same pricing on 8 x 400 Gb/s nodes.
-    assert internode_allreduce_s(dp, 8, 2, 3200.0) == pytest.approx(dp.charged_s)

@@ -116,8 +116,8 @@ def test_training_gang_carries_its_gradient_traffic_to_the_leader(store: RedisSt
     }
     h = client.submit(ft)
     request = json.loads(store.get_job("job-ft")["request"])
-    steps, grad, dp, charged, model_parallel = request["sync"]
-    assert (steps, dp, model_parallel) == (100, 2, 8) and grad > 0 and charged > 0
+    steps, grad, dp, charged = request["sync"]
+    assert (steps, dp) == (100, 2) and grad > 0 and charged > 0
     # Inference records stay as they were.
     client.submit(spec("inf"))
     assert "sync" not in json.loads(store.get_job("job-inf")["request"])
