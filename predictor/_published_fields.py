@@ -65,6 +65,9 @@ def _framework(raw: str | None) -> str:
     s = (raw or "").lower()
     for key, val in (
         ("tensorrt", "trtllm"),
+        # NeMo AutoModel is NVIDIA's PyTorch-native stack (HF models under FSDP2), not
+        # Megatron-Core: its performance summary says "PyTorch backend, FSDP2".
+        ("automodel", "fsdp"),
         ("nim", "trtllm"),
         ("vllm", "vllm"),
         ("sglang", "sglang"),

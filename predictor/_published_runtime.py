@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,7 +11,7 @@ from ._published_fields import _dtype, _framework, _gpu, _int, _Skip
 from ._published_models import _resolve_model
 from .measurements import measurement_row
 
-__all__ = ["convert_runtime_row"]
+__all__ = ["POWER_CAP_QUIRK", "convert_runtime_row"]
 
 
 def _training_task(workload: str) -> str | None:
@@ -22,6 +23,33 @@ def _training_task(workload: str) -> str | None:
     if w in ("lora", "qlora"):
         return w
     return None
+
+
+#: The engine a source names outside the excerpt stored in the row (framework field says "not
+#: stated"), keyed by the source URL, each with where it says so.
+_SOURCE_ENGINE: dict[str, tuple[str, str]] = {
+    "https://github.com/SemiAnalysisAI/InferenceX/issues/828": (
+        "vllm",
+        "engine from the issue's own sweep: 'GPU power monitoring sweep: gptoss h100 vllm "
+        "TP2/4/8 x conc4-64' (issue #828, the bot's PR title for CI run 22537293745)",
+    ),
+}
+
+
+#: GPUs run below their nominal clocks at a power cap the source does not state: no catalogue
+#: GPU type or JobSpec field expresses that, so the rows are kept but never calibrate.
+POWER_CAP_QUIRK = (
+    "[quirk:power-cap] the source ran these GPUs power limited at a cap it does not state; "
+    "the catalogue type is the GPU at its nominal TDP"
+)
+
+
+def _row_framework(r: Mapping[str, Any], notes: list[str]) -> str:
+    stated = _SOURCE_ENGINE.get(str(r.get("source") or ""))
+    if stated is not None and _framework(r.get("framework")) == "other":
+        notes.append(stated[1])
+        return stated[0]
+    return _framework(r.get("framework"))
 
 
 def _per_gpu_tokens(r: Mapping[str, Any]) -> float | None:
@@ -45,12 +73,14 @@ def convert_runtime_row(r: Mapping[str, Any]) -> dict[str, Any]:
     tp = int(r.get("tp") or 1)
     pp = int(r.get("pp") or 1)
     notes: list[str] = []
+    if "power limited" in str(r.get("gpu") or "").lower():
+        notes.append(POWER_CAP_QUIRK)
     task = _training_task(workload)
     fields: dict[str, Any] = {}
     spec: dict[str, Any] = {
         "id": r["id"],
         "model": model,
-        "framework": _framework(r.get("framework")),
+        "framework": _row_framework(r, notes),
         "n_gpus": n_gpus,
         "tensor_parallel": tp,
         "pipeline_parallel": pp,
@@ -120,7 +150,7 @@ def _training_fields(
     par = f"{r.get('parallelism_notes') or ''} {r.get('framework') or ''}"
     if "checkpointing=true" in par.lower().replace(" ", ""):
         spec["gradient_checkpointing"] = True
-    if dp_spec > 1 and ("FSDP" in par or "fsdp" in par.lower()):
+    if dp_spec > 1 and _fsdp_on(par):
         spec["zero_stage"] = 3
     elif dp_spec > 1 and spec["framework"] == "megatron":
         # Megatron-Core's distributed optimizer shards optimizer states across DP ranks.
@@ -130,6 +160,15 @@ def _training_fields(
     # runtime_s would repeat step_time_s (steps=1) and double-count the row in reports.
     fields["step_time_s"] = step
     return fields
+
+
+def _fsdp_on(par: str) -> bool:
+    """FSDP named in the parallelism text, and not switched off: Megatron-Bridge's tables
+    write ``FSDP=0`` or ``FSDP=n/a`` for runs without it (its distributed optimizer)."""
+    m = re.search(r"fsdp\s*=\s*([^;,\s]+)", par, re.IGNORECASE)
+    if m:
+        return m.group(1).isdigit() and int(m.group(1)) > 0
+    return "fsdp" in par.lower()
 
 
 def metric_is(r: Mapping[str, Any], name: str) -> bool:

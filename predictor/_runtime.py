@@ -19,7 +19,9 @@ efficiency from :mod:`predictor.efficiency`:
   over the achieved link bandwidth (NVLink 3/4/5 by GPU, PCIe without NVLink, InfiniBand
   between nodes). Stacks without CUDA graphs (HF, research stacks) also pay a host barrier per
   collective that grows with ``log2(TP)``: each rank issues its kernels from its own process
-  and the all-reduce waits for the slowest.
+  and the all-reduce waits for the slowest. MoE training sends every token's ``k`` routed
+  copies to the experts' GPUs and back (dispatch and combine all-to-alls over the data-parallel
+  ranks of a node); the permutation into expert order is elementwise HBM traffic.
 
 Prefill (TTFT) is compute-bound but never faster than reading the weights once; a decode step
 (TPOT) is the larger of reading weights + KV cache at the achieved bandwidth (MBU) and the
@@ -186,8 +188,37 @@ def _archs(g: _Gpus) -> list[str]:
 
 
 def _elem_bytes_per_token(j: JobArrays, eff: Efficiencies) -> np.ndarray:
-    """HBM traffic of one layer's elementwise forward work per token (norms, act, residual)."""
-    return eff["elem.bytes_scale"] * j.compute_bytes * (16.0 * j.hidden + 4.0 * j.ffn) / j.tp
+    """HBM traffic of one layer's elementwise forward work per token (norms, act, residual).
+
+    A MoE layer also permutes each token's ``k`` routed copies into expert order and back
+    (gather + scatter, each a read and a write of ``k·hidden`` values): memory traffic, not
+    matmul work.
+    """
+    dense = 16.0 * j.hidden + 4.0 * j.ffn
+    permute = np.where(j.is_moe > 0, 4.0 * j.n_active_experts * j.hidden, 0.0)
+    return eff["elem.bytes_scale"] * j.compute_bytes * (dense + permute) / j.tp
+
+
+def _expert_parallel(j: JobArrays) -> np.ndarray:
+    """The all-to-all group of a MoE job: its experts spread over the data-parallel ranks of
+    one node (JobSpec has no expert-parallel degree; Megatron's EP divides DP), 1 if dense."""
+    ep = np.minimum(np.minimum(j.dp, j.n_experts), _NODE_GPUS)
+    return np.where(j.is_moe > 0, np.maximum(ep, 1.0), 1.0)
+
+
+def _moe_alltoall_s(j: JobArrays, g: _Gpus, eff: Efficiencies, ck: np.ndarray) -> np.ndarray:
+    """Token dispatch and combine of every MoE layer in one step, ``(n, G)``.
+
+    Each micro-batch sends every token's ``k`` routed copies (``k·hidden`` values, divided
+    over the TP ranks that hold the sequence's shards) to the GPUs that hold those experts
+    and back: two all-to-alls forward, two backward, two more per recomputed forward. An
+    all-to-all over ``p`` GPUs moves ``(p−1)/p`` of the bytes over each GPU's link.
+    """
+    p = _expert_parallel(j)
+    msg = j.batch * j.seq_len * j.n_active_experts * j.hidden * j.compute_bytes / j.tp
+    calls = (4.0 + 2.0 * ck) * (j.n_layers / j.pp) * j.grad_accum
+    one = eff["comm.latency_s"] + _col(msg * (p - 1.0) / p) / (g.link * eff["comm.link_efficiency"])
+    return np.where(_col(p) > 1.0, eff["comm.a2a_exposed"] * _col(calls) * one, 0.0)
 
 
 def _engine_lookup(j: JobArrays, eff: Efficiencies, kind: str) -> np.ndarray:
@@ -254,7 +285,7 @@ def _training_step_s(j: JobArrays, g: _Gpus, eff: Efficiencies) -> tuple[np.ndar
     dp_s = eff["comm.dp_exposed"] * allreduce_s(_col(grad_bytes), _col(dp), dp_link, eff)
     bubble = _col(1.0 + (pp - 1.0) / np.maximum(j.grad_accum, 1.0))
     busy = gemm_s + attn_s + elem_s
-    step = (busy + launch_s + tp_s) * bubble + dp_s
+    step = (busy + launch_s + tp_s + _moe_alltoall_s(j, g, eff, ck)) * bubble + dp_s
     return step, busy * bubble
 
 

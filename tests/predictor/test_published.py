@@ -215,3 +215,26 @@ def test_litgpt_bf16_true_lora_keeps_bf16_adapters_and_nvml_rows_their_context()
     )
     assert smi["measurement"] == "nvml_used"
     assert smi["hardware"]["cuda_context_gib"] == pytest.approx(1343 / 1024, abs=1e-3)
+
+
+@needs_data
+def test_source_stated_engine_stack_and_power_cap_reach_the_rows():
+    from predictor.measurements import calibration_exclusion, is_quirk
+
+    rows = {
+        r["id"]: json.loads(line)
+        for line in (VALIDATION / "runtime_measured.jsonl").read_text().splitlines()
+        if line.strip()
+        for r in [json.loads(line)]
+    }
+    # The InferenceX issue sweeps vLLM; its stored excerpt does not say so.
+    m = parse_measurement(convert_runtime_row(rows["inferencex_issues-0008"]))
+    assert m.spec.framework.value == "vllm"
+    assert "gptoss h100 vllm" in m.notes
+    # NeMo AutoModel is the PyTorch/FSDP2 stack, not Megatron-Core.
+    m = parse_measurement(convert_runtime_row(rows["nemo_automodel_perf_summary-0011"]))
+    assert m.spec.framework.value == "fsdp"
+    # "power limited" B200s at an unstated cap: kept, never calibrate.
+    m = parse_measurement(convert_runtime_row(rows["torchao_mx_b200-0002"]))
+    assert is_quirk(m) and calibration_exclusion(m) is not None
+    assert "[quirk:power-cap]" in m.notes

@@ -323,3 +323,29 @@ def test_moe_decode_reads_only_the_experts_the_batch_routes_to() -> None:
     assert b1 < 0.25 * full_read
     assert b64 > 3.0 * b1
     assert b64 < 1.2 * full_read + 0.01
+
+
+def test_moe_training_pays_dispatch_and_combine_all_to_alls() -> None:
+    """Each MoE layer sends every token's k routed copies to the experts' GPUs and back (4
+    all-to-alls per micro-batch, fwd + bwd). One GPU sends nothing; over 8 data-parallel ranks
+    the bytes follow k·hidden; a dense model pays none."""
+    from predictor._runtime import _gpus, _moe_alltoall_s
+
+    eff = efficiency.prior_efficiencies()
+    g = _gpus([get_gpu("H100-80GB")], eff)
+    shape = {"task": "pretrain", "batch_size": 1, "seq_len": 4096, "weight_dtype": "bf16"}
+
+    def a2a(model: str, n: int) -> float:
+        j = job_arrays([parse_spec({"model": model, "n_gpus": n, **shape})])
+        return float(_moe_alltoall_s(j, g, eff, j.checkpointing)[0, 0])
+
+    assert a2a("qwen3-30b-a3b", 1) == 0.0
+    assert a2a("llama-3-8b", 8) == 0.0
+    t = a2a("qwen3-30b-a3b", 8)
+    # 48 layers × 4 calls × (4096 tokens × 8 experts × 2048 × 2 bytes × 7/8) over the link.
+    link = get_gpu("H100-80GB").nvlink_bandwidth_gbps / 2 * 1e9 * eff["comm.link_efficiency"]
+    expected = 48 * 4 * (eff["comm.latency_s"] + 4096 * 8 * 2048 * 2 * 7 / 8 / link)
+    assert t == pytest.approx(expected, rel=1e-6)
+    # Its share of the step is far larger than for a coarse MoE with more compute per token.
+    step = predict([parse_spec({"model": "qwen3-30b-a3b", "n_gpus": 8, **shape})], ["H100-80GB"])
+    assert 0.05 < t / step[0].step_time_s < 0.8
