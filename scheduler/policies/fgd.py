@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from scheduler.policies.base import Policy
+from scheduler.policies.base import Policy, Tick
 from scheduler.policies.registry import PolicyName
 
 if TYPE_CHECKING:
@@ -323,16 +323,11 @@ class FgdPolicy(Policy):
         binned = np.maximum(np.ceil(demand / self.bin_gib), 1.0) * self.bin_gib
         return typical_task_classes(np.zeros_like(binned), binned, count, self.threshold)
 
-    def schedule(
-        self,
-        pending: Sequence[PlacementRequest],
-        state: PoolState,
-        now_s: float,
-        running: Sequence[RunningJob] = (),
-    ) -> list[Decision]:
+    def decide(self, tick: Tick) -> list[Decision]:
         from scheduler.core.decide import pending_decision, place, rejected_decision
         from scheduler.core.options import OptionBatch
 
+        pending, state, now_s, running = tick.pending, tick.state, tick.now_s, tick.running
         classes = self.task_classes(pending, running)
         policy = self.name.value
         batch = OptionBatch(pending, state.pool)

@@ -55,7 +55,7 @@ from scheduler.policies._node_scorers import (
     tag_of,
 )
 from scheduler.policies._stranding_maths import DemandRatios, demand_ratios
-from scheduler.policies.base import Policy
+from scheduler.policies.base import Policy, Tick
 from scheduler.policies.fgd import (
     TaskClasses,
     class_terms,
@@ -215,13 +215,8 @@ class NodeScorePolicy(Policy):
             self._rank = {key: np.arange(n) if self.seed is None else seeded.permutation(n)}
         return self._rank[key]
 
-    def schedule(
-        self,
-        pending: Sequence[PlacementRequest],
-        state: PoolState,
-        now_s: float,
-        running: Sequence[RunningJob] = (),
-    ) -> list[Decision]:
+    def decide(self, tick: Tick) -> list[Decision]:
+        pending, state, now_s, running = tick.pending, tick.state, tick.now_s, tick.running
         policy = self.name.value
         batch = OptionBatch(pending, state.pool)
         scorer = self.scorer(pending, running, state.pool)
