@@ -13,7 +13,7 @@ import numpy as np
 from scheduler.core.binding import Binding
 from scheduler.core.decision import Decision, Option
 from scheduler.core.state import PoolState, Summary
-from scheduler.core.table import OptionTable
+from scheduler.core.table import LoserRule, OptionTable
 
 if TYPE_CHECKING:
     from scheduler.core.options import OptionBatch
@@ -69,7 +69,7 @@ def place(
     others[chosen] = False
     runner = table.best(keys(table), others)
 
-    lazy = _PlacedThunks(table, chosen, opt, loser_reason, by_cost)
+    lazy = _PlacedThunks(table, chosen, opt, LoserRule(loser_reason, by_cost))
     return Decision(
         table.request.job_id,
         policy,
@@ -88,34 +88,24 @@ def place(
 class _PlacedThunks:
     """A placed Decision's options, one option, or their columns, built only when read."""
 
-    __slots__ = ("by_cost", "chosen", "loser_reason", "opt", "table")
+    __slots__ = ("chosen", "opt", "rule", "table")
 
-    def __init__(
-        self, table: OptionTable, chosen: int, opt: Option, loser_reason: str, by_cost: bool
-    ) -> None:
+    def __init__(self, table: OptionTable, chosen: int, opt: Option, rule: LoserRule) -> None:
         self.table = table
         self.chosen = chosen
         self.opt = opt
-        self.loser_reason = loser_reason
-        self.by_cost = by_cost
+        self.rule = rule
 
     def options(self) -> list[Option]:
-        return self.table.options(
-            self.chosen, self.opt, loser_reason=self.loser_reason, by_cost=self.by_cost
-        )
+        return self.table.options(self.chosen, self.opt, self.rule)
 
     def option(self, c: int) -> Option:
         if c == self.chosen:
             return self.opt
-        why = self.table.loser_reason(
-            c, self.chosen, loser_reason=self.loser_reason, by_cost=self.by_cost
-        )
-        return self.table.option(c, reason=why)
+        return self.table.option(c, reason=self.table.loser_reason(c, self.chosen, self.rule))
 
     def columns(self) -> dict[str, list[Any]]:
-        return self.table.columns(
-            self.chosen, self.opt, loser_reason=self.loser_reason, by_cost=self.by_cost
-        )
+        return self.table.columns(self.chosen, self.opt, self.rule)
 
 
 def pending_decision(
@@ -186,7 +176,7 @@ class _PendingThunks:
         return "waiting: " + table.reason(i)
 
     def options(self) -> list[Option]:
-        return self.get().options(override_reason=self.loser_reason or self.reason)
+        return self.get().options(rule=LoserRule(override=self.loser_reason or self.reason))
 
 
 def _lazy_pending(thunks: _PendingThunks, job_id: str, policy: str, now_s: float) -> Decision:
