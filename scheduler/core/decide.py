@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -85,16 +86,14 @@ def place(
     )
 
 
+@dataclass(slots=True, eq=False)
 class _PlacedThunks:
     """A placed Decision's options, one option, or their columns, built only when read."""
 
-    __slots__ = ("chosen", "opt", "rule", "table")
-
-    def __init__(self, table: OptionTable, chosen: int, opt: Option, rule: LoserRule) -> None:
-        self.table = table
-        self.chosen = chosen
-        self.opt = opt
-        self.rule = rule
+    table: OptionTable
+    chosen: int
+    opt: Option
+    rule: LoserRule
 
     def options(self) -> list[Option]:
         return self.table.options(self.chosen, self.opt, self.rule)
@@ -135,6 +134,7 @@ def pending_from_batch(
     return _lazy_pending(thunks, batch.requests[i].job_id, policy, now_s)
 
 
+@dataclass(slots=True, eq=False)
 class _PendingThunks:
     """Builds a pending Decision's option table, reason and options only when read.
 
@@ -142,23 +142,12 @@ class _PendingThunks:
     (instead of closures) keeps that cheap.
     """
 
-    __slots__ = ("batch", "i", "loser_reason", "now", "reason", "table")
-
-    def __init__(
-        self,
-        table: OptionTable | None,
-        batch: OptionBatch | None,
-        i: int,
-        now: Summary | None,
-        reason: str | None,
-        loser_reason: str | None,
-    ) -> None:
-        self.table = table
-        self.batch = batch
-        self.i = i
-        self.now = now
-        self.reason = reason
-        self.loser_reason = loser_reason
+    table: OptionTable | None
+    batch: OptionBatch | None
+    i: int
+    now: Summary | None
+    reason: str | None
+    loser_reason: str | None
 
     def get(self) -> OptionTable:
         if self.table is None:
