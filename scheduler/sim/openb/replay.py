@@ -43,19 +43,14 @@ import numpy as np
 
 from scheduler.exceptions import TraceError
 from scheduler.policies._node_scorers import (
+    FIXED_SCORERS,
     MAX_GPUS_PER_NODE,
     MILLI_PER_GPU,
     N_TAGS,
     STRANDING_WEIGHT,
     NodeView,
     PodShape,
-    Scorer,
     make_fgd,
-    score_bestfit,
-    score_dotproduct,
-    score_gpuclustering,
-    score_gpupacking,
-    score_random,
     state_key,
     tag_of,
 )
@@ -135,15 +130,6 @@ class OpenbResult:
         )
 
 
-_SCORERS: dict[OpenbPolicy, Scorer] = {
-    OpenbPolicy.RANDOM: score_random,
-    OpenbPolicy.BESTFIT: score_bestfit,
-    OpenbPolicy.DOTPRODUCT: score_dotproduct,
-    OpenbPolicy.GPUPACKING: score_gpupacking,
-    OpenbPolicy.GPUCLUSTERING: score_gpuclustering,
-}
-
-
 def replay(
     cluster: OpenbCluster,
     pods: OpenbWorkload,
@@ -185,7 +171,7 @@ def replay(
         st.key = state_key(st, slice(None), strand is not None)
     else:
         classes, strand = None, None
-        scorer = _SCORERS[pol]
+        scorer = FIXED_SCORERS[pol.value]
     models = np.array(cluster.model)
 
     # Per node: the roomiest GPU and the count of whole free GPUs, kept incrementally so the
