@@ -137,18 +137,22 @@ _LONG_DECODE = ("gpt2", "llama-3.2-1b")
 _MOE_GRID = [(1, 256, 64), (16, 1024, 64), (64, 512, 32)]
 
 
-def _model_key(model: str | dict[str, Any]) -> str:
+# A catalogue name or an explicit architecture object, as a JobSpec's ``model``.
+_Model = str | dict[str, Any]
+
+
+def _model_key(model: _Model) -> str:
     return model if isinstance(model, str) else str(model["name"])
 
 
-def _inference(model: str, b: int, i: int, o: int, **extra: Any) -> dict[str, Any]:
+def _inference(model: _Model, b: int, i: int, o: int, **extra: Any) -> dict[str, Any]:
     """One inference job of batch ``b``, input ``i`` and output ``o`` tokens; ``extra`` (a
     weight dtype) stands before the shape, as the sweep file lists it."""
     shape = {"batch_size": b, "input_len": i, "output_len": o}
     return {"model": model, "task": "inference", **extra, **shape}
 
 
-def _training(model: str, task: str, b: int, s: int, **extra: Any) -> dict[str, Any]:
+def _training(model: _Model, task: str, b: int, s: int, **extra: Any) -> dict[str, Any]:
     """One training job of ``TRAIN_STEPS`` steps, batch ``b`` and sequence ``s``; ``extra``
     (checkpointing, LoRA, dtypes, optimizer) stands after the shape."""
     return {
@@ -200,10 +204,15 @@ def _inference_jobs() -> Iterable[dict[str, Any]]:
         grid = grid_mid if model != "gemma-2-2b" else grid_mid[:3]
         for b, i, o in grid:
             yield _inference(model, b, i, o)
-    for models, grid in ((_LARGE, grid_large), (_XL, grid_xl), ((MOE_MINI,), _MOE_GRID)):
-        for model in models:
+    rest: list[tuple[Sequence[_Model], list[tuple[int, int, int]]]] = [
+        (_LARGE, grid_large),
+        (_XL, grid_xl),
+        ((MOE_MINI,), _MOE_GRID),
+    ]
+    for models, grid in rest:
+        for arch in models:
             for b, i, o in grid:
-                yield _inference(model, b, i, o)
+                yield _inference(arch, b, i, o)
     # fp32 and 8-bit weights where HF supports them (int8 needs bitsandbytes: skipped without).
     for model, b, i, o in [
         ("gpt2", 8, 512, 64),
@@ -219,7 +228,7 @@ def _inference_jobs() -> Iterable[dict[str, Any]]:
 
 def _training_jobs() -> Iterable[dict[str, Any]]:
     # Full fine-tune, AdamW mixed precision, with and without checkpointing.
-    ft = [
+    ft: list[tuple[_Model, int, int]] = [
         ("gpt2", 8, 1024),
         ("qwen2.5-0.5b", 4, 2048),
         ("llama-3.2-1b", 4, 2048),
@@ -248,7 +257,7 @@ def _training_jobs() -> Iterable[dict[str, Any]]:
     ]:
         yield _training(model, "full_finetune", 2, 2048, optimizer=opt)
     # LoRA: rank 8–64, seq 512–4096, batch 1–16, three target sets, with and without ckpt.
-    lora = [
+    lora: list[tuple[_Model, int, int, int, str, bool]] = [
         ("qwen2.5-0.5b", 8, 512, 16, "all_linear", False),
         ("qwen2.5-0.5b", 16, 2048, 8, "qv", True),
         ("llama-3.2-1b", 16, 1024, 8, "all_linear", False),
