@@ -75,6 +75,13 @@ def hf_config_kwargs(arch: ModelArch) -> tuple[str, dict[str, Any]]:
         )
     # Random weights never produce these ids on purpose: fixed so generate() never stops early.
     ids = {"bos_token_id": 0, "eos_token_id": None, "pad_token_id": 0}
+    # The shape keys every mapped config but GPT-2's names the same way.
+    shape = {
+        "vocab_size": arch.vocab_size,
+        "hidden_size": arch.hidden_size,
+        "num_hidden_layers": arch.n_layers,
+        "num_attention_heads": arch.n_heads,
+    }
     if family == "gpt2":
         return "gpt2", {
             "vocab_size": arch.vocab_size,
@@ -89,7 +96,7 @@ def hf_config_kwargs(arch: ModelArch) -> tuple[str, dict[str, Any]]:
         }
     if family == "gpt_neox":
         return "gpt_neox", {
-            **_shape(arch),
+            **shape,
             "intermediate_size": arch.intermediate_size,
             "max_position_embeddings": max(arch.max_position_embeddings, 8),
             "tie_word_embeddings": arch.tie_embeddings,
@@ -100,13 +107,13 @@ def hf_config_kwargs(arch: ModelArch) -> tuple[str, dict[str, Any]]:
         }
     if family == "bert":
         return "bert", {
-            **_shape(arch),
+            **shape,
             "intermediate_size": arch.intermediate_size,
             "max_position_embeddings": arch.max_position_embeddings,
             "pad_token_id": 0,
         }
     common: dict[str, Any] = {
-        **_shape(arch),
+        **shape,
         # Tiny explicit test architectures may give 0; RoPE tables need a few positions.
         "max_position_embeddings": max(arch.max_position_embeddings, 8),
         "tie_word_embeddings": arch.tie_embeddings,
@@ -140,16 +147,6 @@ def hf_config_kwargs(arch: ModelArch) -> tuple[str, dict[str, Any]]:
     elif arch.n_shared_experts:
         raise UnmappedArchError(f"model {arch.name!r}: Qwen3-MoE has no shared experts")
     return family, kw
-
-
-def _shape(arch: ModelArch) -> dict[str, Any]:
-    """The four shape keys every mapped config but GPT-2's names the same way."""
-    return {
-        "vocab_size": arch.vocab_size,
-        "hidden_size": arch.hidden_size,
-        "num_hidden_layers": arch.n_layers,
-        "num_attention_heads": arch.n_heads,
-    }
 
 
 def _dense_kwargs(arch: ModelArch, family: str, common: dict[str, Any]) -> dict[str, Any]:
