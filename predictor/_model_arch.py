@@ -15,9 +15,8 @@ from predictor.exceptions import SpecError
 
 __all__ = ["EXPLICIT_KEYS", "LORA_TARGETS", "ModelArch"]
 
-#: Keys of the explicit-architecture object in the JobSpec contract (DESIGN.md).
-EXPLICIT_KEYS: tuple[str, ...] = (
-    "name",
+# The transformer's shape: integer fields every architecture gives.
+_SHAPE_FIELDS: tuple[str, ...] = (
     "n_layers",
     "hidden_size",
     "n_heads",
@@ -25,6 +24,12 @@ EXPLICIT_KEYS: tuple[str, ...] = (
     "head_dim",
     "intermediate_size",
     "vocab_size",
+)
+
+#: Keys of the explicit-architecture object in the JobSpec contract (DESIGN.md).
+EXPLICIT_KEYS: tuple[str, ...] = (
+    "name",
+    *_SHAPE_FIELDS,
     "tie_embeddings",
     "n_experts",
     "n_active_experts",
@@ -55,13 +60,7 @@ _ROUTER_BIAS_FAMILIES = frozenset({"gpt_oss", "deepseek_v3"})
 # Integer architecture fields, by the check __post_init__ applies (and that explicit model
 # objects are coerced with).
 _POSITIVE_INT_FIELDS: tuple[str, ...] = (
-    "n_layers",
-    "hidden_size",
-    "n_heads",
-    "n_kv_heads",
-    "head_dim",
-    "intermediate_size",
-    "vocab_size",
+    *_SHAPE_FIELDS,
     "n_experts",
     "n_active_experts",
     "max_position_embeddings",

@@ -38,22 +38,11 @@ def iter_spec_dicts(path: str | Path) -> Iterator[tuple[str, Any]]:
         for i, line in enumerate(text.splitlines(), 1):
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SpecError(f"{p.name}:{i}: not valid JSON ({exc.msg})") from None
-            except RecursionError:
-                raise SpecError(f"{p.name}:{i}: nested too deeply to be a job spec") from None
-            yield f"{p.name}:{i}", obj
+            yield f"{p.name}:{i}", _loads(line, f"{p.name}:{i}", position=False)
         return
     docs: list[Any]
     if suffix == ".json":
-        try:
-            loaded = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{p.name}: not valid JSON ({exc})") from None
-        except RecursionError:
-            raise SpecError(f"{p.name}: nested too deeply to be a job spec") from None
+        loaded = _loads(text, p.name, position=True)
         docs = loaded if isinstance(loaded, list) else [loaded]
     else:
         import yaml
@@ -69,6 +58,17 @@ def iter_spec_dicts(path: str | Path) -> Iterator[tuple[str, Any]]:
             docs.extend(d if isinstance(d, list) else [d])
     for i, d in enumerate(docs):
         yield f"{p.name}[#{i}]", d
+
+
+def _loads(text: str, where: str, *, position: bool) -> Any:
+    """``text`` as JSON, or a SpecError naming ``where`` (and with ``position`` the line and
+    column in it: a JSONL line is one line, so it says only what is wrong)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{where}: not valid JSON ({exc if position else exc.msg})") from None
+    except RecursionError:
+        raise SpecError(f"{where}: nested too deeply to be a job spec") from None
 
 
 def _read_capped(p: Path, cap: int, what: str) -> str:

@@ -18,6 +18,8 @@ __all__ = ["hf_config_kwargs", "hf_family"]
 
 _DENSE = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3")
 _MAPPED = (*_DENSE, "gpt2", "gpt_neox", "bert", "mixtral", "qwen2_moe", "qwen3_moe")
+# Families whose HF class has full multi-head attention only, by the name errors give them.
+_MHA_ONLY = {"gpt2": "GPT-2", "gpt_neox": "GPT-NeoX"}
 # Random weights are fine with these; they match the public configs' values.
 _RMS_EPS = 1e-5
 _LN_EPS = 1e-5
@@ -67,11 +69,20 @@ def hf_config_kwargs(arch: ModelArch) -> tuple[str, dict[str, Any]]:
     ``AutoConfig.for_model(model_type, **kwargs)`` builds the config.
     """
     family = hf_family(arch)
+    if family in _MHA_ONLY and arch.n_kv_heads != arch.n_heads:
+        raise UnmappedArchError(
+            f"model {arch.name!r}: {_MHA_ONLY[family]} has no grouped-query attention"
+        )
     # Random weights never produce these ids on purpose: fixed so generate() never stops early.
     ids = {"bos_token_id": 0, "eos_token_id": None, "pad_token_id": 0}
+    # The shape keys every mapped config but GPT-2's names the same way.
+    shape = {
+        "vocab_size": arch.vocab_size,
+        "hidden_size": arch.hidden_size,
+        "num_hidden_layers": arch.n_layers,
+        "num_attention_heads": arch.n_heads,
+    }
     if family == "gpt2":
-        if arch.n_kv_heads != arch.n_heads:
-            raise UnmappedArchError(f"model {arch.name!r}: GPT-2 has no grouped-query attention")
         return "gpt2", {
             "vocab_size": arch.vocab_size,
             "n_embd": arch.hidden_size,
@@ -84,13 +95,8 @@ def hf_config_kwargs(arch: ModelArch) -> tuple[str, dict[str, Any]]:
             **ids,
         }
     if family == "gpt_neox":
-        if arch.n_kv_heads != arch.n_heads:
-            raise UnmappedArchError(f"model {arch.name!r}: GPT-NeoX has no grouped-query attention")
         return "gpt_neox", {
-            "vocab_size": arch.vocab_size,
-            "hidden_size": arch.hidden_size,
-            "num_hidden_layers": arch.n_layers,
-            "num_attention_heads": arch.n_heads,
+            **shape,
             "intermediate_size": arch.intermediate_size,
             "max_position_embeddings": max(arch.max_position_embeddings, 8),
             "tie_word_embeddings": arch.tie_embeddings,
@@ -101,19 +107,13 @@ def hf_config_kwargs(arch: ModelArch) -> tuple[str, dict[str, Any]]:
         }
     if family == "bert":
         return "bert", {
-            "vocab_size": arch.vocab_size,
-            "hidden_size": arch.hidden_size,
-            "num_hidden_layers": arch.n_layers,
-            "num_attention_heads": arch.n_heads,
+            **shape,
             "intermediate_size": arch.intermediate_size,
             "max_position_embeddings": arch.max_position_embeddings,
             "pad_token_id": 0,
         }
     common: dict[str, Any] = {
-        "vocab_size": arch.vocab_size,
-        "hidden_size": arch.hidden_size,
-        "num_hidden_layers": arch.n_layers,
-        "num_attention_heads": arch.n_heads,
+        **shape,
         # Tiny explicit test architectures may give 0; RoPE tables need a few positions.
         "max_position_embeddings": max(arch.max_position_embeddings, 8),
         "tie_word_embeddings": arch.tie_embeddings,

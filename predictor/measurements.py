@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -229,28 +229,9 @@ def parse_measurement(data: Mapping[str, Any] | MeasurementRow) -> Measurement:
         spec = parse_spec(row.spec)
     except SpecError as exc:
         raise DataError(f"row {row.id!r}: `spec` is not a valid JobSpec: {exc}") from None
-    return Measurement(
-        id=row.id,
-        origin=row.origin,
-        simulated=row.simulated,
-        source=row.source,
-        spec=spec,
-        gpu=row.gpu,
-        gpu_model=row.gpu_model,
-        gpu_memory_gib=row.gpu_memory_gib,
-        peak_vram_gib=row.peak_vram_gib,
-        measurement=row.measurement,
-        step_time_s=row.step_time_s,
-        ttft_s=row.ttft_s,
-        tpot_s=row.tpot_s,
-        runtime_s=row.runtime_s,
-        oom=row.oom,
-        confidence=row.confidence,
-        date=row.date,
-        hardware=row.hardware,
-        software=row.software,
-        notes=row.notes,
-    )
+    # Every field but the parsed spec is the validated row's own, by the same name.
+    same = {f.name: getattr(row, f.name) for f in fields(Measurement) if f.name != "spec"}
+    return Measurement(spec=spec, **same)
 
 
 def measurement_row(

@@ -215,18 +215,27 @@ class PynvmlMig:
             raise SliceUnavailable(f"GPU does not offer MIG profile {profile}")
         return best[1]
 
+    def _listed(self, item_type: Any, call: Any, *args: Any) -> list[Any]:
+        """What an NVML call that fills an array and its count lists (up to ``_MAX_INSTANCES``)."""
+        nv = self._nv
+        items = (item_type * _MAX_INSTANCES)()
+        count = nv.c_uint(_MAX_INSTANCES)
+        call(*args, items, nv.byref(count))
+        return [items[i] for i in range(count.value)]
+
     def create_mig(self, index: int, profile: str, start: int) -> str:
         nv = self._nv
         h = self._h(index)
         info = self._gi_profile(h, profile)
-        placements = (nv.c_nvmlGpuInstancePlacement_t * _MAX_INSTANCES)()
-        count = nv.c_uint(_MAX_INSTANCES)
-        nv.nvmlDeviceGetGpuInstancePossiblePlacements(h, info.id, placements, nv.byref(count))
-        chosen = next(
-            (placements[i] for i in range(count.value) if placements[i].start == start), None
+        placements = self._listed(
+            nv.c_nvmlGpuInstancePlacement_t,
+            nv.nvmlDeviceGetGpuInstancePossiblePlacements,
+            h,
+            info.id,
         )
+        chosen = next((p for p in placements if p.start == start), None)
         if chosen is None:
-            valid = [placements[i].start for i in range(count.value)]
+            valid = [p.start for p in placements]
             raise SliceUnavailable(f"{profile} cannot start at slot {start}; valid: {valid}")
         gi = nv.nvmlDeviceCreateGpuInstanceWithPlacement(h, info.id, nv.byref(chosen))
         try:
@@ -262,25 +271,22 @@ class PynvmlMig:
     def _destroy_gi(self, gi: Any) -> None:
         nv = self._nv
         for pid in range(nv.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-            cis = (nv.c_nvmlComputeInstance_t * _MAX_INSTANCES)()
-            count = nv.c_uint(_MAX_INSTANCES)
             try:
-                nv.nvmlGpuInstanceGetComputeInstances(gi, pid, cis, nv.byref(count))
+                cis = self._listed(
+                    nv.c_nvmlComputeInstance_t, nv.nvmlGpuInstanceGetComputeInstances, gi, pid
+                )
             except Exception:  # profile not offered
                 continue
-            for i in range(count.value):
-                nv.nvmlComputeInstanceDestroy(cis[i])
+            for ci in cis:
+                nv.nvmlComputeInstanceDestroy(ci)
         nv.nvmlGpuInstanceDestroy(gi)
 
     def destroy_mig(self, index: int, profile: str, start: int) -> None:
         nv = self._nv
         h = self._h(index)
         info = self._gi_profile(h, profile)
-        gis = (nv.c_nvmlGpuInstance_t * _MAX_INSTANCES)()
-        count = nv.c_uint(_MAX_INSTANCES)
-        nv.nvmlDeviceGetGpuInstances(h, info.id, gis, nv.byref(count))
-        for i in range(count.value):
-            if int(nv.nvmlGpuInstanceGetInfo(gis[i]).placement.start) == start:
-                self._destroy_gi(gis[i])
+        for gi in self._listed(nv.c_nvmlGpuInstance_t, nv.nvmlDeviceGetGpuInstances, h, info.id):
+            if int(nv.nvmlGpuInstanceGetInfo(gi).placement.start) == start:
+                self._destroy_gi(gi)
                 return
         raise SliceUnavailable(f"no {profile} instance at slot {start} on GPU {index}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -13,7 +14,7 @@ import numpy as np
 from scheduler.core.binding import Binding
 from scheduler.core.decision import Decision, Option
 from scheduler.core.state import PoolState, Summary
-from scheduler.core.table import OptionTable
+from scheduler.core.table import LoserRule, OptionTable
 
 if TYPE_CHECKING:
     from scheduler.core.options import OptionBatch
@@ -69,7 +70,7 @@ def place(
     others[chosen] = False
     runner = table.best(keys(table), others)
 
-    lazy = _PlacedThunks(table, chosen, opt, loser_reason, by_cost)
+    lazy = _PlacedThunks(table, chosen, opt, LoserRule(loser_reason, by_cost))
     return Decision(
         table.request.job_id,
         policy,
@@ -85,37 +86,25 @@ def place(
     )
 
 
+@dataclass(slots=True, eq=False)
 class _PlacedThunks:
     """A placed Decision's options, one option, or their columns, built only when read."""
 
-    __slots__ = ("by_cost", "chosen", "loser_reason", "opt", "table")
-
-    def __init__(
-        self, table: OptionTable, chosen: int, opt: Option, loser_reason: str, by_cost: bool
-    ) -> None:
-        self.table = table
-        self.chosen = chosen
-        self.opt = opt
-        self.loser_reason = loser_reason
-        self.by_cost = by_cost
+    table: OptionTable
+    chosen: int
+    opt: Option
+    rule: LoserRule
 
     def options(self) -> list[Option]:
-        return self.table.options(
-            self.chosen, self.opt, loser_reason=self.loser_reason, by_cost=self.by_cost
-        )
+        return self.table.options(self.chosen, self.opt, self.rule)
 
     def option(self, c: int) -> Option:
         if c == self.chosen:
             return self.opt
-        why = self.table.loser_reason(
-            c, self.chosen, loser_reason=self.loser_reason, by_cost=self.by_cost
-        )
-        return self.table.option(c, reason=why)
+        return self.table.option(c, reason=self.table.loser_reason(c, self.chosen, self.rule))
 
     def columns(self) -> dict[str, list[Any]]:
-        return self.table.columns(
-            self.chosen, self.opt, loser_reason=self.loser_reason, by_cost=self.by_cost
-        )
+        return self.table.columns(self.chosen, self.opt, self.rule)
 
 
 def pending_decision(
@@ -145,6 +134,7 @@ def pending_from_batch(
     return _lazy_pending(thunks, batch.requests[i].job_id, policy, now_s)
 
 
+@dataclass(slots=True, eq=False)
 class _PendingThunks:
     """Builds a pending Decision's option table, reason and options only when read.
 
@@ -152,23 +142,12 @@ class _PendingThunks:
     (instead of closures) keeps that cheap.
     """
 
-    __slots__ = ("batch", "i", "loser_reason", "now", "reason", "table")
-
-    def __init__(
-        self,
-        table: OptionTable | None,
-        batch: OptionBatch | None,
-        i: int,
-        now: Summary | None,
-        reason: str | None,
-        loser_reason: str | None,
-    ) -> None:
-        self.table = table
-        self.batch = batch
-        self.i = i
-        self.now = now
-        self.reason = reason
-        self.loser_reason = loser_reason
+    table: OptionTable | None
+    batch: OptionBatch | None
+    i: int
+    now: Summary | None
+    reason: str | None
+    loser_reason: str | None
 
     def get(self) -> OptionTable:
         if self.table is None:
@@ -186,7 +165,7 @@ class _PendingThunks:
         return "waiting: " + table.reason(i)
 
     def options(self) -> list[Option]:
-        return self.get().options(override_reason=self.loser_reason or self.reason)
+        return self.get().options(rule=LoserRule(override=self.loser_reason or self.reason))
 
 
 def _lazy_pending(thunks: _PendingThunks, job_id: str, policy: str, now_s: float) -> Decision:

@@ -33,18 +33,18 @@ class RequestHistory:
     predictor: HistoryPredictor = field(default_factory=HistoryPredictor)
     rows: int = 0  # observations fed so far
 
-    def record(
-        self,
-        fp: str,
-        gpu: str,
-        vram_ratio: float | None,
-        runtime_ratio: float | None = None,
-        *,
-        censored: bool = False,
+    def record_run(
+        self, fp: str, gpu: str, vram_ratio: float | None, runtime_ratio: float | None = None
     ) -> None:
-        """One attempt's outcome on ``gpu`` as ratios to the predictor's figures there;
-        ``censored``: it OOM'd and ``vram_ratio`` is its limit over the predicted peak."""
-        self.predictor.observe(fp, gpu, vram_ratio, runtime_ratio, censored=censored)
+        """A finished attempt on ``gpu``: its measured peak and runtime as ratios to the
+        predictor's figures there (None: not measured)."""
+        self.predictor.observe(fp, gpu, vram_ratio, runtime_ratio)
+        self.rows += 1
+
+    def record_oom(self, fp: str, gpu: str, limit_ratio: float | None) -> None:
+        """An attempt OOM-killed on ``gpu``: the limit it died at over the predicted peak, a
+        floor under its real peak (never a peak itself)."""
+        self.predictor.observe(fp, gpu, limit_ratio, censored=True)
         self.rows += 1
 
     def n_runs(self, fp: str) -> int:

@@ -530,12 +530,7 @@ def enumerate_options(
     request: PlacementRequest,
     state: PoolState,
     empty_state: PoolState | None = None,
-    *,
-    select: Select = "pack",
-    types: Sequence[str] | None = None,
-    kinds: Sequence[str] | None = None,
-    reserve_whole: bool = False,
-    why_excluded: str = "not considered by this policy",
+    **knobs: Any,
 ) -> list[Option]:
     """Every option class of the pool for ``request``, in the pool's class order.
 
@@ -544,17 +539,9 @@ def enumerate_options(
     ``select`` picks ("pack": the fullest node / GPU that still fits, "first": the lowest
     index). ``types``/``kinds`` restrict what a policy may use (others get ``why_excluded``);
     ``reserve_whole`` makes a whole-GPU option reserve the entire GPU (the user-request habit).
+    These ``knobs`` are :class:`~scheduler.core.table.OptionTable`'s keywords, with its defaults.
     """
-    table = OptionTable(
-        request,
-        state,
-        empty_state,
-        select=select,
-        types=types,
-        kinds=kinds,
-        reserve_whole=reserve_whole,
-        why_excluded=why_excluded,
-    )
+    table = OptionTable(request, state, empty_state, **knobs)
     return [
         table.option(c, table.bind(c, state) if table.fits_now[c] else None)
         for c in range(len(table))

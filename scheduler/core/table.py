@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,21 @@ from scheduler.core.requests import PlacementRequest
 from scheduler.core.state import PoolState, Summary
 from scheduler.exceptions import PlacementError
 
-__all__ = ["OptionTable"]
+__all__ = ["LoserRule", "OptionTable"]
+
+
+@dataclass(frozen=True, slots=True)
+class LoserRule:
+    """What each option that fits now but lost says in a Decision: ``override`` when set (a
+    pending job's reason, for all of them); else, with ``by_cost``, how much more it costs than
+    the chosen one (from half a cent up); else ``reason``."""
+
+    reason: str = "ranked lower by this policy"
+    by_cost: bool = True
+    override: str | None = None
+
+
+_RANKED = LoserRule()
 
 
 class OptionTable:
@@ -386,35 +401,24 @@ class OptionTable:
             n_nodes=n_nodes,
         )
 
-    def loser_reason(
-        self,
-        c: int,
-        chosen: int | None = None,
-        *,
-        loser_reason: str = "ranked lower by this policy",
-        by_cost: bool = True,
-        override_reason: str | None = None,
-    ) -> str:
+    def loser_reason(self, c: int, chosen: int | None = None, rule: LoserRule = _RANKED) -> str:
         """What option ``c``'s record says when ``chosen`` won (:meth:`options`' reasons)."""
         if not self.fits_now[c]:
             return self.reason(c)
-        if override_reason is not None:
-            return override_reason
+        if rule.override is not None:
+            return rule.override
         if chosen is None:
             return ""
         extra = float(self.cost[c]) - float(self.cost[chosen])
-        if by_cost and extra >= 0.005:
+        if rule.by_cost and extra >= 0.005:
             return f"costs ${extra:.2f} more than chosen"
-        return loser_reason
+        return rule.reason
 
     def options(
         self,
         chosen: int | None = None,
         chosen_option: Option | None = None,
-        *,
-        loser_reason: str = "ranked lower by this policy",
-        by_cost: bool = True,
-        override_reason: str | None = None,
+        rule: LoserRule = _RANKED,
     ) -> list[Option]:
         """The Option list for a Decision; feasible losers say why the chosen one beat them."""
         out: list[Option] = []
@@ -422,24 +426,14 @@ class OptionTable:
             if c == chosen and chosen_option is not None:
                 out.append(chosen_option)
                 continue
-            why = self.loser_reason(
-                c,
-                chosen,
-                loser_reason=loser_reason,
-                by_cost=by_cost,
-                override_reason=override_reason,
-            )
-            out.append(self.option(c, reason=why))
+            out.append(self.option(c, reason=self.loser_reason(c, chosen, rule)))
         return out
 
     def columns(
         self,
         chosen: int | None = None,
         chosen_option: Option | None = None,
-        *,
-        loser_reason: str = "ranked lower by this policy",
-        by_cost: bool = True,
-        override_reason: str | None = None,
+        rule: LoserRule = _RANKED,
     ) -> dict[str, list[Any]]:
         """:meth:`options` as the compact decision's ``option_columns``, built from the arrays.
 
@@ -451,16 +445,7 @@ class OptionTable:
         ct = pool.class_type
         req = self.request
         whole = pool.class_kind == KIND_WHOLE
-        reasons = [
-            self.loser_reason(
-                c,
-                chosen,
-                loser_reason=loser_reason,
-                by_cost=by_cost,
-                override_reason=override_reason,
-            )
-            for c in range(k)
-        ]
+        reasons = [self.loser_reason(c, chosen, rule) for c in range(k)]
         cols: dict[str, list[Any]] = {
             "kind": [KIND_NAMES[x] for x in pool.class_kind.tolist()],
             "gpu_type": [GPU_NAMES[t] for t in ct.tolist()],

@@ -8,6 +8,7 @@ from scheduler._lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "Policy": "scheduler.policies.base",
+    "Tick": "scheduler.policies.base",
     "GreedyPolicy": "scheduler.policies.greedy",
     "PolicyName": "scheduler.policies.registry",
     "get_policy": "scheduler.policies.registry",

@@ -28,6 +28,7 @@ from scheduler.policies.fgd import (
 )
 
 __all__ = [
+    "FIXED_SCORERS",
     "MAX_GPUS_PER_NODE",
     "MAX_SPEC_CPU_MILLI",
     "MAX_SPEC_GPU_MILLI",
@@ -205,6 +206,16 @@ def score_gpuclustering(
     bonus = np.where(has, np.where(n_tags == 1, 75, 50), np.where(n_tags == 0, 25, 0))
     gpu = best_gpu(st.gpu_free[idx], pod.milli) if pod.is_share else np.full(idx.size, -1)
     return (base + bonus).astype(float), gpu
+
+
+#: The scorers that ignore the workload, by the openb policy name that runs them.
+FIXED_SCORERS: dict[str, Scorer] = {
+    "random": score_random,
+    "bestfit": score_bestfit,
+    "dotproduct": score_dotproduct,
+    "gpupacking": score_gpupacking,
+    "gpuclustering": score_gpuclustering,
+}
 
 
 def make_fgd(classes: TaskClasses, strand: tuple[DemandRatios, float] | None = None) -> Scorer:

@@ -4,12 +4,16 @@ A policy sees the whole pending queue at once, so queue disciplines (FIFO, backf
 optimisers (ILP) and per-job scorers (first-fit, best-fit, FGD, right-size) all fit behind
 the same call. The core loop is shared by the live service and the simulator: each tick it
 calls :meth:`Policy.schedule` and commits the returned decisions against the pool state.
+
+Callers use :meth:`Policy.schedule`; a policy implements :meth:`Policy.decide`, which gets the
+same four things as one :class:`Tick`, so no policy repeats the call's signature.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,13 +22,23 @@ if TYPE_CHECKING:
     from scheduler.core.state import PoolState
     from scheduler.policies.registry import PolicyName
 
-__all__ = ["Policy"]
+__all__ = ["Policy", "Tick"]
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """What a policy decides on: the pending queue (in order), the pool state it commits to,
+    the time, and the jobs running (with their predicted ends, for backfill)."""
+
+    pending: Sequence[PlacementRequest]
+    state: PoolState
+    now_s: float
+    running: Sequence[RunningJob] = ()
 
 
 class Policy(ABC):
     name: PolicyName
 
-    @abstractmethod
     def schedule(
         self,
         pending: Sequence[PlacementRequest],
@@ -40,3 +54,9 @@ class Policy(ABC):
         pool). ``state`` is mutated by placed decisions; callers that must not see that pass
         a copy.
         """
+        return self.decide(Tick(pending, state, now_s, running))
+
+    @abstractmethod
+    def decide(self, tick: Tick) -> list[Decision]:
+        """What :meth:`schedule` returns, for the queue, state, time and running jobs of
+        ``tick``; same contract."""

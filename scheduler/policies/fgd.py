@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from scheduler.policies.base import Policy
+from scheduler.policies.base import Policy, Tick
 from scheduler.policies.registry import PolicyName
 
 if TYPE_CHECKING:
@@ -323,28 +323,13 @@ class FgdPolicy(Policy):
         binned = np.maximum(np.ceil(demand / self.bin_gib), 1.0) * self.bin_gib
         return typical_task_classes(np.zeros_like(binned), binned, count, self.threshold)
 
-    def schedule(
-        self,
-        pending: Sequence[PlacementRequest],
-        state: PoolState,
-        now_s: float,
-        running: Sequence[RunningJob] = (),
-    ) -> list[Decision]:
-        from scheduler.core.decide import pending_decision, place, rejected_decision
-        from scheduler.core.options import OptionBatch
+    def decide(self, tick: Tick) -> list[Decision]:
+        from scheduler.policies._each import Pick, place_each
 
-        classes = self.task_classes(pending, running)
-        policy = self.name.value
-        batch = OptionBatch(pending, state.pool)
-        out: list[Decision] = []
-        for i in range(len(pending)):
-            if not batch.fits_empty_any(i):
-                out.append(rejected_decision(batch.table(i, state), policy=policy, now_s=now_s))
-                continue
-            if not batch.fits_now_any(i, state):
-                out.append(pending_decision(batch.table(i, state), policy=policy, now_s=now_s))
-                continue
-            table = batch.table(i, state)
+        state = tick.state
+        classes = self.task_classes(tick.pending, tick.running)
+
+        def pick(table: OptionTable) -> Pick:
             cands = _candidates(table, state)
             if classes is None:
                 delta = np.zeros(len(cands))
@@ -354,23 +339,14 @@ class FgdPolicy(Policy):
             size = np.array([float(table.size[c]) for c, _ in cands])
             k = int(np.lexsort((np.arange(len(cands)), size, cost, delta))[0])
             c, b = cands[k]
-            d = place(
-                table,
-                c,
-                state,
-                policy=policy,
-                now_s=now_s,
-                reason=(
-                    f"least fragmentation added: {state.pool.class_label(c)} on {b.node} "
-                    f"(+{float(delta[k]):.1f} GiB expected fragmented) at "
-                    f"${float(table.cost[c]):.2f}"
-                ),
-                loser_reason="adds more fragmentation than chosen",
-                by_cost=False,
-                binding=b,
+            why = (
+                f"least fragmentation added: {state.pool.class_label(c)} on {b.node} "
+                f"(+{float(delta[k]):.1f} GiB expected fragmented) at ${float(table.cost[c]):.2f}"
             )
-            out.append(d)
-        return out
+            return c, b, why
+
+        loser = "adds more fragmentation than chosen"
+        return place_each(tick, self.name.value, pick, loser, batch_check=True)
 
 
 def _candidates(table: OptionTable, state: PoolState) -> list[tuple[int, Binding]]:

@@ -24,7 +24,7 @@ from scheduler.core.pool import MIB_PER_GIB, MILLI_PER_CPU, Pool
 from scheduler.core.requests import PlacementRequest, RunningJob
 from scheduler.core.state import PoolState
 from scheduler.core.table import OptionTable
-from scheduler.policies.base import Policy
+from scheduler.policies.base import Policy, Tick
 
 __all__ = ["GreedyPolicy"]
 
@@ -66,35 +66,18 @@ class GreedyPolicy(Policy):
         return job.predicted_end_s
 
     def wait_for(
-        self,
-        table: OptionTable,
-        idx: int,
-        state: PoolState,
-        running: Sequence[RunningJob],
-        now_s: float,
+        self, table: OptionTable, idx: int, tick: Tick
     ) -> tuple[str, float, Option] | None:
         """(reason, start time, option) when the job should wait for a better option it can
-        reserve instead of taking ``idx`` now; None to take it."""
+        reserve instead of taking ``idx`` now; None to take it. ``tick.running`` includes the
+        jobs placed earlier in this pass."""
         return None
 
-    def schedule(
-        self,
-        pending: Sequence[PlacementRequest],
-        state: PoolState,
-        now_s: float,
-        running: Sequence[RunningJob] = (),
-    ) -> list[Decision]:
-        return self.walk(pending, state, now_s, running)
+    def decide(self, tick: Tick) -> list[Decision]:
+        return self.walk(tick)
 
     def walk(
-        self,
-        pending: Sequence[PlacementRequest],
-        state: PoolState,
-        now_s: float,
-        running: Sequence[RunningJob],
-        *,
-        backfill: bool | None = None,
-        strict_fifo: bool | None = None,
+        self, tick: Tick, *, backfill: bool | None = None, strict_fifo: bool | None = None
     ) -> list[Decision]:
         """The queue loop, with this policy's knobs unless ``backfill``/``strict_fifo`` say
         otherwise (a policy that tries several orders runs some without backfill)."""
@@ -102,33 +85,28 @@ class GreedyPolicy(Policy):
             "backfill": self.backfill if backfill is None else backfill,
             "strict_fifo": self.strict_fifo if strict_fifo is None else strict_fifo,
         }
-        return _QueueWalk(self, pending, state, now_s, running, **knobs).run()
+        return _QueueWalk(self, tick, **knobs).run()
 
 
 class _QueueWalk:
     """One pass of a greedy policy over the queue."""
 
     def __init__(
-        self,
-        policy: GreedyPolicy,
-        pending: Sequence[PlacementRequest],
-        state: PoolState,
-        now_s: float,
-        running: Sequence[RunningJob],
-        *,
-        backfill: bool,
-        strict_fifo: bool,
+        self, policy: GreedyPolicy, tick: Tick, *, backfill: bool, strict_fifo: bool
     ) -> None:
         self.policy = policy
         self.name = policy.name.value
-        self.pending = pending
-        self.state = state
-        self.now_s = now_s
+        self.pending = tick.pending
+        self.state = state = tick.state
+        self.now_s = tick.now_s
         self.backfill = backfill
         # FIFO without backfill: every job behind a blocked one waits.
         self.fifo = strict_fifo and not backfill
-        self.batch = policy.batch(pending, state.pool)
-        self.live = list(running)
+        self.batch = policy.batch(tick.pending, state.pool)
+        # Running jobs plus those this pass places (with backfill); ``tick`` shows them to
+        # the policy's hooks.
+        self.live = list(tick.running)
+        self.tick = Tick(tick.pending, state, tick.now_s, self.live)
         # The reserved head job (id, start time, GPUs) and the state with its GPUs fenced off.
         self.head: tuple[str, float, tuple[int, ...]] | None = None
         # What the reserved job needs of its node's CPUs and host memory beyond what the jobs
@@ -175,7 +153,7 @@ class _QueueWalk:
             note = f" (backfilled ahead of {self.head[0]})"
         wait = None
         if idx is not None:
-            wait = self.policy.wait_for(table, idx, state, self.live, now_s)
+            wait = self.policy.wait_for(table, idx, self.tick)
             if wait is None:
                 return self.commit(req, table, idx, binding, note)
         return self.hold(i, req, table, wait)

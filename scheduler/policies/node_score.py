@@ -33,11 +33,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from scheduler.core.binding import Binding
-from scheduler.core.decide import pending_decision, place, rejected_decision
 from scheduler.core.host import class_nodes, demand, gpu_nodes_now
-from scheduler.core.options import OptionBatch
 from scheduler.core.pool import KIND_MIG, KIND_SHARED, KIND_WHOLE, MODE_SHARED, MODE_WHOLE, Pool
 from scheduler.exceptions import PolicyError
+from scheduler.policies._each import Pick, place_each
 from scheduler.policies._node_scorers import (
     MILLI_PER_GPU,
     N_TAGS,
@@ -55,7 +54,7 @@ from scheduler.policies._node_scorers import (
     tag_of,
 )
 from scheduler.policies._stranding_maths import DemandRatios, demand_ratios
-from scheduler.policies.base import Policy
+from scheduler.policies.base import Policy, Tick
 from scheduler.policies.fgd import (
     TaskClasses,
     class_terms,
@@ -215,56 +214,36 @@ class NodeScorePolicy(Policy):
             self._rank = {key: np.arange(n) if self.seed is None else seeded.permutation(n)}
         return self._rank[key]
 
-    def schedule(
-        self,
-        pending: Sequence[PlacementRequest],
-        state: PoolState,
-        now_s: float,
-        running: Sequence[RunningJob] = (),
-    ) -> list[Decision]:
-        policy = self.name.value
-        batch = OptionBatch(pending, state.pool)
-        scorer = self.scorer(pending, running, state.pool)
+    def decide(self, tick: Tick) -> list[Decision]:
+        state = tick.state
+        pool = state.pool
+        scorer = self.scorer(tick.pending, tick.running, pool)
         view = self._view_of(state)
-        rank = self.node_rank(state.pool)
+        rank = self.node_rank(pool)
         rng = self._rng
         if rng is None:
             rng = np.random.default_rng([self.seed or 0, state.version])
-        out: list[Decision] = []
-        for i in range(len(pending)):
-            if not batch.fits_empty_any(i):
-                out.append(rejected_decision(batch.table(i, state), policy=policy, now_s=now_s))
-                continue
-            # The table says what fits now (GPUs and host), so no separate fits-now pass.
-            table = batch.table(i, state)
-            if not table.fits_now.any():
-                out.append(pending_decision(table, policy=policy, now_s=now_s))
-                continue
+        label = self.score_label
+
+        def pick(table: OptionTable) -> Pick | None:
             best = self._best(table, state, view, scorer, rank, rng)
             if best is None:
-                out.append(pending_decision(table, policy=policy, now_s=now_s))
-                continue
+                return None
             c, binding, score = best
-            d = place(
-                table,
-                c,
-                state,
-                policy=policy,
-                now_s=now_s,
-                reason=(
-                    f"highest {self.score_label}: {state.pool.class_label(c)} on {binding.node} "
-                    f"(score {score:.0f}) at ${float(table.cost[c]):.2f}"
-                ),
-                loser_reason=f"lower {self.score_label} than chosen",
-                by_cost=False,
-                binding=binding,
+            why = (
+                f"highest {label}: {pool.class_label(c)} on {binding.node} "
+                f"(score {score:.0f}) at ${float(table.cost[c]):.2f}"
             )
-            k = int(state.pool.gpu_node[binding.gpus[0]])
-            t = _option_tag(state.pool, state.option_of(table.request.job_id))
+            return c, binding, why
+
+        def placed(table: OptionTable, binding: Binding) -> None:
+            k = int(pool.gpu_node[binding.gpus[0]])
+            t = _option_tag(pool, state.option_of(table.request.job_id))
             if t >= 0:
                 view.tags[k, t] += 1
             self.refresh(view, state, k)
-            out.append(d)
+
+        out = place_each(tick, self.name.value, pick, f"lower {label} than chosen", placed=placed)
         self._view = (id(state), state.version, view)
         return out
 

@@ -26,11 +26,11 @@ from scheduler.core.gang import GangPlan, node_ask
 from scheduler.core.host import demand_at
 from scheduler.core.options import OptionBatch
 from scheduler.core.pool import KIND_MIG, KIND_SHARED, KIND_WHOLE, MODE_SHARED, MODE_WHOLE, Pool
-from scheduler.core.requests import PlacementRequest, RunningJob
+from scheduler.core.requests import PlacementRequest
 from scheduler.core.state import PoolState
 from scheduler.core.table import OptionTable
 from scheduler.exceptions import PolicyError
-from scheduler.policies.base import Policy
+from scheduler.policies.base import Policy, Tick
 from scheduler.policies.registry import PolicyName
 
 __all__ = ["OptimalPolicy"]
@@ -46,13 +46,8 @@ class OptimalPolicy(Policy):
         self.max_gpus = max_gpus
         self.time_limit_s = time_limit_s
 
-    def schedule(
-        self,
-        pending: Sequence[PlacementRequest],
-        state: PoolState,
-        now_s: float,
-        running: Sequence[RunningJob] = (),
-    ) -> list[Decision]:
+    def decide(self, tick: Tick) -> list[Decision]:
+        pending, state, now_s = tick.pending, tick.state, tick.now_s
         pool = state.pool
         if len(pending) > self.max_jobs or pool.n_gpus > self.max_gpus:
             raise PolicyError(

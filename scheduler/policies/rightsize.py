@@ -29,10 +29,11 @@ from scheduler.core.decide import place
 from scheduler.core.decision import Decision, Option
 from scheduler.core.options import OptionBatch
 from scheduler.core.pool import Pool
-from scheduler.core.requests import PlacementRequest, RunningJob
+from scheduler.core.requests import PlacementRequest
 from scheduler.core.state import PoolState
 from scheduler.core.table import OptionTable
 from scheduler.exceptions import PolicyError
+from scheduler.policies.base import Tick
 from scheduler.policies.greedy import GreedyPolicy
 from scheduler.policies.registry import PolicyName
 
@@ -71,34 +72,30 @@ class RightSizePolicy(GreedyPolicy):
 
     def _greedy(
         self,
+        tick: Tick,
         pending: Sequence[PlacementRequest],
         state: PoolState,
-        now_s: float,
-        running: Sequence[RunningJob],
         *,
         backfill: bool,
         strict_fifo: bool = False,
     ) -> list[Decision]:
-        return self.walk(pending, state, now_s, running, backfill=backfill, strict_fifo=strict_fifo)
+        """One greedy pass over ``pending`` on ``state``, at the tick's time and running jobs."""
+        part = Tick(pending, state, tick.now_s, tick.running)
+        return self.walk(part, backfill=backfill, strict_fifo=strict_fifo)
 
-    def schedule(
-        self,
-        pending: Sequence[PlacementRequest],
-        state: PoolState,
-        now_s: float,
-        running: Sequence[RunningJob] = (),
-    ) -> list[Decision]:
+    def decide(self, tick: Tick) -> list[Decision]:
+        pending, state, now_s = tick.pending, tick.state, tick.now_s
         if self.lookahead == 0 or self.wait_for_cheaper or len(pending) < 2:
-            return self._greedy(pending, state, now_s, running, backfill=self.backfill)
+            return self._greedy(tick, pending, state, backfill=self.backfill)
         # A: the queue prefix that starts now, each job on its cheapest option in queue order.
         # Bursts whose prefix exceeds repack_max_jobs skip the repack (bounded extra work).
         first = state.copy()
         head = pending[: self.repack_max_jobs]
-        a = self._greedy(head, first, now_s, running, backfill=False, strict_fifo=True)
+        a = self._greedy(tick, head, first, backfill=False, strict_fifo=True)
         n_prefix = next((k for k, d in enumerate(a) if d.state != "placed"), len(a))
         window = list(range(min(len(head), n_prefix + self.lookahead)))
         if n_prefix == len(head) and len(pending) > len(head):
-            return self._greedy(pending, state, now_s, running, backfill=self.backfill)
+            return self._greedy(tick, pending, state, backfill=self.backfill)
         # B: re-place that prefix plus the next few jobs in two other orders and keep the best
         # (every prefix job must still start; then most jobs started, then least cost).
         batch = OptionBatch([pending[k] for k in window], state.pool)
@@ -115,9 +112,7 @@ class RightSizePolicy(GreedyPolicy):
         repacked = False
         for order in orders:
             trial = state.copy()
-            b = self._greedy(
-                [pending[window[k]] for k in order], trial, now_s, running, backfill=False
-            )
+            b = self._greedy(tick, [pending[window[k]] for k in order], trial, backfill=False)
             by_id = {d.job_id: d for d in b}
             if not all(by_id[pending[k].job_id].state == "placed" for k in range(n_prefix)):
                 continue
@@ -132,12 +127,10 @@ class RightSizePolicy(GreedyPolicy):
             repacked = repacked or moved
         if not repacked:
             # Nothing beat queue order: plain greedy with backfill, as without lookahead.
-            return self._greedy(pending, state, now_s, running, backfill=self.backfill)
+            return self._greedy(tick, pending, state, backfill=self.backfill)
         # C: the window's placements stand; the rest of the queue goes on from there.
         rest = [r for r in pending if r.job_id not in placed]
-        c_by_id = {
-            d.job_id: d for d in self._greedy(rest, trial, now_s, running, backfill=self.backfill)
-        }
+        c_by_id = {d.job_id: d for d in self._greedy(tick, rest, trial, backfill=self.backfill)}
         out = [chosen[r.job_id] if r.job_id in placed else c_by_id[r.job_id] for r in pending]
         return self._commit(out, trial, state)
 
@@ -229,16 +222,12 @@ class RightSizePolicy(GreedyPolicy):
         return decisions
 
     def wait_for(
-        self,
-        table: OptionTable,
-        idx: int,
-        state: PoolState,
-        running: Sequence[RunningJob],
-        now_s: float,
+        self, table: OptionTable, idx: int, tick: Tick
     ) -> tuple[str, float, Option] | None:
         """With ``wait_for_cheaper``: wait for a cheaper option predicted to free up in time."""
         if not self.wait_for_cheaper:
             return None
+        now_s = tick.now_s
         req = table.request
         now_cost = float(table.cost[idx])
         target = now_cost * (1.0 - self.min_saving)
@@ -250,7 +239,7 @@ class RightSizePolicy(GreedyPolicy):
             t = OptionTable(req, s)
             return t, t.best(t.cost_keys(), t.fits_now & (t.cost < target))
 
-        found = earliest_fit(state, running, now_s, cheaper)
+        found = earliest_fit(tick.state, tick.running, now_s, cheaper)
         if found is None:
             return None
         t, option = found

@@ -9,6 +9,7 @@ one function here, so the forms cannot drift apart.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any
 
 from scheduler.core.decision import Decision, Option
@@ -72,6 +73,27 @@ def slot(pool: Pool, opt: Option) -> tuple[int, int, int]:
     return kind, gib_to_mib_ceil(opt.reserved_gib), 0
 
 
+#: The fields a placement record copies from its option unchanged, and gives back to the
+#: option :func:`record_option` rebuilds (the rest are converted or belong to one side).
+_AS_IS = (  # in Option's field order
+    "kind",
+    "gpu_type",
+    "node",
+    "mig_profile",
+    "capacity_gib",
+    "reserved_gib",
+    "vram_gib",
+    "vram_upper_gib",
+    "runtime_s",
+    "cost_usd",
+    "mig_start",
+    "leftover_gib",
+    "cpus",
+    "host_memory_gib",
+)
+_as_is = attrgetter(*_AS_IS)
+
+
 def placement_record(
     pool: Pool,
     d: Decision,
@@ -90,35 +112,22 @@ def placement_record(
     runner = d.runner_up_option
     gang = gang_ranks(pool, d.job_id, attempt, opt) if opt.n_nodes > 1 else None
     return PlacementRecord.model_construct(
+        **dict(zip(_AS_IS, _as_is(opt), strict=True)),
         attempt=attempt,
-        node=opt.node,
         queue=queue_name(opt.node),
         rq_job_id=rq_job_id(d.job_id, attempt),
         label=opt.label,
-        kind=opt.kind,
-        gpu_type=opt.gpu_type,
         gpu_indices=list(opt.gpu_indices),
-        mig_profile=opt.mig_profile,
-        mig_start=opt.mig_start,
-        reserved_gib=opt.reserved_gib,
-        capacity_gib=opt.capacity_gib,
-        cost_usd=opt.cost_usd,
-        runtime_s=opt.runtime_s,
         placed_at=now,
         policy=policy,
         simulated=simulated,
         job_id=d.job_id,
         n_gpus=opt.n_gpus,
-        vram_gib=opt.vram_gib,
-        vram_upper_gib=opt.vram_upper_gib,
-        leftover_gib=opt.leftover_gib,
         used_mib=used,
         mig_mask=mask,
         reason=d.reason,
         runner_up=None if runner is None else runner.to_dict(),
         engine=engine,
-        cpus=opt.cpus,
-        host_memory_gib=opt.host_memory_gib,
         gang=gang,
         master_port=None if gang is None else master_port(d.job_id, attempt),
     )
@@ -179,25 +188,12 @@ def rank_items(rec: PlacementRecord) -> list[tuple[str, str, int, dict[str, Any]
 def record_option(rec: PlacementRecord) -> Option:
     """The committed option, rebuilt from the record (it fits now, so its reason is empty)."""
     return Option(
-        kind=rec.kind,  # type: ignore[arg-type]
-        gpu_type=rec.gpu_type,
-        node=rec.node,
+        **dict(zip(_AS_IS, _as_is(rec), strict=True)),
         gpu_indices=tuple(rec.gpu_indices),
-        mig_profile=rec.mig_profile,
         n_gpus=rec.n_gpus if rec.n_gpus is not None else len(rec.gpu_indices),
-        capacity_gib=rec.capacity_gib,
-        reserved_gib=rec.reserved_gib,
-        vram_gib=rec.vram_gib,
-        vram_upper_gib=rec.vram_upper_gib,
-        runtime_s=rec.runtime_s,
-        cost_usd=rec.cost_usd,
         fits_now=True,
         fits_empty=True,
         reason="",
-        mig_start=rec.mig_start,
-        leftover_gib=rec.leftover_gib,
-        cpus=rec.cpus,
-        host_memory_gib=rec.host_memory_gib,
         n_nodes=rec.n_nodes,
     )
 

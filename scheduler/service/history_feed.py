@@ -104,13 +104,13 @@ class HistoryFeed:
             limit = _pos(hw.get("limit_gib")) or _pos(row.get("peak_vram_gib"))
             if limit is None:
                 return False
-            self.history.record(fp, gpu, limit / peak_pred, censored=True)
+            self.history.record_oom(fp, gpu, limit / peak_pred)
             return True
         if not hw.get("exit_ok", False):
             return False
         peak, runtime = _pos(row.get("peak_vram_gib")), _pos(row.get("runtime_s"))
         rt_ratio = runtime / runtime_pred if runtime and runtime_pred else None
-        self.history.record(fp, gpu, None if peak is None else peak / peak_pred, rt_ratio)
+        self.history.record_run(fp, gpu, None if peak is None else peak / peak_pred, rt_ratio)
         return True
 
     def answer(

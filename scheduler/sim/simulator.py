@@ -306,7 +306,7 @@ class Simulator:
                     job.end_s = now
                     assert job.option is not None
                     # Ratios to the predictor's own figures, whatever the history said.
-                    self.history.record(
+                    self.history.record_run(
                         job.fingerprint, job.option.gpu_type, job.vram_factor, job.runtime_factor
                     )
                 else:
@@ -345,9 +345,7 @@ class Simulator:
         assert opt is not None and job.base is not None
         limit = _limit_gib(opt)
         base = float(job.base.vram_gib[TYPE_INDEX[opt.gpu_type]])
-        self.history.record(
-            job.fingerprint, opt.gpu_type, limit / base if base > 0 else None, censored=True
-        )
+        self.history.record_oom(job.fingerprint, opt.gpu_type, limit / base if base > 0 else None)
         job.oom_kills += 1
         esc = escalate_oom(
             label=opt.label,

@@ -134,10 +134,35 @@ _LARGE = ("mistral-7b", "llama-3.1-8b", "qwen2.5-7b")
 _XL = ("qwen2.5-14b", "llama-2-13b")
 # Output 512 costs ~512 launch-bound decode steps; two small models carry that corner.
 _LONG_DECODE = ("gpt2", "llama-3.2-1b")
+_MOE_GRID = [(1, 256, 64), (16, 1024, 64), (64, 512, 32)]
 
 
-def _model_key(model: str | dict[str, Any]) -> str:
+# A catalogue name or an explicit architecture object, as a JobSpec's ``model``.
+_Model = str | dict[str, Any]
+
+
+def _model_key(model: _Model) -> str:
     return model if isinstance(model, str) else str(model["name"])
+
+
+def _inference(model: _Model, b: int, i: int, o: int, **extra: Any) -> dict[str, Any]:
+    """One inference job of batch ``b``, input ``i`` and output ``o`` tokens; ``extra`` (a
+    weight dtype) stands before the shape, as the sweep file lists it."""
+    shape = {"batch_size": b, "input_len": i, "output_len": o}
+    return {"model": model, "task": "inference", **extra, **shape}
+
+
+def _training(model: _Model, task: str, b: int, s: int, **extra: Any) -> dict[str, Any]:
+    """One training job of ``TRAIN_STEPS`` steps, batch ``b`` and sequence ``s``; ``extra``
+    (checkpointing, LoRA, dtypes, optimizer) stands after the shape."""
+    return {
+        "steps": TRAIN_STEPS,
+        "model": model,
+        "task": task,
+        "batch_size": b,
+        "seq_len": s,
+        **extra,
+    }
 
 
 def _inference_jobs() -> Iterable[dict[str, Any]]:
@@ -174,86 +199,36 @@ def _inference_jobs() -> Iterable[dict[str, Any]]:
         for b, i, o in grid_small:
             if (model == "gpt2" and i + o > 1024) or (o == 512 and model not in _LONG_DECODE):
                 continue
-            yield {
-                "model": model,
-                "task": "inference",
-                "batch_size": b,
-                "input_len": i,
-                "output_len": o,
-            }
+            yield _inference(model, b, i, o)
     for model in _MID:
         grid = grid_mid if model != "gemma-2-2b" else grid_mid[:3]
         for b, i, o in grid:
-            yield {
-                "model": model,
-                "task": "inference",
-                "batch_size": b,
-                "input_len": i,
-                "output_len": o,
-            }
-    for model in _LARGE:
-        for b, i, o in grid_large:
-            yield {
-                "model": model,
-                "task": "inference",
-                "batch_size": b,
-                "input_len": i,
-                "output_len": o,
-            }
-    for model in _XL:
-        for b, i, o in grid_xl:
-            yield {
-                "model": model,
-                "task": "inference",
-                "batch_size": b,
-                "input_len": i,
-                "output_len": o,
-            }
-    for b, i, o in [(1, 256, 64), (16, 1024, 64), (64, 512, 32)]:
-        yield {
-            "model": MOE_MINI,
-            "task": "inference",
-            "batch_size": b,
-            "input_len": i,
-            "output_len": o,
-        }
+            yield _inference(model, b, i, o)
+    rest: list[tuple[Sequence[_Model], list[tuple[int, int, int]]]] = [
+        (_LARGE, grid_large),
+        (_XL, grid_xl),
+        ((MOE_MINI,), _MOE_GRID),
+    ]
+    for models, grid in rest:
+        for arch in models:
+            for b, i, o in grid:
+                yield _inference(arch, b, i, o)
     # fp32 and 8-bit weights where HF supports them (int8 needs bitsandbytes: skipped without).
     for model, b, i, o in [
         ("gpt2", 8, 512, 64),
         ("qwen2.5-0.5b", 8, 1024, 64),
         ("llama-3.2-1b", 1, 512, 64),
     ]:
-        yield {
-            "model": model,
-            "task": "inference",
-            "weight_dtype": "fp32",
-            "batch_size": b,
-            "input_len": i,
-            "output_len": o,
-        }
+        yield _inference(model, b, i, o, weight_dtype="fp32")
     for model in ("llama-3.1-8b", "qwen2.5-7b"):
-        yield {
-            "model": model,
-            "task": "inference",
-            "weight_dtype": "int8",
-            "batch_size": 8,
-            "input_len": 1024,
-            "output_len": 32,
-        }
+        yield _inference(model, 8, 1024, 32, weight_dtype="int8")
     for b, i, o in [(1, 128, 32), (32, 512, 32)]:
-        yield {
-            "model": "bert-base-uncased",
-            "task": "inference",
-            "batch_size": b,
-            "input_len": i,
-            "output_len": o,
-        }
+        yield _inference("bert-base-uncased", b, i, o)
 
 
 def _training_jobs() -> Iterable[dict[str, Any]]:
-    base = {"steps": TRAIN_STEPS}
     # Full fine-tune, AdamW mixed precision, with and without checkpointing.
-    ft = [
+    ft: list[tuple[_Model, int, int]] = [
         ("gpt2", 8, 1024),
         ("qwen2.5-0.5b", 4, 2048),
         ("llama-3.2-1b", 4, 2048),
@@ -267,58 +242,22 @@ def _training_jobs() -> Iterable[dict[str, Any]]:
     ]
     for model, b, s in ft:
         for ckpt in (False, True):
-            yield {
-                **base,
-                "model": model,
-                "task": "full_finetune",
-                "batch_size": b,
-                "seq_len": s,
-                "gradient_checkpointing": ckpt,
-            }
+            yield _training(model, "full_finetune", b, s, gradient_checkpointing=ckpt)
     for model, b, s in [("gpt2", 16, 1024), ("llama-3.2-1b", 16, 2048), ("qwen2.5-0.5b", 16, 4096)]:
-        yield {
-            **base,
-            "model": model,
-            "task": "full_finetune",
-            "batch_size": b,
-            "seq_len": s,
-            "gradient_checkpointing": True,
-        }
-    yield {**base, "model": "gpt2", "task": "pretrain", "batch_size": 16, "seq_len": 1024}
-    yield {
-        **base,
-        "model": "llama-3.2-1b",
-        "task": "pretrain",
-        "batch_size": 8,
-        "seq_len": 2048,
-        "gradient_checkpointing": True,
-    }
+        yield _training(model, "full_finetune", b, s, gradient_checkpointing=True)
+    yield _training("gpt2", "pretrain", 16, 1024)
+    yield _training("llama-3.2-1b", "pretrain", 8, 2048, gradient_checkpointing=True)
     # fp32 end to end (no autocast), and 8-bit / paged optimizers (bitsandbytes).
     for model, b, s in [("gpt2", 4, 1024), ("qwen2.5-0.5b", 2, 1024)]:
-        yield {
-            **base,
-            "model": model,
-            "task": "full_finetune",
-            "weight_dtype": "fp32",
-            "compute_dtype": "fp32",
-            "batch_size": b,
-            "seq_len": s,
-        }
+        yield _training(model, "full_finetune", b, s, weight_dtype="fp32", compute_dtype="fp32")
     for model, opt in [
         ("llama-3.2-1b", "adamw_8bit"),
         ("llama-3.2-3b", "adamw_8bit"),
         ("llama-3.2-3b", "paged_adamw_8bit"),
     ]:
-        yield {
-            **base,
-            "model": model,
-            "task": "full_finetune",
-            "optimizer": opt,
-            "batch_size": 2,
-            "seq_len": 2048,
-        }
+        yield _training(model, "full_finetune", 2, 2048, optimizer=opt)
     # LoRA: rank 8–64, seq 512–4096, batch 1–16, three target sets, with and without ckpt.
-    lora = [
+    lora: list[tuple[_Model, int, int, int, str, bool]] = [
         ("qwen2.5-0.5b", 8, 512, 16, "all_linear", False),
         ("qwen2.5-0.5b", 16, 2048, 8, "qv", True),
         ("llama-3.2-1b", 16, 1024, 8, "all_linear", False),
@@ -348,31 +287,15 @@ def _training_jobs() -> Iterable[dict[str, Any]]:
         (MOE_MINI, 16, 2048, 8, "all_linear", True),
     ]
     for model, r, s, b, target, ckpt in lora:
-        yield {
-            **base,
-            "model": model,
-            "task": "lora",
-            "batch_size": b,
-            "seq_len": s,
-            "lora_rank": r,
-            "lora_target": target,
-            "gradient_checkpointing": ckpt,
-        }
+        lora_args = {"lora_rank": r, "lora_target": target, "gradient_checkpointing": ckpt}
+        yield _training(model, "lora", b, s, **lora_args)
+    qlora_args = {"lora_rank": 16, "optimizer": "paged_adamw_8bit", "gradient_checkpointing": True}
     for model, b, s in [
         ("llama-3.1-8b", 4, 2048),
         ("qwen2.5-14b", 2, 2048),
         ("mistral-7b", 8, 1024),
     ]:
-        yield {
-            **base,
-            "model": model,
-            "task": "qlora",
-            "batch_size": b,
-            "seq_len": s,
-            "lora_rank": 16,
-            "optimizer": "paged_adamw_8bit",
-            "gradient_checkpointing": True,
-        }
+        yield _training(model, "qlora", b, s, **qlora_args)
 
 
 def _job_id(i: int, job: dict[str, Any]) -> str:

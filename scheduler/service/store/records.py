@@ -38,12 +38,6 @@ __all__ = [
 ]
 
 
-def _finite_or_none(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
-
-
 def dumps(obj: Any) -> str:
     """Compact JSON with inf/NaN turned into null (JSON has neither).
 
@@ -68,7 +62,7 @@ def _clean(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [_clean(v) for v in obj]
     if isinstance(obj, float):
-        return _finite_or_none(obj)
+        return obj if math.isfinite(obj) else None  # JSON has no inf/NaN
     if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
         return _clean(obj.item())
     return obj

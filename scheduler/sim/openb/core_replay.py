@@ -36,7 +36,7 @@ from scheduler.sim.openb.trace import (
     TARGET_DEMAND_RATIO,
     OpenbCluster,
     OpenbWorkload,
-    tune_workload,
+    seeded_run,
 )
 
 __all__ = ["CORE_POLICY", "replay_core"]
@@ -84,12 +84,7 @@ def replay_core(
 ) -> OpenbResult:
     """Replay one seed through the core; ``extras`` names the registry policy that ran."""
     t0 = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    capacity = cluster.gpu_capacity_milli
-    if capacity <= 0:
-        raise TraceError("the node list has no GPUs; use a node csv with a non-zero `gpu` column")
-    workload = tune_workload(pods, capacity, demand_ratio, rng)
-    node_rank = rng.permutation(len(cluster.names))
+    rng, capacity, workload, node_rank = seeded_run(cluster, pods, seed, demand_ratio)
     opool = opool if opool is not None else openb_pool(cluster)
     requests = openb_requests(workload, opool)
     pol = _policy(policy, pods, node_rank, rng)
@@ -99,7 +94,7 @@ def replay_core(
     allocated = np.zeros(n_pods)
     placed = np.full(n_pods, -1, np.int64)
     milli = workload.total_gpu_milli
-    alloc, failed = 0, 0
+    alloc = 0
     for i, req in enumerate(requests):
         core.submit(req)
         (d,) = core.tick(float(i))
@@ -108,20 +103,8 @@ def replay_core(
             assert opt is not None and opt.node is not None
             placed[i] = node_of[opt.node]
             alloc += int(milli[i])
-        else:
-            failed += 1
-            if d.state == "pending":
-                core.cancel(req.job_id)
+        elif d.state == "pending":  # a pod that cannot start now has failed
+            core.cancel(req.job_id)
         allocated[i] = alloc
-    demand = np.cumsum(milli).astype(float)
-    return OpenbResult(
-        policy=policy,
-        seed=seed,
-        arrived_pct=100.0 * demand / capacity,
-        allocated_pct=100.0 * allocated / capacity,
-        n_pods=n_pods,
-        n_failed=failed,
-        wall_s=time.perf_counter() - t0,
-        placed_node=placed,
-        extras={"engine": "core", "registry_policy": CORE_POLICY[policy].value},
-    )
+    ran = {"engine": "core", "registry_policy": CORE_POLICY[policy].value}
+    return OpenbResult.of_run(policy, seed, workload, capacity, allocated, placed, t0, ran)

@@ -43,19 +43,14 @@ import numpy as np
 
 from scheduler.exceptions import TraceError
 from scheduler.policies._node_scorers import (
+    FIXED_SCORERS,
     MAX_GPUS_PER_NODE,
     MILLI_PER_GPU,
     N_TAGS,
     STRANDING_WEIGHT,
     NodeView,
     PodShape,
-    Scorer,
     make_fgd,
-    score_bestfit,
-    score_dotproduct,
-    score_gpuclustering,
-    score_gpupacking,
-    score_random,
     state_key,
     tag_of,
 )
@@ -65,7 +60,7 @@ from scheduler.sim.openb.trace import (
     TARGET_DEMAND_RATIO,
     OpenbCluster,
     OpenbWorkload,
-    tune_workload,
+    seeded_run,
 )
 
 __all__ = ["STRANDING_WEIGHT", "OpenbPolicy", "OpenbResult", "replay", "replay_seeds"]
@@ -106,14 +101,33 @@ class OpenbResult:
     def unallocated_gpu_pct_at_end(self) -> float:
         return float(100.0 - self.allocated_pct[-1])
 
-
-_SCORERS: dict[OpenbPolicy, Scorer] = {
-    OpenbPolicy.RANDOM: score_random,
-    OpenbPolicy.BESTFIT: score_bestfit,
-    OpenbPolicy.DOTPRODUCT: score_dotproduct,
-    OpenbPolicy.GPUPACKING: score_gpupacking,
-    OpenbPolicy.GPUCLUSTERING: score_gpuclustering,
-}
+    @classmethod
+    def of_run(
+        cls,
+        policy: str,
+        seed: int,
+        workload: OpenbWorkload,
+        capacity: int,
+        allocated: np.ndarray,
+        placed: np.ndarray,
+        started: float,
+        extras: dict[str, Any],
+    ) -> OpenbResult:
+        """One engine's run of ``workload`` (the tuned pods, in arrival order): GPU milli
+        allocated after each pod, each pod's node (-1: it failed), and when the run started
+        (``time.perf_counter``)."""
+        demand = np.cumsum(workload.total_gpu_milli).astype(float)
+        return cls(
+            policy=policy,
+            seed=seed,
+            arrived_pct=100.0 * demand / capacity,
+            allocated_pct=100.0 * allocated / capacity,
+            n_pods=len(placed),
+            n_failed=int((placed < 0).sum()),
+            wall_s=time.perf_counter() - started,
+            placed_node=placed,
+            extras=extras,
+        )
 
 
 def replay(
@@ -132,11 +146,7 @@ def replay(
             f"{', '.join(p.value for p in OpenbPolicy)}"
         ) from None
     t0 = time.perf_counter()
-    rng = np.random.default_rng(seed)
-    capacity = cluster.gpu_capacity_milli
-    if capacity <= 0:
-        raise TraceError("the node list has no GPUs; use a node csv with a non-zero `gpu` column")
-    workload = tune_workload(pods, capacity, demand_ratio, rng)
+    rng, capacity, workload, node_rank = seeded_run(cluster, pods, seed, demand_ratio)
 
     n = len(cluster.names)
     slot = np.arange(MAX_GPUS_PER_NODE)[None, :]
@@ -161,9 +171,8 @@ def replay(
         st.key = state_key(st, slice(None), strand is not None)
     else:
         classes, strand = None, None
-        scorer = _SCORERS[pol]
+        scorer = FIXED_SCORERS[pol.value]
     models = np.array(cluster.model)
-    node_rank = rng.permutation(n)
 
     # Per node: the roomiest GPU and the count of whole free GPUs, kept incrementally so the
     # filter does not rescan every GPU slot for every pod.
@@ -172,9 +181,7 @@ def replay(
     n_pods = len(workload)
     allocated = np.zeros(n_pods)
     placed = np.full(n_pods, -1, np.int64)
-    demand = np.cumsum(workload.total_gpu_milli).astype(float)
     alloc_milli = 0
-    failed = 0
     cpu_a, mem_a = workload.cpu_milli, workload.memory_mib
     ng_a, gm_a = workload.num_gpu, workload.gpu_milli
     for i in range(n_pods):
@@ -189,7 +196,6 @@ def replay(
             ok &= np.isin(models, list(spec))
         idx = np.flatnonzero(ok)
         if idx.size == 0:
-            failed += 1
             allocated[i] = alloc_milli
             continue
         score, gpu = scorer(st, idx, pod, rng)
@@ -224,17 +230,8 @@ def replay(
                 c1, s1, t1, st.cpu_free[node : node + 1].astype(float), classes
             )[0]
         allocated[i] = alloc_milli
-    return OpenbResult(
-        policy=pol.value,
-        seed=seed,
-        arrived_pct=100.0 * demand / capacity,
-        allocated_pct=100.0 * allocated / capacity,
-        n_pods=n_pods,
-        n_failed=failed,
-        wall_s=time.perf_counter() - t0,
-        placed_node=placed,
-        extras={"engine": "replay"},
-    )
+    ran = {"engine": "replay"}
+    return OpenbResult.of_run(pol.value, seed, workload, capacity, allocated, placed, t0, ran)
 
 
 #: One seed of a replay engine: this module's :func:`replay`, or the core path

@@ -33,6 +33,7 @@ __all__ = [
     "OpenbWorkload",
     "load_nodes",
     "load_pods",
+    "seeded_run",
     "tune_workload",
 ]
 
@@ -196,3 +197,17 @@ def tune_workload(
         clones.extend(draws.tolist())
         total = float(total + add.sum())
     return pods.take(np.concatenate([order, np.asarray(clones, np.int64)]))
+
+
+def seeded_run(
+    cluster: OpenbCluster, pods: OpenbWorkload, seed: int, ratio: float
+) -> tuple[np.random.Generator, int, OpenbWorkload, np.ndarray]:
+    """One seed's draws in the protocol's order: ``(rng, GPU capacity, tuned workload, node
+    order)``; the workload is tuned to ``ratio`` × capacity, then the node order that breaks
+    ties is drawn, and ``rng`` goes on to feed the Random scorer."""
+    capacity = cluster.gpu_capacity_milli
+    if capacity <= 0:
+        raise TraceError("the node list has no GPUs; use a node csv with a non-zero `gpu` column")
+    rng = np.random.default_rng(seed)
+    workload = tune_workload(pods, capacity, ratio, rng)
+    return rng, capacity, workload, rng.permutation(len(cluster.names))

@@ -27,7 +27,7 @@ def test_unknown_fingerprint_is_not_answered() -> None:
 
 def test_measured_type_exact_other_types_by_ratio_with_wider_bound() -> None:
     h = RequestHistory()
-    h.record("fp", "H100-80GB", 1.2, 0.9)
+    h.record_run("fp", "H100-80GB", 1.2, 0.9)
     got = h.apply("fp", _req())
     assert got is not None
     new, n = got
@@ -38,7 +38,7 @@ def test_measured_type_exact_other_types_by_ratio_with_wider_bound() -> None:
     m = new.vram_upper_gib / new.vram_gib
     assert m[A100] == pytest.approx(m[H100] + CROSS_TYPE_MARGIN)
     assert new.runtime_s[H100] == pytest.approx(90.0)
-    h.record("fp", "A100-80GB", 1.2, 0.9)  # once measured there, the normal bound
+    h.record_run("fp", "A100-80GB", 1.2, 0.9)  # once measured there, the normal bound
     new2, n2 = h.apply("fp", _req())  # type: ignore[misc]
     assert n2 == 1
     assert new2.vram_upper_gib[A100] < new.vram_upper_gib[A100]
@@ -46,11 +46,11 @@ def test_measured_type_exact_other_types_by_ratio_with_wider_bound() -> None:
 
 def test_oom_floor_is_above_the_limit_never_a_peak() -> None:
     h = RequestHistory()
-    h.record("fp", "H100-80GB", 40.0 / 21.0, censored=True)  # died at a 40 GiB slice
+    h.record_oom("fp", "H100-80GB", 40.0 / 21.0)  # died at a 40 GiB slice
     new, n = h.apply("fp", _req())  # type: ignore[misc]
     assert n == 0  # not "answered by history": no finished run
     assert new.vram_upper_gib[H100] == pytest.approx(40.0 * (1 + CENSORED_FLOOR_MARGIN))
     assert new.vram_gib[H100] == pytest.approx(40.0)
-    h.record("fp", "H100-80GB", 50.0 / 21.0)  # a finished run on a bigger slot
+    h.record_run("fp", "H100-80GB", 50.0 / 21.0)  # a finished run on a bigger slot
     new2, n2 = h.apply("fp", _req())  # type: ignore[misc]
     assert n2 == 1 and new2.vram_upper_gib[H100] >= 50.0

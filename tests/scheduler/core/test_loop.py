@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
 
 from scheduler.core.clock import VirtualClock
 from scheduler.core.decision import Decision
 from scheduler.core.loop import SchedulerCore
 from scheduler.core.pool import Pool
-from scheduler.core.requests import PlacementRequest, RunningJob
-from scheduler.core.state import PoolState
+from scheduler.core.requests import PlacementRequest
 from scheduler.core.table import OptionTable
 from scheduler.exceptions import PlacementError, SchedulerError
-from scheduler.policies.base import Policy
+from scheduler.policies.base import Policy, Tick
 from scheduler.policies.registry import PolicyName, get_policy
 from tests.placement import flat_request
 
@@ -35,15 +32,10 @@ class _Lazy(Policy):
 
     name = PolicyName.RIGHTSIZE
 
-    def schedule(
-        self,
-        pending: Sequence[PlacementRequest],
-        state: PoolState,
-        now_s: float,
-        running: Sequence[RunningJob] = (),
-    ) -> list[Decision]:
+    def decide(self, tick: Tick) -> list[Decision]:
+        state, now_s = tick.state, tick.now_s
         out = []
-        for k, r in enumerate(pending):
+        for k, r in enumerate(tick.pending):
             table = OptionTable(r, state)
             c = table.cheapest()
             if k == 0 and c is not None:

@@ -16,6 +16,18 @@ local gk = P .. ':gpu'
 local d_used, d_mig, d_shared, seen_job = {}, {}, {}, {}
 local d_cpu, d_host = {}, {}
 
+-- 'err:...' when `need` more of node counter `what` ('cpu' or 'host', beside its '_cap') than
+-- Redis and the chunk's earlier jobs (`earlier`) hold does not fit; nil when it does.
+local function node_short(node, what, earlier, need, unit)
+  local p = 'n' .. node .. ':'
+  local used = tonumber(redis.call('HGET', gk, p .. what) or '0') + (earlier[node] or 0)
+  local cap = tonumber(redis.call('HGET', gk, p .. what .. '_cap') or '0')
+  if used + need > cap then
+    return 'err:node ' .. node .. ' has ' .. (cap - used) .. ' ' .. unit .. ' free, needs ' .. need
+  end
+  return nil
+end
+
 -- Every node of the allocation (one, or each node of a multi-node gang) has its CPUs and host
 -- memory free; a gang takes an equal share of GPUs on each of its nodes.
 local function check_host(a)
@@ -27,19 +39,9 @@ local function check_host(a)
   end
   if #nodes > 1 and a.kind ~= 0 then return 'bad:only whole GPUs span nodes' end
   for _, node in ipairs(nodes) do
-    local p = 'n' .. node .. ':'
-    local cpu = tonumber(redis.call('HGET', gk, p .. 'cpu') or '0') + (d_cpu[node] or 0)
-    local cap = tonumber(redis.call('HGET', gk, p .. 'cpu_cap') or '0')
-    if cpu + a.cpu_milli > cap then
-      return 'err:node ' .. node .. ' has ' .. (cap - cpu) .. ' millicores free, needs ' ..
-        a.cpu_milli
-    end
-    local host = tonumber(redis.call('HGET', gk, p .. 'host') or '0') + (d_host[node] or 0)
-    local hcap = tonumber(redis.call('HGET', gk, p .. 'host_cap') or '0')
-    if host + a.host_mib > hcap then
-      return 'err:node ' .. node .. ' has ' .. (hcap - host) .. ' MiB host memory free, needs ' ..
-        a.host_mib
-    end
+    local short = node_short(node, 'cpu', d_cpu, a.cpu_milli, 'millicores') or
+      node_short(node, 'host', d_host, a.host_mib, 'MiB host memory')
+    if short then return short end
   end
   return nil
 end

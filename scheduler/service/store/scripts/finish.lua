@@ -2,8 +2,7 @@
 local job = ARGV[2]
 local jk = P .. ':job:' .. job
 local st = redis.call('HGET', jk, 'state')
-if (st ~= 'running' and st ~= 'placed') or
-   tonumber(redis.call('HGET', jk, 'attempt') or '-1') ~= tonumber(ARGV[3]) then
+if (st ~= 'running' and st ~= 'placed') or not at_attempt(jk, ARGV[3]) then
   return 'stale'
 end
 release(job, tonumber(ARGV[3]))

@@ -3,8 +3,7 @@
 -- 'stale' when the attempt is no longer running (another rank failed and requeued the gang).
 local job = ARGV[2]
 local jk = P .. ':job:' .. job
-if redis.call('HGET', jk, 'state') ~= 'running' or
-   tonumber(redis.call('HGET', jk, 'attempt') or '-1') ~= tonumber(ARGV[3]) then
+if redis.call('HGET', jk, 'state') ~= 'running' or not at_attempt(jk, ARGV[3]) then
   return 'stale'
 end
 redis.call('HSET', jk, 'done:' .. ARGV[3] .. ':' .. ARGV[4], '1')

@@ -1,8 +1,7 @@
 -- ARGV: P, id, attempt, lease_until_ms
 local job = ARGV[2]
 local jk = P .. ':job:' .. job
-if redis.call('HGET', jk, 'state') ~= 'running' or
-   tonumber(redis.call('HGET', jk, 'attempt') or '-1') ~= tonumber(ARGV[3]) then
+if redis.call('HGET', jk, 'state') ~= 'running' or not at_attempt(jk, ARGV[3]) then
   return 'lost'
 end
 redis.call('ZADD', P .. ':leases', ARGV[4], job)

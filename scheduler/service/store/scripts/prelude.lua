@@ -1,5 +1,10 @@
 -- Shared by every state-changing script (prepended to each): ARGV[1] is the key prefix.
 local P = ARGV[1]
+-- Whether the job record at key jk is at `attempt` (a number or its string, as in ARGV): the
+-- fence every worker-side call passes.
+local function at_attempt(jk, attempt)
+  return tonumber(redis.call('HGET', jk, 'attempt') or '-1') == tonumber(attempt)
+end
 local function set_state(job, old, new)
   redis.call('SREM', P .. ':state:' .. old, job)
   redis.call('SADD', P .. ':state:' .. new, job)

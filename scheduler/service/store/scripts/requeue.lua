@@ -8,7 +8,7 @@ local st = redis.call('HGET', jk, 'state')
 if not st or not string.find(',' .. ARGV[11] .. ',', ',' .. st .. ',', 1, true) then
   return 'stale'
 end
-if tonumber(redis.call('HGET', jk, 'attempt') or '-1') ~= tonumber(ARGV[3]) then
+if not at_attempt(jk, ARGV[3]) then
   return 'stale'
 end
 if ARGV[10] ~= '' then

@@ -6,7 +6,7 @@ local jk = P .. ':job:' .. job
 local rank = ARGV[7]
 local st = redis.call('HGET', jk, 'state')
 if not st then return 'missing' end
-if tonumber(redis.call('HGET', jk, 'attempt') or '-1') ~= tonumber(ARGV[3]) then
+if not at_attempt(jk, ARGV[3]) then
   return 'stale attempt'
 end
 local rk = rank and ('rank:' .. ARGV[3] .. ':' .. rank)
