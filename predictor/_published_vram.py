@@ -173,8 +173,56 @@ def _stated_memory_flags(r: Mapping[str, Any], spec: dict[str, Any], notes: list
         # no PEFT input upcast.
         spec["adapter_dtype"] = "bf16"
         stated.append("adapter_dtype=bf16")
+    if spec["task"] in ("lora", "qlora"):
+        _program_facts(r, spec, text, litgpt, stated)
     if stated:
         notes.append("stated by the source: " + ", ".join(stated))
+
+
+_DROPOUT = re.compile(r"dropout[ =:]*(0?\.\d+)")
+
+#: What a source's code ran, read at the commit the row names (not stated in its table):
+#: (substring of the row's ``source``, the JobSpec fields, where each comes from).
+_SOURCE_PROGRAMS: tuple[tuple[str, dict[str, Any], str], ...] = (
+    (
+        "llama-cookbook/pull/41",
+        {"lora_dropout": 0.05, "attn_implementation": "eager", "adapter_dtype": "fp32"},
+        "llama-recipes @e5970e2e: configs/peft.py lora_dropout=0.05; requirements.txt "
+        "transformers>=4.31, whose LlamaAttention is eager (SDPA came in 4.36); "
+        "model.to(bfloat16) runs before get_peft_model, and peft then made fp32 adapters "
+        "(nn.Linear in the default dtype) and cast their inputs to fp32",
+    ),
+    (
+        "@0217d44c2",
+        {"lora_dropout": 0.05},
+        "torchtune @0217d44c2: the lora_llama2_* builders default lora_dropout=0.05 and the "
+        "configs do not set it",
+    ),
+)
+
+
+def _program_facts(
+    r: Mapping[str, Any], spec: dict[str, Any], text: str, litgpt: bool, stated: list[str]
+) -> None:
+    """``lora_dropout`` (and, per source, the attention kernel and adapter dtype) of the
+    program the source ran: stated in the row, else read from its code at its commit."""
+    source = str(r.get("source") or "")
+    m = _DROPOUT.search(str(r.get("peft") or "").lower())
+    if m:
+        spec["lora_dropout"] = float(m.group(1))
+        stated.append(f"lora_dropout={spec['lora_dropout']}")
+        return
+    if litgpt:
+        # lit-gpt @8641822 finetune/lora.py `lora_dropout = 0.05`; litgpt finetune/lora.py
+        # (`lora_dropout: float = 0.05`) and every config_hub yaml (`lora_dropout: 0.05`).
+        spec["lora_dropout"] = 0.05
+        stated.append("lora_dropout=0.05 (LitGPT's default)")
+        return
+    for key, fields, why in _SOURCE_PROGRAMS:
+        if key in source:
+            spec.update(fields)
+            stated.append(", ".join(f"{k}={v}" for k, v in fields.items()) + f" ({why})")
+            return
 
 
 def _stated_context_gib(meas_text: str) -> float | None:

@@ -43,7 +43,7 @@ _TRAINING_ONLY = (
     "zero_stage",
     *_TRAINING_FIDELITY,
 )
-_PEFT_ONLY = ("lora_rank", "lora_target", "adapter_dtype")
+_PEFT_ONLY = ("lora_rank", "lora_target", "adapter_dtype", "lora_dropout")
 _SERVE_ONLY = (
     "request_rate",
     "slo_ttft_s",
@@ -128,6 +128,7 @@ def reject_inapplicable(spec: JobSpec) -> None:
             "input_len": "training jobs use `seq_len`",
             "lora_rank": "use task `lora` or `qlora`, or drop the field",
             "lora_target": "use task `lora` or `qlora`, or drop the field",
+            "lora_dropout": "use task `lora` or `qlora`, or drop the field",
             "num_requests": "a `serve` deployment takes `request_rate` and `duration_s`",
             "depends_on": "a deployment is planned when submitted; submit it once its "
             "parents have succeeded",

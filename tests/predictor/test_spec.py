@@ -161,3 +161,23 @@ def test_memory_fidelity_fields_and_framework_defaults() -> None:
             parse_spec({"model": "llama-3.1-8b", **bad})
     with pytest.raises(SpecError, match="adapter_dtype"):
         parse_spec({"model": "llama-3.1-8b", "task": "lora", "adapter_dtype": "int8"})
+
+
+def test_lora_dropout_and_attention_kernel_fields() -> None:
+    from predictor.spec import parse_spec
+
+    s = parse_spec(
+        {
+            "model": "llama-3.1-8b",
+            "task": "lora",
+            "lora_dropout": 0.05,
+            "attn_implementation": "eager",
+        }
+    )
+    assert (s.lora_dropout, s.attn_implementation.value) == (0.05, "eager")
+    assert parse_spec({"model": "llama-3.1-8b", "task": "lora"}).lora_dropout is None  # = 0
+    with pytest.raises(SpecError, match="does not apply"):
+        parse_spec({"model": "llama-3.1-8b", "task": "full_finetune", "lora_dropout": 0.1})
+    for bad in ({"lora_dropout": 1.0}, {"lora_dropout": -0.1}, {"attn_implementation": "xformers"}):
+        with pytest.raises(SpecError):
+            parse_spec({"model": "llama-3.1-8b", "task": "lora", **bad})

@@ -232,3 +232,46 @@ def test_qv_lora_on_a_fused_qkv_model_adapts_the_fused_projection() -> None:
     grads = sum(n for op, h, n in tl.events if op and tl.category[h] == "gradients")
     # A: r x hidden, B: 3·hidden x r per layer, fp32, once per traced step
     assert grads == 2 * 2 * 4 * (H + 3 * NH * HD) * 4
+
+
+def _lora_peak(**kw: Any) -> float:
+    spec = parse_spec(
+        {
+            "model": TINY,
+            "task": "lora",
+            "batch_size": 2,
+            "seq_len": 64,
+            "lora_rank": 4,
+            "lora_target": "qv",
+            "adapter_dtype": "bf16",
+            **kw,
+        }
+    )
+    tl = run_trace(spec)
+    return summarise(tl.events, tl.category, spec).allocated_gib * (1 << 30)
+
+
+def test_lora_dropout_keeps_a_mask_and_a_dropped_copy_per_adapter() -> None:
+    """Adapters in the compute dtype save the layer input itself; with dropout each adapter
+    saves its dropped copy (2 bytes) and mask (1 byte) instead. q and v share the input, so
+    per layer: one copy replaces the input, plus a second copy and two masks."""
+    elems = 2 * 64 * H  # one layer's adapted input
+    base = _lora_peak(framework="torchtune")
+    dropped = _lora_peak(framework="torchtune", lora_dropout=0.1)
+    assert dropped - base == L * elems * (2 + 2 * 1)
+
+
+def test_litgpt_lora_dropout_drops_the_shared_qkv_input_once() -> None:
+    """LitGPT's fused LoRAQKVLinear applies one dropout for q, k and v: its copy replaces the
+    input, so only the mask is new."""
+    elems = 2 * 64 * H
+    base = _lora_peak(framework="other")
+    dropped = _lora_peak(framework="other", lora_dropout=0.1)
+    assert dropped - base == L * elems * 1
+
+
+def test_eager_attention_stores_the_scores() -> None:
+    """attn_implementation eager keeps the softmax (fp32, as HF upcasts it) and its 16-bit
+    cast for backward: at least 6 bytes per score of every layer."""
+    scores = 2 * NH * 64 * 64
+    assert _lora_peak(attn_implementation="eager") - _lora_peak() >= (L - 1) * scores * 6
