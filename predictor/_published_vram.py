@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ._checks import PAGED_32BIT_NOTE
 from ._published_fields import (
     _dtype,
     _framework,
@@ -272,6 +273,8 @@ def _training_fields(
     spec["batch_size"] = mb
     spec["seq_len"] = int(r["seq_len"])
     spec["optimizer"] = _optimizer(opt_text)
+    if "paged" in opt_text.lower() and spec["optimizer"] == "adamw":
+        notes.append(PAGED_32BIT_NOTE)
     ga = re.search(r"grad(?:ient)? accumulation (\d+)", opt_text.lower())
     if ga:
         spec["gradient_accumulation"] = int(ga.group(1))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from predictor import efficiency
-from predictor._checks import check_rows
+from predictor._checks import PAGED_32BIT_NOTE, check_rows
 from predictor._fit import fit_efficiencies
 from predictor._jobarrays import job_arrays
 from predictor._memory import GIB, MemoryModel, memory_breakdown_gib
@@ -323,3 +323,38 @@ def test_moe_decode_reads_only_the_experts_the_batch_routes_to() -> None:
     assert b1 < 0.25 * full_read
     assert b64 > 3.0 * b1
     assert b64 < 1.2 * full_read + 0.01
+
+
+def _vram_row(i: int, peak: float, notes: str = "", **spec: object) -> dict:
+    return measurement_row(
+        id=f"v{i}",
+        origin="published",
+        source="table-v | somewhere",
+        spec={"model": "llama-2-70b", "task": "lora", "batch_size": 4, "seq_len": 4096, **spec},
+        gpu="A100-80GB",
+        gpu_memory_gib=80.0,
+        peak_vram_gib=peak,
+        notes=notes,
+    )
+
+
+def test_vram_checks_flag_a_peak_below_its_floor_and_paged_states_over_capacity() -> None:
+    """70B on 8 GPUs (ZeRO-3): ~16 GiB of weights per GPU, and 80 layers x 4 x 4096 x 8192
+    bf16 checkpointed inputs = 20 GiB; a 24.6 GiB reading cannot hold both."""
+    z3 = {"n_gpus": 8, "zero_stage": 3, "lora_rank": 16}
+    rows = [
+        _vram_row(0, 24.6, gradient_checkpointing=True, **z3),  # below the floor
+        _vram_row(1, 40.0, gradient_checkpointing=True, **z3),  # above it
+        _vram_row(2, 24.6, gradient_checkpointing=False, **z3),  # no floor without checkpoints
+        _vram_row(
+            3,
+            65.6,
+            PAGED_32BIT_NOTE,
+            task="full_finetune",
+            gradient_checkpointing=True,
+            n_gpus=8,
+            zero_stage=3,
+        ),
+    ]
+    found = {(f.id, f.check) for f in check_rows(rows)}
+    assert found == {("v0", "vram-floor"), ("v3", "paged-over-capacity")}
