@@ -13,7 +13,7 @@ from functools import lru_cache
 import numpy as np
 
 from .models import ModelArch
-from .spec import DType, Framework, JobSpec, Optimizer, Task
+from .spec import AttnImplementation, DType, Framework, JobSpec, Optimizer, Task
 
 __all__ = ["DTYPES", "FRAMEWORKS", "OPTIMIZERS", "TASKS", "JobArrays", "job_arrays", "qbytes"]
 
@@ -162,6 +162,8 @@ class JobArrays:
     act_offload: np.ndarray
     lora_in_width: np.ndarray  # summed input widths of the adapted linears, per layer and token
     lora_new_width: np.ndarray  # of those, inputs a frozen layer would not have saved anyway
+    lora_dropout: np.ndarray  # 1 when the adapters drop their inputs (p > 0)
+    eager_attn: np.ndarray  # 1 when the job asks for HF's eager attention
 
     def __len__(self) -> int:
         return len(self.n_layers)
@@ -267,6 +269,8 @@ def _job_row(spec: JobSpec) -> tuple[float, ...]:
         1.0 if spec.activation_offload else 0.0,
         lora_in,
         lora_new,
+        1.0 if task.is_peft and spec.lora_dropout else 0.0,
+        1.0 if spec.attn_implementation is AttnImplementation.EAGER else 0.0,
     )
 
 
