@@ -15,7 +15,17 @@ import numpy as np
 from .models import ModelArch
 from .spec import AttnImplementation, DType, Framework, JobSpec, Optimizer, Task
 
-__all__ = ["DTYPES", "FRAMEWORKS", "OPTIMIZERS", "TASKS", "JobArrays", "job_arrays", "qbytes"]
+__all__ = [
+    "DTYPES",
+    "FRAMEWORKS",
+    "NF4_SINGLE_QUANT_BYTES",
+    "OPTIMIZERS",
+    "TASKS",
+    "JobArrays",
+    "job_arrays",
+    "qbytes",
+    "weight_qbytes",
+]
 
 TASKS: tuple[Task, ...] = tuple(Task)
 FRAMEWORKS: tuple[Framework, ...] = tuple(Framework)
@@ -38,8 +48,20 @@ _QBYTES: dict[DType, float] = {
 }
 
 
+#: nf4 without double quantisation: one fp32 absmax per 64 weights.
+NF4_SINGLE_QUANT_BYTES = 0.5 + 4.0 / 64
+
+
 def qbytes(dtype: DType) -> float:
     return _QBYTES[dtype]
+
+
+def weight_qbytes(spec: JobSpec) -> float:
+    """Bytes per stored weight of the spec's ``weight_dtype`` (nf4 per ``double_quant``)."""
+    weight = spec.weight_dtype or DType.BF16
+    if weight is DType.NF4 and spec.double_quant is False:
+        return NF4_SINGLE_QUANT_BYTES
+    return _QBYTES[weight]
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +266,7 @@ def _job_row(spec: JobSpec) -> tuple[float, ...]:
         TASKS.index(Task.INFERENCE if task is Task.SERVE else task),
         FRAMEWORKS.index(framework),
         OPTIMIZERS.index(optimizer),
-        _QBYTES[weight],
+        weight_qbytes(spec),
         1.0 if weight in (DType.FP8, DType.INT8, DType.INT4, DType.NF4, DType.FP4) else 0.0,
         _QBYTES[compute] if compute in (DType.FP32, DType.BF16, DType.FP16) else 2.0,
         DTYPES.index(compute),

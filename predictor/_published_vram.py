@@ -79,6 +79,12 @@ def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
     }
     if task == "qlora" and weight not in ("nf4", "int4", "fp4"):
         spec["weight_dtype"] = "nf4"
+    if spec["weight_dtype"] == "nf4":
+        wtext = f"{r.get('weight_dtype') or ''} {r.get('quote') or ''}".lower()
+        if "double" in wtext or "nf4-dq" in wtext:
+            spec["double_quant"] = True
+        elif "bitsandbytes" in wtext:
+            spec["double_quant"] = False  # bnb.nf4: one fp32 absmax per 64 weights
     notes: list[str] = []
     lpar = par.lower()
     if n_gpus > 1:

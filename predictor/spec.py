@@ -129,6 +129,10 @@ class JobSpec(BaseModel):
     adapter_dtype: DType | None = None
     lora_dropout: float | None = Field(default=None, ge=0.0, lt=1.0)
     attn_implementation: AttnImplementation | None = None
+    # `double_quant`: nf4 weights whose absmax scales are quantised again (bitsandbytes'
+    # `bnb_4bit_use_double_quant`, LitGPT's `bnb.nf4-dq`): 0.516 instead of 0.5625 bytes per
+    # weight. Unset: true for torchtune (torchao NF4) and unsloth, false otherwise.
+    double_quant: bool | None = None
     # Execution (read by the worker, not the predictor): see predictor/_execution.py.
     time_limit_s: float | None = Field(default=None, gt=0, le=MAX_TIME_LIMIT_S, allow_inf_nan=False)
     env: dict[str, str] | None = None

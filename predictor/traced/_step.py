@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from .._jobarrays import weight_qbytes
 from ..spec import AttnImplementation, DType, Framework, JobSpec, LoraTarget, Optimizer, Task
 from ._build import build_meta_model
 from ._dispatch import OpCost, StorageTracker
@@ -72,7 +73,7 @@ def _td(d: DType | None) -> torch.dtype:
 
 def _quantise(model: Any, spec: JobSpec, compute: torch.dtype) -> None:
     """Replace every block linear (not the LM head) with a quantised-storage stub."""
-    bpw = _QUANT_BYTES[spec.weight_dtype or DType.NF4]
+    bpw = weight_qbytes(spec)
     head = model.get_output_embeddings()
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):

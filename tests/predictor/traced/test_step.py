@@ -275,3 +275,16 @@ def test_eager_attention_stores_the_scores() -> None:
     cast for backward: at least 6 bytes per score of every layer."""
     scores = 2 * NH * 64 * 64
     assert _lora_peak(attn_implementation="eager") - _lora_peak() >= (L - 1) * scores * 6
+
+
+def test_nf4_weights_take_their_double_quant_size() -> None:
+    """bitsandbytes nf4 stores one fp32 absmax per 64 weights; double quantisation stores an
+    8-bit one plus an fp32 scale per 256 blocks."""
+    spec = {"model": TINY, "task": "qlora", "batch_size": 1, "seq_len": 8, "lora_rank": 4}
+    sizes = {}
+    for dq in (False, True):
+        tl = run_trace(parse_spec({**spec, "double_quant": dq}))
+        sizes[dq] = sum(n for op, h, n in tl.events if op and tl.category[h] == "weights")
+    block_linears = L * (H * NH * HD + 2 * H * KVH * HD + NH * HD * H + 3 * H * FFN)
+    per_weight = (4 / 64) - (1 / 64 + 4 / (64 * 256))
+    assert sizes[False] - sizes[True] == pytest.approx(block_linears * per_weight, rel=0.02)
