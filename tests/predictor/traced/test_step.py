@@ -288,3 +288,19 @@ def test_nf4_weights_take_their_double_quant_size() -> None:
     block_linears = L * (H * NH * HD + 2 * H * KVH * HD + NH * HD * H + 3 * H * FFN)
     per_weight = (4 / 64) - (1 / 64 + 4 / (64 * 256))
     assert sizes[False] - sizes[True] == pytest.approx(block_linears * per_weight, rel=0.02)
+
+
+def test_pipeline_stage_holds_a_whole_embedding_table() -> None:
+    """Under PP the first stage keeps the input table and the last the head: the heaviest
+    stage holds body / PP plus one full table (untied: the same as an even split only at
+    PP 2, so a 4-layer model at PP 4 shows it)."""
+    from predictor.traced._run import trace_summary
+
+    arch = {**TINY, "n_layers": 4}
+    job = {"model": arch, "task": "inference", "batch_size": 1, "input_len": 8, "output_len": 2}
+    one = trace_summary(job)["breakdown_gib"]["weights"] * (1 << 30)
+    four = trace_summary({**job, "n_gpus": 4, "pipeline_parallel": 4})["breakdown_gib"]["weights"]
+    table = V * H * 2
+    body = one - 2 * table
+    # (an even split would give body / 4 + table / 2, 30% less here; rounding and buffers)
+    assert four * (1 << 30) == pytest.approx(body / 4 + table, rel=0.05)
