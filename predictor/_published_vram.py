@@ -259,6 +259,19 @@ def _check_expressible(
         raise _Skip("encoder-decoder (T5 family): the predictor models single-stack transformers")
 
 
+def _litgpt_pretrain_accumulation(r: Mapping[str, Any], mb: int | None, n_gpus: int) -> int | None:
+    """LitGPT's pretrain script accumulates ``global_batch_size / (devices x micro batch)``
+    micro-steps per optimizer step (litgpt/args.py ``gradient_accumulation_iters``); its
+    ``global_batch_size`` is the row's ``--train.global_batch_size`` or the script's default,
+    512 (extensions/thunder/pretrain.py @26857050 ``TrainArgs(global_batch_size=512)``)."""
+    fw = str(r.get("framework") or "").lower()
+    if "litgpt pretrain" not in fw or not mb:
+        return None
+    m = re.search(r"global_batch_size (\d+)", str(r.get("notes") or ""))
+    total = int(m.group(1)) if m else 512
+    return max(1, total // (n_gpus * mb))
+
+
 def _training_fields(
     r: Mapping[str, Any],
     spec: dict[str, Any],
@@ -284,6 +297,9 @@ def _training_fields(
     ga = re.search(r"grad(?:ient)? accumulation (\d+)", opt_text.lower())
     if ga:
         spec["gradient_accumulation"] = int(ga.group(1))
+    elif (accum := _litgpt_pretrain_accumulation(r, mb, n_gpus)) is not None:
+        spec["gradient_accumulation"] = accum
+        notes.append(f"gradient_accumulation {accum} = global batch / (GPUs x micro batch)")
     gc = r.get("gradient_checkpointing")
     if gc is None and spec["framework"] == "torchtune":
         # Every torchtune full/LoRA recipe config ships enable_activation_checkpointing: True.
