@@ -173,10 +173,17 @@ def main() -> None:
     for r in reports:
         for m, s in r.overall.items():
             trusted = r.by_trust.get(m, {}).get("calibration")
-            cov_t = f" cov(calibration rows)={trusted.coverage:6.1%}" if trusted else ""
+            cov_t = (
+                f" cov(calibration rows)={trusted.coverage:6.1%}"
+                f" MAPE(calibration rows)={trusted.mape:6.1%}(n={trusted.n})"
+                f" upper/measured-1(calibration rows)={trusted.headroom_vs_measured:6.1%}"
+                if trusted
+                else ""
+            )
             print(
                 f"{r.tier:10s} {m:14s} n={s.n:4d} MAPE={s.mape:6.1%} median={s.median_ape:6.1%} "
-                f"cov={s.coverage:6.1%} headroom={s.mean_headroom:6.1%}{cov_t}"
+                f"cov={s.coverage:6.1%} headroom={s.mean_headroom:6.1%} "
+                f"upper/measured-1={s.headroom_vs_measured:6.1%}{cov_t}"
             )
 
 

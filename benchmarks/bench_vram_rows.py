@@ -5,7 +5,9 @@ reserved, nvml_used, unknown), the traced and analytical predictions already adj
 kind (as ``snugfit eval`` compares them), the traced breakdown at the peak, the row's source,
 task and framework, and whether the traced tier covers it (else why not). Then MAPE per source,
 task, framework and kind for both tiers, and each row's share of the total absolute error, so
-the rows that dominate the MAPE are named.
+the rows that dominate the MAPE are named; and ``subsets``: MAPE and the grouped-CV conformal
+bound's coverage and headroom on all / covered / calibration rows, with and without the
+flagged (quirk or failed-check) rows.
 
 Traces what the cache lacks first (``$SNUGFIT_HOME/traces``). Writes
 ``benchmarks/results/vram_rows.json``. Run::
@@ -26,8 +28,9 @@ import numpy as np
 
 from predictor.analytical import AnalyticalPredictor
 from predictor.evaluation import predicted_values, source_group
-from predictor.measurements import calibration_exclusion, load_measurements
+from predictor.measurements import calibration_exclusion, is_quirk, load_measurements
 from predictor.traced import TracedPredictor, trace_specs
+from predictor.traced.evaluation import conformal_by_source
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -51,6 +54,34 @@ def _groups(rows: list[dict[str, Any]], field: str) -> dict[str, dict[str, float
     }
 
 
+def _subsets(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Traced MAPE and the grouped-CV conformal bound's coverage and headroom (upper /
+    measured − 1, and upper / point − 1) on all rows, covered rows, and each without the
+    flagged (quirk or failed-check) rows or with calibration rows only."""
+    picks = {
+        "all": lambda r: True,
+        "covered": lambda r: r["covered"],
+        "all, not flagged": lambda r: not r["flagged"],
+        "covered, not flagged": lambda r: r["covered"] and not r["flagged"],
+        "calibration": lambda r: r["calibration"],
+        "covered calibration": lambda r: r["covered"] and r["calibration"],
+    }
+    out: dict[str, dict[str, float]] = {}
+    for name, keep in picks.items():
+        sub = [r for r in rows if keep(r)]
+        m = np.array([r["measured"] for r in sub])
+        p = np.array([r["traced"] for r in sub])
+        u = np.array([r["conformal_upper"] for r in sub])
+        out[name] = {
+            "n": len(sub),
+            "traced_mape": round(float(np.mean(np.abs(p / m - 1))), 4),
+            "coverage": round(float(np.mean(u >= m)), 4),
+            "upper_over_measured_minus_1": round(float(np.mean(u / m - 1)), 4),
+            "upper_over_point_minus_1": round(float(np.mean(u / p - 1)), 4),
+        }
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, default=2)
@@ -59,6 +90,7 @@ def main() -> None:
     ms = [m for m in load_measurements() if m.peak_vram_gib is not None]
     outs = trace_specs([m.spec for m in ms], workers=args.workers)
     traced = predicted_values(ms, TracedPredictor())
+    bound = conformal_by_source(ms, traced, [o.traced for o in outs]).upper["peak_vram_gib"]
     analytical = predicted_values(ms, AnalyticalPredictor())
     rows: list[dict[str, Any]] = []
     for i, (m, o) in enumerate(zip(ms, outs, strict=True)):
@@ -78,6 +110,8 @@ def main() -> None:
                 "measured": round(float(m.peak_vram_gib or 0.0), 3),
                 "traced": round(float(traced.point["peak_vram_gib"][i]), 3),
                 "traced_upper": round(float(traced.upper["peak_vram_gib"][i]), 3),
+                "conformal_upper": round(float(bound[i]), 3),
+                "flagged": is_quirk(m),
                 "analytical": round(float(analytical.point["peak_vram_gib"][i]), 3),
                 "covered": o.traced,
                 "status": o.status,
@@ -109,6 +143,7 @@ def main() -> None:
                 "analytical_mape": _mape(covered, "analytical") if covered else None,
             },
         },
+        "subsets": _subsets(rows),
         "covered_by": {f: _groups(covered, f) for f in ("source", "task", "framework", "kind")},
         "all_by": {f: _groups(rows, f) for f in ("source", "task", "framework", "kind")},
         "rows": sorted(rows, key=lambda r: -r["traced_ape"]),
@@ -122,6 +157,13 @@ def main() -> None:
             f"an={r['analytical']:7.2f} ape={r['traced_ape']:6.1%} {'' if r['covered'] else 'NC'}"
         )
     print(json.dumps(doc["overall"], indent=1))
+    for name, d in doc["subsets"].items():
+        print(
+            f"{name:22s} n={d['n']:3d} traced MAPE={d['traced_mape']:6.1%} "
+            f"conformal cov={d['coverage']:6.1%} upper/measured-1="
+            f"{d['upper_over_measured_minus_1']:6.1%} upper/point-1="
+            f"{d['upper_over_point_minus_1']:6.1%}"
+        )
 
 
 if __name__ == "__main__":

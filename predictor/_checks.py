@@ -1,4 +1,4 @@
-"""Data checks on measured time rows: against physics, against itself, against its siblings.
+"""Data checks on measured rows: against physics, against itself, against its siblings.
 
 A row that contradicts physics or its own table would teach the runtime model something
 false, so it is flagged, not fitted. Each failing row gets a ``[quirk:check-<name>]`` tag and a
@@ -13,6 +13,14 @@ Checks (``tolerance`` = :data:`TOLERANCE`):
 * ``runtime-lt-parts``: runtime ≥ (TTFT + (output − 1)·TPOT)·(1 − tolerance).
 * ``sibling-batch``: in one source table, the same model, GPU, TP, dtype and lengths at a
   *larger* batch may not take less than ``SIBLING_FACTOR`` of the smaller batch's TTFT/TPOT.
+* ``vram-floor``: a checkpointed training step holds at least its (sharded) weights and every
+  layer's saved input (``layers × batch × seq_len × hidden`` in the compute dtype, per TP/PP
+  shard) at once, so its peak reading, whatever it counts, is at least that: a reading below
+  it did not run the stated batch and length (a dataset shorter than the stated length).
+* ``paged-over-capacity``: a 32-bit paged AdamW row (predicted as ``adamw``: the states stay
+  on the GPU while they fit) whose weights, gradients and states alone exceed the GPU's
+  memory: bitsandbytes paged the states to host memory, so the reading is bounded by the
+  GPU, not the job's need, and no JobSpec field says how much was paged.
 """
 
 from __future__ import annotations
@@ -26,11 +34,21 @@ from ._jobarrays import job_arrays
 from ._memory import GIB, MemoryModel, memory_breakdown_gib
 from .gpus import get_gpu
 from .measurements import CHECK_TAG, parse_measurement
+from .spec import DType
 
-__all__ = ["SIBLING_FACTOR", "TOLERANCE", "CheckFailure", "check_rows", "tag_failures"]
+__all__ = [
+    "PAGED_32BIT_NOTE",
+    "SIBLING_FACTOR",
+    "TOLERANCE",
+    "CheckFailure",
+    "check_rows",
+    "tag_failures",
+]
 
 TOLERANCE = 0.10
 SIBLING_FACTOR = 0.5
+#: Marker the converter puts in the notes of a 32-bit paged AdamW row.
+PAGED_32BIT_NOTE = "32-bit paged AdamW (bitsandbytes), predicted as adamw"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,10 +157,67 @@ def _siblings(rows: Sequence[Mapping[str, Any]]) -> list[CheckFailure]:
     return out
 
 
+def _vram_floor(rows: Sequence[Mapping[str, Any]]) -> list[CheckFailure]:
+    """Checkpointed training rows whose peak is below weights + saved layer inputs."""
+    vram = [r for r in rows if r.get("peak_vram_gib") and r["spec"].get("task") != "inference"]
+    if not vram:
+        return []
+    ms = [parse_measurement(r) for r in vram]
+    j = job_arrays([m.spec for m in ms])
+    weights = memory_breakdown_gib(j, ("A100-80GB",), MemoryModel())["weights"][:, 0]
+    out: list[CheckFailure] = []
+    for i, m in enumerate(ms):
+        s = m.spec
+        need = _paged_state_need_gib(m.spec) if PAGED_32BIT_NOTE in m.notes else 0.0
+        if m.gpu_memory_gib is not None and need > m.gpu_memory_gib:
+            out.append(
+                CheckFailure(
+                    m.id,
+                    "paged-over-capacity",
+                    f"weights, gradients and fp32 AdamW states need {need:.0f} GiB per GPU, "
+                    f"over its {m.gpu_memory_gib:.0f} GiB: the paged states spilled to host",
+                )
+            )
+        if not s.gradient_checkpointing or s.activation_offload or s.seq_len is None:
+            continue
+        a = 2.0 if s.compute_dtype in (DType.BF16, DType.FP16) else 4.0
+        inputs = (
+            (s.arch.n_layers / s.pipeline_parallel * s.batch_size * s.seq_len * s.arch.hidden_size)
+            * a
+            / s.tensor_parallel
+            / GIB
+        )
+        floor = float(weights[i]) + inputs
+        if m.peak_vram_gib is not None and m.peak_vram_gib < floor * (1.0 - TOLERANCE):
+            out.append(
+                CheckFailure(
+                    m.id,
+                    "vram-floor",
+                    f"peak {m.peak_vram_gib:.1f} GiB is below the weights per GPU "
+                    f"({float(weights[i]):.1f}) plus the checkpointed layer inputs at batch "
+                    f"{s.batch_size} x {s.seq_len} tokens ({inputs:.1f}): the step cannot have "
+                    "seen the stated length",
+                )
+            )
+    return out
+
+
+def _paged_state_need_gib(spec: Any) -> float:
+    """Weights + gradients + bitsandbytes' 32-bit AdamW moments (fp32, 8 bytes) per GPU of a
+    full fine-tune, each sharded as its ZeRO stage shards it."""
+    if spec.task.is_peft or spec.weight_dtype is None:
+        return 0.0
+    n = float(spec.arch.total_params()) / (spec.tensor_parallel * spec.pipeline_parallel)
+    dp, zero = spec.data_parallel, spec.zero_stage or 0
+    w = spec.weight_dtype.bits / 8.0
+    shard = [dp if zero >= k else 1 for k in (3, 2, 1)]
+    return n * (w / shard[0] + w / shard[1] + 8.0 / shard[2]) / GIB
+
+
 def check_rows(rows: Sequence[Mapping[str, Any]]) -> list[CheckFailure]:
     """Every check failure of the measurement row dicts, in row order."""
     order = {r["id"]: k for k, r in enumerate(rows)}
-    found = _physics(rows) + _siblings(rows)
+    found = _physics(rows) + _siblings(rows) + _vram_floor(rows)
     return sorted(found, key=lambda f: (order.get(f.id, 0), f.check))
 
 

@@ -13,9 +13,19 @@ from functools import lru_cache
 import numpy as np
 
 from .models import ModelArch
-from .spec import DType, Framework, JobSpec, Optimizer, Task
+from .spec import AttnImplementation, DType, Framework, JobSpec, Optimizer, Task
 
-__all__ = ["DTYPES", "FRAMEWORKS", "OPTIMIZERS", "TASKS", "JobArrays", "job_arrays", "qbytes"]
+__all__ = [
+    "DTYPES",
+    "FRAMEWORKS",
+    "NF4_SINGLE_QUANT_BYTES",
+    "OPTIMIZERS",
+    "TASKS",
+    "JobArrays",
+    "job_arrays",
+    "qbytes",
+    "weight_qbytes",
+]
 
 TASKS: tuple[Task, ...] = tuple(Task)
 FRAMEWORKS: tuple[Framework, ...] = tuple(Framework)
@@ -38,8 +48,20 @@ _QBYTES: dict[DType, float] = {
 }
 
 
+#: nf4 without double quantisation: one fp32 absmax per 64 weights.
+NF4_SINGLE_QUANT_BYTES = 0.5 + 4.0 / 64
+
+
 def qbytes(dtype: DType) -> float:
     return _QBYTES[dtype]
+
+
+def weight_qbytes(spec: JobSpec) -> float:
+    """Bytes per stored weight of the spec's ``weight_dtype`` (nf4 per ``double_quant``)."""
+    weight = spec.weight_dtype or DType.BF16
+    if weight is DType.NF4 and spec.double_quant is False:
+        return NF4_SINGLE_QUANT_BYTES
+    return _QBYTES[weight]
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +184,8 @@ class JobArrays:
     act_offload: np.ndarray
     lora_in_width: np.ndarray  # summed input widths of the adapted linears, per layer and token
     lora_new_width: np.ndarray  # of those, inputs a frozen layer would not have saved anyway
+    lora_dropout: np.ndarray  # 1 when the adapters drop their inputs (p > 0)
+    eager_attn: np.ndarray  # 1 when the job asks for HF's eager attention
 
     def __len__(self) -> int:
         return len(self.n_layers)
@@ -242,7 +266,7 @@ def _job_row(spec: JobSpec) -> tuple[float, ...]:
         TASKS.index(Task.INFERENCE if task is Task.SERVE else task),
         FRAMEWORKS.index(framework),
         OPTIMIZERS.index(optimizer),
-        _QBYTES[weight],
+        weight_qbytes(spec),
         1.0 if weight in (DType.FP8, DType.INT8, DType.INT4, DType.NF4, DType.FP4) else 0.0,
         _QBYTES[compute] if compute in (DType.FP32, DType.BF16, DType.FP16) else 2.0,
         DTYPES.index(compute),
@@ -267,6 +291,8 @@ def _job_row(spec: JobSpec) -> tuple[float, ...]:
         1.0 if spec.activation_offload else 0.0,
         lora_in,
         lora_new,
+        1.0 if task.is_peft and spec.lora_dropout else 0.0,
+        1.0 if spec.attn_implementation is AttnImplementation.EAGER else 0.0,
     )
 
 

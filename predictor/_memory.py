@@ -164,13 +164,17 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
     lora_saved = np.where(
         peft_casts, a * j.lora_in_width, np.where(is_peft, a * j.lora_new_width, 0.0)
     )
+    # LoRA dropout: each adapter also keeps its 1-byte mask; its dropped copy replaces the
+    # (cast) input it saved. Separate compute-dtype adapters on one input (torchtune's q/v)
+    # keep a copy each as well, which only the traced tier counts.
+    lora_saved = lora_saved + np.where(is_peft & (j.lora_dropout > 0), j.lora_in_width, 0.0)
     route = j.is_moe * a * j.hidden * j.n_active_experts * 2.0
     # Eager attention materialises the s×s scores: flash kernels do not run in fp32, and HF's
     # encoder models (BERT) predate SDPA. Per score: scores + softmax + dropout output (fp32
     # under autocast, 4 bytes each at most) + the 1-byte dropout mask.
     fp32 = j.compute_dtype == DTYPES.index(DType.FP32)
     hf_like = _isin(fw, [_IDX_F[Framework.HF], _IDX_F[Framework.PEFT]])
-    eager_attn = fp32 | ((j.encoder_only > 0) & hf_like)
+    eager_attn = fp32 | ((j.encoder_only > 0) & hf_like) | (j.eager_attn > 0)
     score_bytes = np.where(fp32, 13.0, a + 9.0)
     scores = np.where(eager_attn, j.n_heads * j.seq_len * score_bytes, 0.0)
     per_token_layer = attn + mlp + lora_saved + route + scores + 2.0 * j.hidden * norm_bytes

@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from ._checks import PAGED_32BIT_NOTE
 from ._published_fields import (
     _dtype,
     _framework,
@@ -78,6 +79,12 @@ def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
     }
     if task == "qlora" and weight not in ("nf4", "int4", "fp4"):
         spec["weight_dtype"] = "nf4"
+    if spec["weight_dtype"] == "nf4":
+        wtext = f"{r.get('weight_dtype') or ''} {r.get('quote') or ''}".lower()
+        if "double" in wtext or "nf4-dq" in wtext:
+            spec["double_quant"] = True
+        elif "bitsandbytes" in wtext:
+            spec["double_quant"] = False  # bnb.nf4: one fp32 absmax per 64 weights
     notes: list[str] = []
     lpar = par.lower()
     if n_gpus > 1:
@@ -173,8 +180,56 @@ def _stated_memory_flags(r: Mapping[str, Any], spec: dict[str, Any], notes: list
         # no PEFT input upcast.
         spec["adapter_dtype"] = "bf16"
         stated.append("adapter_dtype=bf16")
+    if spec["task"] in ("lora", "qlora"):
+        _program_facts(r, spec, text, litgpt, stated)
     if stated:
         notes.append("stated by the source: " + ", ".join(stated))
+
+
+_DROPOUT = re.compile(r"dropout[ =:]*(0?\.\d+)")
+
+#: What a source's code ran, read at the commit the row names (not stated in its table):
+#: (substring of the row's ``source``, the JobSpec fields, where each comes from).
+_SOURCE_PROGRAMS: tuple[tuple[str, dict[str, Any], str], ...] = (
+    (
+        "llama-cookbook/pull/41",
+        {"lora_dropout": 0.05, "attn_implementation": "eager", "adapter_dtype": "fp32"},
+        "llama-recipes @e5970e2e: configs/peft.py lora_dropout=0.05; requirements.txt "
+        "transformers>=4.31, whose LlamaAttention is eager (SDPA came in 4.36); "
+        "model.to(bfloat16) runs before get_peft_model, and peft then made fp32 adapters "
+        "(nn.Linear in the default dtype) and cast their inputs to fp32",
+    ),
+    (
+        "@0217d44c2",
+        {"lora_dropout": 0.05},
+        "torchtune @0217d44c2: the lora_llama2_* builders default lora_dropout=0.05 and the "
+        "configs do not set it",
+    ),
+)
+
+
+def _program_facts(
+    r: Mapping[str, Any], spec: dict[str, Any], text: str, litgpt: bool, stated: list[str]
+) -> None:
+    """``lora_dropout`` (and, per source, the attention kernel and adapter dtype) of the
+    program the source ran: stated in the row, else read from its code at its commit."""
+    source = str(r.get("source") or "")
+    m = _DROPOUT.search(str(r.get("peft") or "").lower())
+    if m:
+        spec["lora_dropout"] = float(m.group(1))
+        stated.append(f"lora_dropout={spec['lora_dropout']}")
+        return
+    if litgpt:
+        # lit-gpt @8641822 finetune/lora.py `lora_dropout = 0.05`; litgpt finetune/lora.py
+        # (`lora_dropout: float = 0.05`) and every config_hub yaml (`lora_dropout: 0.05`).
+        spec["lora_dropout"] = 0.05
+        stated.append("lora_dropout=0.05 (LitGPT's default)")
+        return
+    for key, fields, why in _SOURCE_PROGRAMS:
+        if key in source:
+            spec.update(fields)
+            stated.append(", ".join(f"{k}={v}" for k, v in fields.items()) + f" ({why})")
+            return
 
 
 def _stated_context_gib(meas_text: str) -> float | None:
@@ -204,6 +259,19 @@ def _check_expressible(
         raise _Skip("encoder-decoder (T5 family): the predictor models single-stack transformers")
 
 
+def _litgpt_pretrain_accumulation(r: Mapping[str, Any], mb: int | None, n_gpus: int) -> int | None:
+    """LitGPT's pretrain script accumulates ``global_batch_size / (devices x micro batch)``
+    micro-steps per optimizer step (litgpt/args.py ``gradient_accumulation_iters``); its
+    ``global_batch_size`` is the row's ``--train.global_batch_size`` or the script's default,
+    512 (extensions/thunder/pretrain.py @26857050 ``TrainArgs(global_batch_size=512)``)."""
+    fw = str(r.get("framework") or "").lower()
+    if "litgpt pretrain" not in fw or not mb:
+        return None
+    m = re.search(r"global_batch_size (\d+)", str(r.get("notes") or ""))
+    total = int(m.group(1)) if m else 512
+    return max(1, total // (n_gpus * mb))
+
+
 def _training_fields(
     r: Mapping[str, Any],
     spec: dict[str, Any],
@@ -224,9 +292,14 @@ def _training_fields(
     spec["batch_size"] = mb
     spec["seq_len"] = int(r["seq_len"])
     spec["optimizer"] = _optimizer(opt_text)
+    if "paged" in opt_text.lower() and spec["optimizer"] == "adamw":
+        notes.append(PAGED_32BIT_NOTE)
     ga = re.search(r"grad(?:ient)? accumulation (\d+)", opt_text.lower())
     if ga:
         spec["gradient_accumulation"] = int(ga.group(1))
+    elif (accum := _litgpt_pretrain_accumulation(r, mb, n_gpus)) is not None:
+        spec["gradient_accumulation"] = accum
+        notes.append(f"gradient_accumulation {accum} = global batch / (GPUs x micro batch)")
     gc = r.get("gradient_checkpointing")
     if gc is None and spec["framework"] == "torchtune":
         # Every torchtune full/LoRA recipe config ships enable_activation_checkpointing: True.

@@ -43,7 +43,7 @@ _TRAINING_ONLY = (
     "zero_stage",
     *_TRAINING_FIDELITY,
 )
-_PEFT_ONLY = ("lora_rank", "lora_target", "adapter_dtype")
+_PEFT_ONLY = ("lora_rank", "lora_target", "adapter_dtype", "lora_dropout")
 _SERVE_ONLY = (
     "request_rate",
     "slo_ttft_s",
@@ -128,6 +128,7 @@ def reject_inapplicable(spec: JobSpec) -> None:
             "input_len": "training jobs use `seq_len`",
             "lora_rank": "use task `lora` or `qlora`, or drop the field",
             "lora_target": "use task `lora` or `qlora`, or drop the field",
+            "lora_dropout": "use task `lora` or `qlora`, or drop the field",
             "num_requests": "a `serve` deployment takes `request_rate` and `duration_s`",
             "depends_on": "a deployment is planned when submitted; submit it once its "
             "parents have succeeded",
@@ -186,6 +187,7 @@ def fill_dtypes(spec: JobSpec) -> None:
     object.__setattr__(spec, "weight_dtype", weight)
     if spec.compute_dtype is None:
         object.__setattr__(spec, "compute_dtype", _default_compute(weight))
+    _fill_double_quant(spec, weight)
     if not task.is_training:
         # A serve spec's unset KV dtype follows each planned weight format (serving._options).
         if spec.kv_cache_dtype is None and task is not Task.SERVE:
@@ -193,6 +195,21 @@ def fill_dtypes(spec: JobSpec) -> None:
             object.__setattr__(spec, "kv_cache_dtype", kv)
         if spec.num_requests is None and task is Task.INFERENCE:
             object.__setattr__(spec, "num_requests", spec.batch_size)
+
+
+def _fill_double_quant(spec: JobSpec, weight: DType) -> None:
+    """``double_quant`` applies to nf4 weights only. Unset: torchao's NF4 (torchtune) and
+    Unsloth's loader quantise the scales again; bitsandbytes / transformers default to not."""
+    if weight is not DType.NF4:
+        if spec.double_quant is not None:
+            raise SpecError(
+                f"`double_quant` applies to nf4 weights (bitsandbytes, torchao); got "
+                f"weight_dtype {weight.value}. Drop the field or set weight_dtype nf4"
+            )
+        return
+    if spec.double_quant is None and spec.task is not Task.SERVE:
+        dq = spec.framework in (Framework.TORCHTUNE, Framework.UNSLOTH)
+        object.__setattr__(spec, "double_quant", dq)
 
 
 def check_training_dtypes(spec: JobSpec) -> None:

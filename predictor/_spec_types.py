@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["DType", "Framework", "LoraTarget", "Optimizer", "Task"]
+__all__ = ["AttnImplementation", "DType", "Framework", "LoraTarget", "Optimizer", "Task"]
 
 
 class Task(StrEnum):
@@ -84,3 +84,12 @@ class LoraTarget(StrEnum):
     ALL_LINEAR = "all_linear"
     ATTENTION = "attention"
     QV = "qv"
+
+
+class AttnImplementation(StrEnum):
+    """Hugging Face's ``attn_implementation`` names. For memory only ``eager`` differs: it
+    materialises the s×s scores; SDPA and FlashAttention-2 kernels never store them."""
+
+    EAGER = "eager"
+    SDPA = "sdpa"
+    FLASH_ATTENTION_2 = "flash_attention_2"

@@ -7,8 +7,10 @@ job's task family at the requested coverage. A one-sided bound is what the sched
 reserves the upper bound, and only under-prediction causes an OOM.
 
 With the small published data a family may have few scores; below ``min_scores`` (30) it
-borrows the pooled scores of every family: split conformal on a dozen scores degenerates to
-their maximum, so a small family's own bound would be its single worst row.
+borrows the pooled scores of its *base* (traced or analytical points: they err differently),
+as long as the base has enough for the finite-sample rule to exist at the coverage
+(``n ≥ c / (1 − c)``: 19 scores at 95%); only a base with fewer borrows every family's scores.
+Mixing bases would let the analytical tier's worst rows set the traced tier's bound.
 
 Documented targets: ``peak_vram_upper_gib`` covers :data:`DEFAULT_COVERAGE` (95%) of runs,
 ``runtime_upper_s`` :data:`RUNTIME_COVERAGE` (90%: a late job costs money, an OOM kills it), and
@@ -33,6 +35,7 @@ __all__ = [
     "ConformalUpper",
     "base_family",
     "conformal_quantile",
+    "min_valid_scores",
     "task_family",
 ]
 
@@ -71,6 +74,12 @@ def base_family(task: str, traced: bool) -> str:
 
 def _base_of(family: str) -> str:
     return TRACED_SUFFIX if family.endswith(TRACED_SUFFIX) else ""
+
+
+def min_valid_scores(coverage: float) -> int:
+    """The fewest scores for which the split-conformal rank ``ceil((n+1)·c)`` is at most
+    ``n``, so the bound keeps its finite-sample coverage guarantee (19 at 95%)."""
+    return math.ceil(coverage / (1.0 - coverage) - 1e-9)
 
 
 def conformal_quantile(scores: np.ndarray, coverage: float) -> float:
@@ -115,13 +124,14 @@ class ConformalUpper:
         self.base_pooled_: dict[str, np.ndarray] = {
             b: s[base_of == b] for b in sorted(set(base_of.tolist()))
         }
+        enough = min(self.min_scores, min_valid_scores(self.coverage))
         for f, fs in self.scores_.items():
             bs = self.base_pooled_.get(_base_of(f), s)
-            src = fs if fs.size >= self.min_scores else bs if bs.size >= self.min_scores else s
+            src = fs if fs.size >= self.min_scores else bs if bs.size >= enough else s
             # Never tighter than zero: the bound must not sit below the point prediction.
             self.quantiles_[f] = max(0.0, conformal_quantile(src, self.coverage))
         self.base_quantiles_ = {
-            b: max(0.0, conformal_quantile(bs if bs.size >= self.min_scores else s, self.coverage))
+            b: max(0.0, conformal_quantile(bs if bs.size >= enough else s, self.coverage))
             for b, bs in self.base_pooled_.items()
         }
         self.pooled_quantile_ = max(0.0, conformal_quantile(s, self.coverage)) if s.size else 0.0

@@ -119,8 +119,10 @@ class Summary:
     median_ape: float
     within_10pct: float
     coverage: float
-    mean_headroom: float
+    mean_headroom: float  # mean of upper / predicted − 1: the margin the bound adds
     bias: float  # median of predicted / measured − 1: positive = over-predicts
+    #: mean of upper / measured − 1: what a reservation at the bound wastes (issue 13's metric)
+    headroom_vs_measured: float = float("nan")
 
     def to_dict(self) -> dict[str, float]:
         return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -268,7 +270,7 @@ def summarise(measured: np.ndarray, predicted: np.ndarray, upper: np.ndarray) ->
     upper = np.asarray(upper, dtype=float)
     if measured.size == 0:
         nan = float("nan")
-        return Summary(0, nan, nan, nan, nan, nan, nan)
+        return Summary(0, nan, nan, nan, nan, nan, nan, nan)
     ape = np.abs(predicted - measured) / measured
     ratio = predicted / measured
     headroom = upper / np.where(predicted > 0, predicted, np.nan) - 1.0
@@ -280,6 +282,7 @@ def summarise(measured: np.ndarray, predicted: np.ndarray, upper: np.ndarray) ->
         coverage=float(np.mean(upper >= measured)),
         mean_headroom=float(np.nanmean(headroom)) if np.isfinite(headroom).any() else 0.0,
         bias=float(np.median(ratio) - 1.0),
+        headroom_vs_measured=float(np.mean(upper / measured - 1.0)),
     )
 
 

@@ -38,7 +38,7 @@ from ._spec_rules import (
     reject_inapplicable,
     resolve_arch,
 )
-from ._spec_types import DType, Framework, LoraTarget, Optimizer, Task
+from ._spec_types import AttnImplementation, DType, Framework, LoraTarget, Optimizer, Task
 from ._spec_workflow import check_depends_on, check_name, check_no_self_dependency
 from .exceptions import SpecError
 from .limits import MAX_GPUS, MAX_PARALLEL, MAX_PRIORITY, MAX_RUNTIME_S, MIN_PRIORITY
@@ -47,6 +47,7 @@ from .models import ModelArch
 __all__ = [
     "INDEX_PLACEHOLDER",
     "TASK_DEFAULTS",
+    "AttnImplementation",
     "DType",
     "Framework",
     "JobSpec",
@@ -117,10 +118,21 @@ class JobSpec(BaseModel):
     # upcasts one chunk of logits at a time (default on for torchtune and Unsloth).
     # `adapter_dtype`: dtype of LoRA adapters and their optimizer states (default fp32 for
     # hf/peft/other as in PEFT, else the compute dtype).
+    # `lora_dropout`: dropout probability on each adapter's input (PEFT's `LoraConfig`,
+    # LitGPT's and torchtune's `lora_dropout`); above 0 every adapted input keeps a dropped
+    # copy and a 1-byte mask for backward. Unset: 0, PEFT's default.
+    # `attn_implementation`: HF's name for the attention kernel; `eager` stores the s×s scores
+    # (transformers before 4.36 ran Llama eagerly). Unset: flash/SDPA (fp32 and encoders eager).
     compile: bool | None = None
     activation_offload: bool | None = None
     chunked_loss: bool | None = None
     adapter_dtype: DType | None = None
+    lora_dropout: float | None = Field(default=None, ge=0.0, lt=1.0)
+    attn_implementation: AttnImplementation | None = None
+    # `double_quant`: nf4 weights whose absmax scales are quantised again (bitsandbytes'
+    # `bnb_4bit_use_double_quant`, LitGPT's `bnb.nf4-dq`): 0.516 instead of 0.5625 bytes per
+    # weight. Unset: true for torchtune (torchao NF4) and unsloth, false otherwise.
+    double_quant: bool | None = None
     # Execution (read by the worker, not the predictor): see predictor/_execution.py.
     time_limit_s: float | None = Field(default=None, gt=0, le=MAX_TIME_LIMIT_S, allow_inf_nan=False)
     env: dict[str, str] | None = None

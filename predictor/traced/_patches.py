@@ -12,11 +12,15 @@
   and of those it runs in fp32, caching weight casts for the region as autocast does.
 * **bitsandbytes.** Its kernels are CUDA-only: :class:`QuantLinearStub` holds nf4/int8 storage
   at its true size and dequantises into a transient compute-dtype weight per matmul.
+* **LitGPT's LoRA dropout.** LitGPT's fused ``LoRAQKVLinear`` drops its input once for q, k and
+  v together; PEFT on HF's separate projections would drop it once per projection.
+  :func:`share_qkv_dropout` gives a block's q/k/v adapters one :class:`SharedDropout`.
 """
 
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any
 
 import torch
@@ -26,8 +30,10 @@ __all__ = [
     "ATTN_IMPLEMENTATION",
     "AutocastEmulation",
     "QuantLinearStub",
+    "SharedDropout",
     "flash_attention",
     "install",
+    "share_qkv_dropout",
 ]
 
 ATTN_IMPLEMENTATION = "snugfit_trace"
@@ -263,3 +269,39 @@ class QuantLinearStub(torch.nn.Linear):
         shape = (self.out_features, self.in_features)
         y = _DequantMatmul.apply(x, self.qweight, shape, self.compute_dtype)
         return y + self.bias if self.bias is not None else y
+
+
+class SharedDropout(torch.nn.Dropout):
+    """A dropout that returns its last output again for the same input tensor: one dropped
+    copy (and mask) per input however many adapters read it, as a fused QKV adapter has."""
+
+    def __init__(self, p: float) -> None:
+        super().__init__(p)
+        self._last: tuple[weakref.ref[torch.Tensor], weakref.ref[torch.Tensor]] | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._last is not None:
+            seen, out = self._last[0](), self._last[1]()
+            if seen is x and out is not None:
+                return out
+        y = super().forward(x)
+        # Weak references: the memo never keeps a tensor alive past its real lifetime.
+        self._last = (weakref.ref(x), weakref.ref(y))
+        return y
+
+
+_QKV = ("q_proj", "k_proj", "v_proj", "query", "key", "value")
+
+
+def share_qkv_dropout(model: Any) -> None:
+    """Give the adapted q/k/v projections of each attention block one :class:`SharedDropout`
+    (in place), as LitGPT's ``LoRAQKVLinear`` applies a single dropout to the shared input."""
+    for parent in model.modules():
+        drops = [getattr(getattr(parent, name, None), "lora_dropout", None) for name in _QKV]
+        adapted = [d for d in drops if isinstance(d, torch.nn.ModuleDict) and "default" in d]
+        ps = [float(getattr(d["default"], "p", 0.0)) for d in adapted]
+        if len(adapted) < 2 or not all(ps):
+            continue
+        shared = SharedDropout(ps[0])
+        for d in adapted:
+            d["default"] = shared

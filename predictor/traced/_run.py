@@ -24,9 +24,25 @@ def trace_summary(spec_dict: dict[str, Any]) -> dict[str, Any]:
         # FSDP/ZeRO-3 all-gathers a layer ahead: two layers' full weights in the compute dtype.
         per_layer = (arch.total_params() - arch.embedding_params()) / arch.n_layers
         extra = int(2 * per_layer * 2 / spec.tensor_parallel)
+    extra += _stage_embedding_bytes(spec)
     costs = {k: (v.flops, v.bytes) for k, v in tl.costs.items()}
     s = summarise(tl.events, tl.category, spec, costs, extra_weight_bytes=extra)
     out = s.to_dict()
     out["trace_s"] = trace_s
     out["n_params"] = tl.n_params
     return out
+
+
+def _stage_embedding_bytes(spec: Any) -> int:
+    """What the heaviest pipeline stage holds beyond an even 1/PP share of the embeddings:
+    the first stage keeps the whole input table and the last the whole head (as the
+    analytical tier has it), so that stage holds one full table, not embeddings / PP."""
+    pp = spec.pipeline_parallel
+    if pp <= 1:
+        return 0
+    arch = spec.arch
+    table = arch.vocab_size * arch.hidden_size
+    # The tracer keeps embeddings and the head in 16 bits for quantised weights.
+    width = 4 if spec.weight_dtype is not None and spec.weight_dtype.value == "fp32" else 2
+    per_stage_share = arch.embedding_params() / pp
+    return max(0, int((table - per_stage_share) * width / spec.tensor_parallel))

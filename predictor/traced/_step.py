@@ -25,10 +25,17 @@ from typing import Any
 
 import torch
 
-from ..spec import DType, Framework, JobSpec, LoraTarget, Optimizer, Task
+from .._jobarrays import weight_qbytes
+from ..spec import AttnImplementation, DType, Framework, JobSpec, LoraTarget, Optimizer, Task
 from ._build import build_meta_model
 from ._dispatch import OpCost, StorageTracker
-from ._patches import ATTN_IMPLEMENTATION, AutocastEmulation, QuantLinearStub, install
+from ._patches import (
+    ATTN_IMPLEMENTATION,
+    AutocastEmulation,
+    QuantLinearStub,
+    install,
+    share_qkv_dropout,
+)
 
 __all__ = ["Timeline", "run_trace"]
 
@@ -66,7 +73,7 @@ def _td(d: DType | None) -> torch.dtype:
 
 def _quantise(model: Any, spec: JobSpec, compute: torch.dtype) -> None:
     """Replace every block linear (not the LM head) with a quantised-storage stub."""
-    bpw = _QUANT_BYTES[spec.weight_dtype or DType.NF4]
+    bpw = weight_qbytes(spec)
     head = model.get_output_embeddings()
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
@@ -104,7 +111,7 @@ def _apply_lora(model: Any, spec: JobSpec) -> Any:
     cfg = peft.LoraConfig(
         r=spec.lora_rank,
         lora_alpha=2 * spec.lora_rank,
-        lora_dropout=0.0,
+        lora_dropout=spec.lora_dropout or 0.0,
         target_modules=_lora_targets(model, spec.lora_target),
         task_type=None,
     )
@@ -116,6 +123,8 @@ def _apply_lora(model: Any, spec: JobSpec) -> Any:
     for n, p in model.named_parameters():
         if "lora_" in n:
             p.data = torch.empty_like(p, dtype=adapter, device="meta")
+    if spec.lora_dropout and spec.framework is Framework.OTHER:
+        share_qkv_dropout(model)
     return model
 
 
@@ -333,8 +342,10 @@ def _infer(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
 
 
 def _attn_impl(spec: JobSpec) -> str:
-    # HF's encoders (BERT) and fp32 runs take the eager path that stores the s² scores.
-    if spec.arch.encoder_only or spec.compute_dtype == DType.FP32:
+    # HF's encoders (BERT), fp32 runs and jobs that ask for it take the eager path that stores
+    # the s² scores.
+    eager = spec.attn_implementation is AttnImplementation.EAGER
+    if eager or spec.arch.encoder_only or spec.compute_dtype == DType.FP32:
         return "eager"
     return ATTN_IMPLEMENTATION
 

@@ -3,7 +3,8 @@
 The trace runs one unsharded rank. Multi-GPU jobs are sharded **arithmetically** from it, per
 category, before the allocator replay (so rounding and segments see per-rank sizes):
 
-* weights ÷ (TP·PP), and ÷ DP under ZeRO-3 plus two layers' gather buffers;
+* weights ÷ (TP·PP), and ÷ DP under ZeRO-3 plus two layers' gather buffers; under PP the
+  heaviest stage holds a whole embedding table (input or head), not embeddings ÷ PP;
 * gradients ÷ (TP·PP), and ÷ DP from ZeRO-2; optimizer states ÷ (TP·PP), ÷ DP from ZeRO-1;
 * activations ÷ TP, and × min(PP, grad. accumulation) / PP (1F1B keeps that many
   micro-batches of its layers in flight); logits ÷ TP; the KV cache ÷ (TP·PP).

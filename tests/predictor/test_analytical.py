@@ -152,3 +152,20 @@ def test_peft_fp32_adapters_keep_input_copies() -> None:
     bf16 = analytical.predict_table([parse_spec({**job, "adapter_dtype": "bf16"})], ["H100-80GB"])
     assert fp32.breakdown_gib["activations"][0, 0] > 1.2 * bf16.breakdown_gib["activations"][0, 0]
     assert fp32.breakdown_gib["optimizer"][0, 0] == 2 * bf16.breakdown_gib["optimizer"][0, 0]
+
+
+def test_lora_dropout_masks_and_eager_attention_scores() -> None:
+    from predictor import analytical
+    from predictor.spec import parse_spec
+
+    job = {"model": "llama-2-7b", "task": "lora", "batch_size": 4, "seq_len": 2048}
+    job |= {"lora_target": "qv", "lora_rank": 8}
+
+    def acts(**kw: object) -> float:
+        t = analytical.predict_table([parse_spec({**job, **kw})], ["H100-80GB"])
+        return float(t.breakdown_gib["activations"][0, 0]) * 2**30
+
+    # one 1-byte mask per adapted input (q and v: 2 x 4096 wide) per token and layer
+    assert acts(lora_dropout=0.05) - acts() == pytest.approx(32 * 4 * 2048 * 2 * 4096, rel=1e-6)
+    # eager attention: at least the bf16 softmax and its fp32 upcast per score, every layer
+    assert acts(attn_implementation="eager") - acts() >= 32 * 4 * 32 * 2048**2 * 6

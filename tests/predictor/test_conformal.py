@@ -33,3 +33,17 @@ def test_small_families_borrow_pooled_scores_and_state_round_trips():
 def test_unfitted_raises():
     with pytest.raises(NotFittedError):
         ConformalUpper().upper(np.ones(1), ["training"])
+
+
+def test_a_small_family_borrows_its_own_base_before_every_family() -> None:
+    """20 traced scores (enough for the 95% rank) and 5 wild analytical ones: the traced
+    families' bound comes from traced scores only; a base below 19 scores borrows them all."""
+    traced = list(np.linspace(0.0, 0.1, 20))
+    c = ConformalUpper(0.95).fit(
+        traced + [1.0] * 5, ["peft@traced"] * 10 + ["inference@traced"] * 10 + ["peft"] * 5
+    )
+    assert c.quantiles_["peft@traced"] == pytest.approx(0.1)  # rank 20 of 20 traced
+    assert c.quantiles_["inference@traced"] == pytest.approx(0.1)
+    assert c.quantiles_["peft"] == pytest.approx(1.0)  # 5 analytical scores: all 25 pooled
+    few = ConformalUpper(0.95).fit(traced[:18] + [1.0] * 5, ["peft@traced"] * 18 + ["peft"] * 5)
+    assert few.quantiles_["peft@traced"] == pytest.approx(1.0)

@@ -238,3 +238,27 @@ def test_source_stated_engine_stack_and_power_cap_reach_the_rows():
     m = parse_measurement(convert_runtime_row(rows["torchao_mx_b200-0002"]))
     assert is_quirk(m) and calibration_exclusion(m) is not None
     assert "[quirk:power-cap]" in m.notes
+
+
+def test_source_programs_reach_the_spec() -> None:
+    """What each source's code ran: LitGPT's LoRA dropout, llama-recipes' eager attention and
+    fp32 adapters, bitsandbytes nf4 with or without double quantisation, and LitGPT
+    pretrain's gradient accumulation (global batch 512 by default)."""
+    lit = convert_vram_row(_vram(framework="lit-gpt (Lightning Fabric)", num_gpus=1))["spec"]
+    assert lit["lora_dropout"] == 0.05
+    recipes = convert_vram_row(
+        _vram(
+            framework="llama-recipes", source="https://github.com/meta-llama/llama-cookbook/pull/41"
+        )
+    )["spec"]
+    assert (recipes["attn_implementation"], recipes["adapter_dtype"]) == ("eager", "fp32")
+    nf4 = {"workload": "qlora", "num_gpus": 1, "parallelism": "single device"}
+    plain = convert_vram_row(_vram(weight_dtype="NF4 (bitsandbytes) base", **nf4))["spec"]
+    dq = convert_vram_row(_vram(weight_dtype="NF4 (bitsandbytes, double-quant)", **nf4))["spec"]
+    assert (plain["double_quant"], dq["double_quant"]) == (False, True)
+    pre = {"workload": "pretraining", "peft": None, "framework": "litgpt pretrain (Fabric)"}
+    one = convert_vram_row(_vram(num_gpus=1, micro_batch_size=4, **pre))["spec"]
+    eight = convert_vram_row(
+        _vram(num_gpus=8, micro_batch_size=4, notes="--train.global_batch_size 32.", **pre)
+    )["spec"]
+    assert (one["gradient_accumulation"], eight["gradient_accumulation"]) == (128, 1)

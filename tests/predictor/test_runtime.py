@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from predictor import efficiency
-from predictor._checks import check_rows
+from predictor._checks import PAGED_32BIT_NOTE, check_rows
 from predictor._fit import fit_efficiencies
 from predictor._jobarrays import job_arrays
 from predictor._memory import GIB, MemoryModel, memory_breakdown_gib
@@ -349,3 +349,38 @@ def test_moe_training_pays_dispatch_and_combine_all_to_alls() -> None:
     # Its share of the step is far larger than for a coarse MoE with more compute per token.
     step = predict([parse_spec({"model": "qwen3-30b-a3b", "n_gpus": 8, **shape})], ["H100-80GB"])
     assert 0.05 < t / step[0].step_time_s < 0.8
+
+
+def _vram_row(i: int, peak: float, notes: str = "", **spec: object) -> dict:
+    return measurement_row(
+        id=f"v{i}",
+        origin="published",
+        source="table-v | somewhere",
+        spec={"model": "llama-2-70b", "task": "lora", "batch_size": 4, "seq_len": 4096, **spec},
+        gpu="A100-80GB",
+        gpu_memory_gib=80.0,
+        peak_vram_gib=peak,
+        notes=notes,
+    )
+
+
+def test_vram_checks_flag_a_peak_below_its_floor_and_paged_states_over_capacity() -> None:
+    """70B on 8 GPUs (ZeRO-3): ~16 GiB of weights per GPU, and 80 layers x 4 x 4096 x 8192
+    bf16 checkpointed inputs = 20 GiB; a 24.6 GiB reading cannot hold both."""
+    z3 = {"n_gpus": 8, "zero_stage": 3, "lora_rank": 16}
+    rows = [
+        _vram_row(0, 24.6, gradient_checkpointing=True, **z3),  # below the floor
+        _vram_row(1, 40.0, gradient_checkpointing=True, **z3),  # above it
+        _vram_row(2, 24.6, gradient_checkpointing=False, **z3),  # no floor without checkpoints
+        _vram_row(
+            3,
+            65.6,
+            PAGED_32BIT_NOTE,
+            task="full_finetune",
+            gradient_checkpointing=True,
+            n_gpus=8,
+            zero_stage=3,
+        ),
+    ]
+    found = {(f.id, f.check) for f in check_rows(rows)}
+    assert found == {("v0", "vram-floor"), ("v3", "paged-over-capacity")}

@@ -151,3 +151,38 @@ def test_memory_fidelity_fields_and_framework_defaults() -> None:
             parse_spec({"model": "llama-3.1-8b", **bad})
     with pytest.raises(SpecError, match="adapter_dtype"):
         parse_spec({"model": "llama-3.1-8b", "task": "lora", "adapter_dtype": "int8"})
+
+
+def test_lora_dropout_and_attention_kernel_fields() -> None:
+    from predictor.spec import parse_spec
+
+    s = parse_spec(
+        {
+            "model": "llama-3.1-8b",
+            "task": "lora",
+            "lora_dropout": 0.05,
+            "attn_implementation": "eager",
+        }
+    )
+    assert (s.lora_dropout, s.attn_implementation.value) == (0.05, "eager")
+    assert parse_spec({"model": "llama-3.1-8b", "task": "lora"}).lora_dropout is None  # = 0
+    with pytest.raises(SpecError, match="does not apply"):
+        parse_spec({"model": "llama-3.1-8b", "task": "full_finetune", "lora_dropout": 0.1})
+    for bad in ({"lora_dropout": 1.0}, {"lora_dropout": -0.1}, {"attn_implementation": "xformers"}):
+        with pytest.raises(SpecError):
+            parse_spec({"model": "llama-3.1-8b", "task": "lora", **bad})
+
+
+def test_double_quant_applies_to_nf4_and_follows_the_framework() -> None:
+    from predictor._jobarrays import NF4_SINGLE_QUANT_BYTES, weight_qbytes
+    from predictor.spec import parse_spec
+
+    q = {"model": "llama-3.1-8b", "task": "qlora"}
+    hf, tt = parse_spec(q), parse_spec({**q, "framework": "torchtune"})
+    assert (hf.double_quant, tt.double_quant) == (False, True)  # bitsandbytes vs torchao
+    assert weight_qbytes(hf) == NF4_SINGLE_QUANT_BYTES == 0.5 + 4 / 64
+    assert weight_qbytes(tt) == pytest.approx(0.5 + 1 / 64 + 4 / (64 * 256))
+    assert parse_spec({**q, "double_quant": True}).double_quant is True
+    assert parse_spec({"model": "llama-3.1-8b", "task": "lora"}).double_quant is None
+    with pytest.raises(SpecError, match="double_quant"):
+        parse_spec({"model": "llama-3.1-8b", "task": "lora", "double_quant": True})

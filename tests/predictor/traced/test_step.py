@@ -232,3 +232,75 @@ def test_qv_lora_on_a_fused_qkv_model_adapts_the_fused_projection() -> None:
     grads = sum(n for op, h, n in tl.events if op and tl.category[h] == "gradients")
     # A: r x hidden, B: 3·hidden x r per layer, fp32, once per traced step
     assert grads == 2 * 2 * 4 * (H + 3 * NH * HD) * 4
+
+
+def _lora_peak(**kw: Any) -> float:
+    spec = parse_spec(
+        {
+            "model": TINY,
+            "task": "lora",
+            "batch_size": 2,
+            "seq_len": 64,
+            "lora_rank": 4,
+            "lora_target": "qv",
+            "adapter_dtype": "bf16",
+            **kw,
+        }
+    )
+    tl = run_trace(spec)
+    return summarise(tl.events, tl.category, spec).allocated_gib * (1 << 30)
+
+
+def test_lora_dropout_keeps_a_mask_and_a_dropped_copy_per_adapter() -> None:
+    """Adapters in the compute dtype save the layer input itself; with dropout each adapter
+    saves its dropped copy (2 bytes) and mask (1 byte) instead. q and v share the input, so
+    per layer: one copy replaces the input, plus a second copy and two masks."""
+    elems = 2 * 64 * H  # one layer's adapted input
+    base = _lora_peak(framework="torchtune")
+    dropped = _lora_peak(framework="torchtune", lora_dropout=0.1)
+    assert dropped - base == L * elems * (2 + 2 * 1)
+
+
+def test_litgpt_lora_dropout_drops_the_shared_qkv_input_once() -> None:
+    """LitGPT's fused LoRAQKVLinear applies one dropout for q, k and v: its copy replaces the
+    input, so only the mask is new."""
+    elems = 2 * 64 * H
+    base = _lora_peak(framework="other")
+    dropped = _lora_peak(framework="other", lora_dropout=0.1)
+    assert dropped - base == L * elems * 1
+
+
+def test_eager_attention_stores_the_scores() -> None:
+    """attn_implementation eager keeps the softmax (fp32, as HF upcasts it) and its 16-bit
+    cast for backward: at least 6 bytes per score of every layer."""
+    scores = 2 * NH * 64 * 64
+    assert _lora_peak(attn_implementation="eager") - _lora_peak() >= (L - 1) * scores * 6
+
+
+def test_nf4_weights_take_their_double_quant_size() -> None:
+    """bitsandbytes nf4 stores one fp32 absmax per 64 weights; double quantisation stores an
+    8-bit one plus an fp32 scale per 256 blocks."""
+    spec = {"model": TINY, "task": "qlora", "batch_size": 1, "seq_len": 8, "lora_rank": 4}
+    sizes = {}
+    for dq in (False, True):
+        tl = run_trace(parse_spec({**spec, "double_quant": dq}))
+        sizes[dq] = sum(n for op, h, n in tl.events if op and tl.category[h] == "weights")
+    block_linears = L * (H * NH * HD + 2 * H * KVH * HD + NH * HD * H + 3 * H * FFN)
+    per_weight = (4 / 64) - (1 / 64 + 4 / (64 * 256))
+    assert sizes[False] - sizes[True] == pytest.approx(block_linears * per_weight, rel=0.02)
+
+
+def test_pipeline_stage_holds_a_whole_embedding_table() -> None:
+    """Under PP the first stage keeps the input table and the last the head: the heaviest
+    stage holds body / PP plus one full table (untied: the same as an even split only at
+    PP 2, so a 4-layer model at PP 4 shows it)."""
+    from predictor.traced._run import trace_summary
+
+    arch = {**TINY, "n_layers": 4}
+    job = {"model": arch, "task": "inference", "batch_size": 1, "input_len": 8, "output_len": 2}
+    one = trace_summary(job)["breakdown_gib"]["weights"] * (1 << 30)
+    four = trace_summary({**job, "n_gpus": 4, "pipeline_parallel": 4})["breakdown_gib"]["weights"]
+    table = V * H * 2
+    body = one - 2 * table
+    # (an even split would give body / 4 + table / 2, 30% less here; rounding and buffers)
+    assert four * (1 << 30) == pytest.approx(body / 4 + table, rel=0.05)
