@@ -27,6 +27,9 @@ lists, whose GPU-model constraints the pool does not carry.
 (:mod:`scheduler.policies._stranding_maths`), GPUs a node will not be able to use because the
 arrival mix's CPU or memory per GPU exhausts the node first.
 
+``fgdlookahead`` is ours too: FGD-strand plus the decrease of the chosen GPU's expected waste
+after the next arrivals of the pod list's mix (:mod:`scheduler.policies.fgd_lookahead`).
+
 ``DotProduct`` is approximated (Tetris alignment on normalised (CPU, GPU) vectors, the chosen
 GPU's free share standing in for the simulator's "merge" dimension extension).
 """
@@ -61,6 +64,7 @@ from scheduler.policies._node_scorers import (
 )
 from scheduler.policies._stranding_maths import demand_ratios
 from scheduler.policies.fgd import class_terms, fragmentation_from_terms, typical_task_classes
+from scheduler.policies.fgd_lookahead import lookahead_scorer, mix_waste_to_go
 from scheduler.sim.openb.trace import (
     TARGET_DEMAND_RATIO,
     OpenbCluster,
@@ -74,6 +78,7 @@ __all__ = ["STRANDING_WEIGHT", "OpenbPolicy", "OpenbResult", "replay", "replay_s
 class OpenbPolicy(StrEnum):
     FGD = "fgd"
     FGD_STRAND = "fgdstrand"
+    FGD_LOOKAHEAD = "fgdlookahead"
     BESTFIT = "bestfit"
     RANDOM = "random"
     DOTPRODUCT = "dotproduct"
@@ -148,16 +153,21 @@ def replay(
         tags=np.zeros((n, N_TAGS), np.int64),
         n_gpu=cluster.n_gpu,
     )
-    if pol in (OpenbPolicy.FGD, OpenbPolicy.FGD_STRAND):
+    if pol in (OpenbPolicy.FGD, OpenbPolicy.FGD_STRAND, OpenbPolicy.FGD_LOOKAHEAD):
         # Target workload = the trace's own pods (before tuning), CPU-only pods included.
         classes = typical_task_classes(pods.cpu_milli, pods.gpu_milli, pods.num_gpu)
         terms = class_terms(st.gpu_free, classes)
         st.fgd = (*terms, fragmentation_from_terms(*terms, st.cpu_free.astype(float), classes))
         strand = None
-        if pol is OpenbPolicy.FGD_STRAND:
+        if pol is not OpenbPolicy.FGD:
             ratios = demand_ratios(pods.cpu_milli, pods.memory_mib, pods.num_gpu, pods.gpu_milli)
             strand = (ratios, STRANDING_WEIGHT)
-        scorer = make_fgd(classes, strand)
+        if pol is OpenbPolicy.FGD_LOOKAHEAD:
+            scorer = lookahead_scorer(
+                classes, strand[0], mix_waste_to_go(pods.num_gpu, pods.gpu_milli)
+            )
+        else:
+            scorer = make_fgd(classes, strand)
         st.key = state_key(st, slice(None), strand is not None)
     else:
         classes, strand = None, None
