@@ -207,18 +207,9 @@ def score_gpuclustering(
     return (base + bonus).astype(float), gpu
 
 
-def make_fgd(
-    classes: TaskClasses,
-    strand: tuple[DemandRatios, float] | None = None,
-    lookahead: tuple[np.ndarray, float] | None = None,
-    exact: bool = False,
-) -> Scorer:
+def make_fgd(classes: TaskClasses, strand: tuple[DemandRatios, float] | None = None) -> Scorer:
     """FGD's node score; with ``strand = (ratios, weight)``, FGD-strand: the fragmentation
-    decrease plus ``weight`` times the decrease of stranded GPU capacity, on FGD's scale; with
-    ``lookahead = (value, weight)`` also ``weight`` times the decrease of the chosen GPUs'
-    waste-to-go ``value[free milli-GPU]`` (:mod:`scheduler.policies._lookahead_maths`).
-    ``exact`` keeps the sigmoid's fraction instead of the simulator's integer score, so only
-    equal gains tie (and go to the node order)."""
+    decrease plus ``weight`` times the decrease of stranded GPU capacity, on FGD's scale."""
 
     def score_fgd(
         st: NodeView, idx: np.ndarray, pod: PodShape, rng: np.random.Generator
@@ -256,11 +247,8 @@ def make_fgd(
                     pod.mem,
                     strand[0],
                 )
-            if lookahead is not None:
-                left = free[r, g]
-                gain = gain + lookahead[1] * (lookahead[0][left] - lookahead[0][left - pod.milli])
             s = np.full(free.shape, -1.0)
-            s[r, g] = sigmoid_score(gain, exact)
+            s[r, g] = sigmoid_score(gain)
             gpu = np.argmax(s, axis=1)  # first best GPU, as the simulator's strict '>'
             return s[np.arange(rep.size), gpu][inv], gpu[inv]
         after1 = whole_fragmentation_from_terms(
@@ -284,10 +272,7 @@ def make_fgd(
                 pod.mem,
                 strand[0],
             )
-        if lookahead is not None and pod.num_gpu > 0:
-            # Every GPU taken is a whole one: its gap goes from full to none.
-            gain = gain + lookahead[1] * pod.num_gpu * float(lookahead[0][-1])
-        return sigmoid_score(gain, exact)[inv], np.full(idx.size, -1)
+        return sigmoid_score(gain)[inv], np.full(idx.size, -1)
 
     return score_fgd
 
@@ -310,11 +295,7 @@ def state_key(st: NodeView, rows: slice | np.ndarray, with_mem: bool) -> np.ndar
     return np.asarray(key + st.mem_free[rows] * _KEY_MEM if with_mem else key)
 
 
-def sigmoid_score(delta: np.ndarray, exact: bool = False) -> np.ndarray:
-    """The simulator's score of a fragmentation decrease: ``100 / (1 + exp(-delta / 1000))``,
-    truncated to an integer unless ``exact``; -1 where ``delta`` is not finite."""
+def sigmoid_score(delta: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
-        s = 100.0 / (1.0 + np.exp(-delta / MILLI_PER_GPU))
-        if not exact:
-            s = np.trunc(s)
+        s = np.trunc(100.0 / (1.0 + np.exp(-delta / MILLI_PER_GPU)))
     return np.where(np.isfinite(delta), s, -1.0)

@@ -8,9 +8,9 @@ policy leaves pending has failed (pods never retry in the protocol) and is cance
 
 Policy names are the replay's; ``fgd`` and ``bestfit`` run the node-scoring policies
 ``fgd_node`` and ``bestfit_node`` (the live ``fgd`` and ``bestfit`` rank by GPU memory and do
-not see CPU). ``rightsize`` delegates to ``fgdlookahead`` here: rightsize ranks options by
+not see CPU). ``rightsize`` delegates to ``lookahead`` here: rightsize ranks options by
 price, and an openb pool has one GPU type at one price, so price says nothing; the openb
-objective (GPU capacity allocated) is what ``fgdlookahead``, our best scorer, optimises.
+objective (GPU capacity allocated) is what ``lookahead``, our best scorer, optimises.
 
 Only pods :func:`~scheduler.sim.openb.pool.core_supported` accepts go through (one GPU, no
 ``gpu_spec``); :func:`replay_core` refuses others by name.
@@ -47,13 +47,13 @@ __all__ = ["CORE_POLICY", "replay_core"]
 CORE_POLICY: dict[str, PolicyName] = {
     "fgd": PolicyName.FGD_NODE,
     "fgdstrand": PolicyName.FGD_STRAND,
-    "fgdlookahead": PolicyName.FGD_LOOKAHEAD,
+    "lookahead": PolicyName.LOOKAHEAD,
     "bestfit": PolicyName.BESTFIT_NODE,
     "random": PolicyName.RANDOM,
     "dotproduct": PolicyName.DOTPRODUCT,
     "gpupacking": PolicyName.GPUPACKING,
     "gpuclustering": PolicyName.GPUCLUSTERING,
-    "rightsize": PolicyName.FGD_LOOKAHEAD,
+    "rightsize": PolicyName.LOOKAHEAD,
 }
 
 
@@ -67,15 +67,15 @@ def _policy(
             f"unknown openb policy {name!r}; choose one of {', '.join(CORE_POLICY)}"
         ) from None
     opts: dict[str, Any] = {"node_rank": node_rank, "rng": rng}
-    if key in (PolicyName.FGD_NODE, PolicyName.FGD_STRAND, PolicyName.FGD_LOOKAHEAD):
+    if key in (PolicyName.FGD_NODE, PolicyName.FGD_STRAND):
         # Target workload = the trace's own pods (before tuning), CPU-only pods included.
         opts["classes"] = typical_task_classes(pods.cpu_milli, pods.gpu_milli, pods.num_gpu)
-    if key in (PolicyName.FGD_STRAND, PolicyName.FGD_LOOKAHEAD):
+    if key in (PolicyName.FGD_STRAND, PolicyName.LOOKAHEAD):
         opts["ratios"] = demand_ratios(
             pods.cpu_milli, pods.memory_mib, pods.num_gpu, pods.gpu_milli
         )
-    if key is PolicyName.FGD_LOOKAHEAD:
-        # The arrival mix the look-ahead draws from: the same pods as FGD's target workload.
+    if key is PolicyName.LOOKAHEAD:
+        # The arrival mix it looks ahead over: the same pods as FGD's target workload.
         opts["sizes"] = per_gpu_sizes(pods.num_gpu, pods.gpu_milli, MILLI_PER_GPU)
     return get_policy(key, **opts)
 

@@ -27,8 +27,9 @@ lists, whose GPU-model constraints the pool does not carry.
 (:mod:`scheduler.policies._stranding_maths`), GPUs a node will not be able to use because the
 arrival mix's CPU or memory per GPU exhausts the node first.
 
-``fgdlookahead`` is ours too: FGD-strand plus the decrease of the chosen GPU's expected waste
-after the next arrivals of the pod list's mix (:mod:`scheduler.policies.fgd_lookahead`).
+``lookahead`` is ours too (our best): the decrease of the chosen GPU gap's expected waste over
+the next arrivals of the pod list's mix, plus FGD-strand's stranding term
+(:mod:`scheduler.policies.lookahead`).
 
 ``DotProduct`` is approximated (Tetris alignment on normalised (CPU, GPU) vectors, the chosen
 GPU's free share standing in for the simulator's "merge" dimension extension).
@@ -64,7 +65,7 @@ from scheduler.policies._node_scorers import (
 )
 from scheduler.policies._stranding_maths import demand_ratios
 from scheduler.policies.fgd import class_terms, fragmentation_from_terms, typical_task_classes
-from scheduler.policies.fgd_lookahead import lookahead_scorer, mix_waste_to_go
+from scheduler.policies.lookahead import make_lookahead, mix_waste_to_go
 from scheduler.sim.openb.trace import (
     TARGET_DEMAND_RATIO,
     OpenbCluster,
@@ -78,7 +79,7 @@ __all__ = ["STRANDING_WEIGHT", "OpenbPolicy", "OpenbResult", "replay", "replay_s
 class OpenbPolicy(StrEnum):
     FGD = "fgd"
     FGD_STRAND = "fgdstrand"
-    FGD_LOOKAHEAD = "fgdlookahead"
+    LOOKAHEAD = "lookahead"
     BESTFIT = "bestfit"
     RANDOM = "random"
     DOTPRODUCT = "dotproduct"
@@ -153,24 +154,27 @@ def replay(
         tags=np.zeros((n, N_TAGS), np.int64),
         n_gpu=cluster.n_gpu,
     )
-    if pol in (OpenbPolicy.FGD, OpenbPolicy.FGD_STRAND, OpenbPolicy.FGD_LOOKAHEAD):
+    if pol in (OpenbPolicy.FGD, OpenbPolicy.FGD_STRAND):
         # Target workload = the trace's own pods (before tuning), CPU-only pods included.
         classes = typical_task_classes(pods.cpu_milli, pods.gpu_milli, pods.num_gpu)
         terms = class_terms(st.gpu_free, classes)
         st.fgd = (*terms, fragmentation_from_terms(*terms, st.cpu_free.astype(float), classes))
         strand = None
-        if pol is not OpenbPolicy.FGD:
+        if pol is OpenbPolicy.FGD_STRAND:
             ratios = demand_ratios(pods.cpu_milli, pods.memory_mib, pods.num_gpu, pods.gpu_milli)
             strand = (ratios, STRANDING_WEIGHT)
-        if pol is OpenbPolicy.FGD_LOOKAHEAD:
-            scorer = lookahead_scorer(
-                classes, strand[0], mix_waste_to_go(pods.num_gpu, pods.gpu_milli)
-            )
-        else:
-            scorer = make_fgd(classes, strand)
-        st.key = state_key(st, slice(None), strand is not None)
-    else:
+        scorer = make_fgd(classes, strand)
+        key_mem = strand is not None
+        st.key = state_key(st, slice(None), key_mem)
+    elif pol is OpenbPolicy.LOOKAHEAD:
+        # The arrival mix = the trace's own pods (before tuning), as FGD's target workload.
         classes, strand = None, None
+        ratios = demand_ratios(pods.cpu_milli, pods.memory_mib, pods.num_gpu, pods.gpu_milli)
+        scorer = make_lookahead(ratios, mix_waste_to_go(pods.num_gpu, pods.gpu_milli))
+        key_mem = True
+        st.key = state_key(st, slice(None), key_mem)
+    else:
+        classes, strand, key_mem = None, None, False
         scorer = _SCORERS[pol]
     models = np.array(cluster.model)
     node_rank = rng.permutation(n)
@@ -225,7 +229,7 @@ def replay(
         max_free[node] = st.gpu_free[node].max()
         n_full[node] = int((st.gpu_free[node] >= MILLI_PER_GPU).sum())
         if st.key is not None:
-            st.key[node] = state_key(st, slice(node, node + 1), strand is not None)[0]
+            st.key[node] = state_key(st, slice(node, node + 1), key_mem)[0]
         if st.fgd is not None and classes is not None:
             count, small, total, frag = st.fgd
             c1, s1, t1 = class_terms(st.gpu_free[node : node + 1], classes)
