@@ -5,7 +5,7 @@ and each seed's figure. Paper (Weng et al., ATC'23, Fig. 7, default trace): FGD 
 BestFit 6.92%, GpuPacking 8.00%, DotProduct 9.15%, Random 12.53%. Every list runs every policy
 on the same seeds, so a comparison between policies is paired.
 
-    .venv/bin/python benchmarks/bench_openb.py [--seeds 10] [--policy fgdstrand --policy fgd]
+    .venv/bin/python benchmarks/bench_openb.py [--seeds 10] [--policy lookahead --policy fgd]
         [--pods default --pods multigpu50 | --all-pods] [--jobs 2] [--update]
 
 Results are written after every pod list, so an interrupted sweep keeps what it finished.
@@ -32,7 +32,9 @@ PAPER_UNALLOCATED_PCT = {
     "random": 12.53,
 }
 TARGET_PCT = 4.0
-OURS = "fgdstrand"
+OURS = "lookahead"
+# Our previous best, kept in the table beside the new one.
+PREVIOUS = "fgdstrand"
 OUT = Path(__file__).resolve().parent / "results" / "openb.json"
 
 
@@ -61,7 +63,11 @@ def main() -> None:
     ap.add_argument("--all-pods", action="store_true", help="every openb_pod_list_*.csv")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes")
     ap.add_argument("--out", type=Path, default=OUT, help="JSON to write")
-    ap.add_argument("--update", action="store_true", help="keep the other lists already in --out")
+    ap.add_argument(
+        "--update",
+        action="store_true",
+        help="keep what --out already holds: other lists, and other policies of these lists",
+    )
     args = ap.parse_args()
     policies = args.policy or [OURS, "fgd", "bestfit"]
     seeds = list(range(42, 42 + args.seeds))
@@ -81,6 +87,11 @@ def main() -> None:
     }
     if args.update and args.out.exists():
         old = json.loads(args.out.read_text())
+        if old.get("seeds") != seeds:
+            raise SystemExit(
+                f"--update: {args.out} holds seeds {old.get('seeds')}, not {seeds}; results "
+                "would not be paired. Use the same --seeds or another --out"
+            )
         out["lists"] = old.get("lists", {})
         out["command"] = old.get("command", out["command"]) + " ; then " + out["command"]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
@@ -91,6 +102,10 @@ def main() -> None:
                 r["paper_unallocated_pct"] = (
                     PAPER_UNALLOCATED_PCT.get(p) if pods.name == DEFAULT_PODS_CSV.name else None
                 )
+            name = pods.stem[15:]
+            if args.update and name in out["lists"]:
+                # The same seeds, so results of other policies stay paired with these.
+                res = {**out["lists"][name]["results"], **res}
             entry: dict[str, Any] = {"results": res}
             if OURS in res and "fgd" in res:
                 ours, fgd = res[OURS], res["fgd"]
@@ -98,9 +113,9 @@ def main() -> None:
                     ours["unallocated_gpu_pct_at_130"] - fgd["unallocated_gpu_pct_at_130"], 3
                 )
                 entry["ours_no_worse_than_fgd"] = entry["ours_minus_fgd_pct"] <= 0
-            out["lists"][pods.stem[15:]] = entry
+            out["lists"][name] = entry
             print(
-                f"{pods.stem[15:]:>12}: "
+                f"{name:>12}: "
                 + ", ".join(f"{p} {r['unallocated_gpu_pct_at_130']:.2f}%" for p, r in res.items())
                 + f"  ({max(r['wall_s_per_seed'] for r in res.values()):.1f} s/seed max)",
                 flush=True,
