@@ -63,6 +63,7 @@ from scheduler.policies._node_scorers import (
     state_key,
     tag_of,
 )
+from scheduler.policies._lookahead_maths import DEFAULT_LOOKAHEAD_ARRIVALS
 from scheduler.policies._stranding_maths import demand_ratios
 from scheduler.policies.fgd import class_terms, fragmentation_from_terms, typical_task_classes
 from scheduler.policies.lookahead import make_lookahead, mix_waste_to_go
@@ -128,8 +129,11 @@ def replay(
     policy: str | OpenbPolicy,
     seed: int,
     demand_ratio: float = TARGET_DEMAND_RATIO,
+    *,
+    arrivals: int = DEFAULT_LOOKAHEAD_ARRIVALS,
 ) -> OpenbResult:
-    """Replay one seed of the protocol; see the module docstring."""
+    """Replay one seed of the protocol; see the module docstring. ``arrivals`` is the
+    look-ahead depth of ``lookahead`` (the other policies ignore it)."""
     try:
         pol = OpenbPolicy(policy)
     except ValueError:
@@ -170,7 +174,7 @@ def replay(
         # The arrival mix = the trace's own pods (before tuning), as FGD's target workload.
         classes, strand = None, None
         ratios = demand_ratios(pods.cpu_milli, pods.memory_mib, pods.num_gpu, pods.gpu_milli)
-        scorer = make_lookahead(ratios, mix_waste_to_go(pods.num_gpu, pods.gpu_milli))
+        scorer = make_lookahead(ratios, mix_waste_to_go(pods.num_gpu, pods.gpu_milli, arrivals))
         key_mem = True
         st.key = state_key(st, slice(None), key_mem)
     else:
