@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from scheduler.exceptions import TraceError
+from scheduler.policies._lookahead_maths import DEFAULT_LOOKAHEAD_ARRIVALS
 from scheduler.policies._node_scorers import (
     MAX_GPUS_PER_NODE,
     MILLI_PER_GPU,
@@ -63,7 +64,6 @@ from scheduler.policies._node_scorers import (
     state_key,
     tag_of,
 )
-from scheduler.policies._lookahead_maths import DEFAULT_LOOKAHEAD_ARRIVALS
 from scheduler.policies._stranding_maths import demand_ratios
 from scheduler.policies.fgd import class_terms, fragmentation_from_terms, typical_task_classes
 from scheduler.policies.lookahead import make_lookahead, mix_waste_to_go
