@@ -258,7 +258,7 @@ def test_simulate_openb_says_which_engine_ran(cluster, tmp_path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not DEFAULT_PODS_CSV.is_file(), reason="openb trace not present")
-@pytest.mark.parametrize("policy", ["fgd", "bestfit"])
+@pytest.mark.parametrize("policy", ["fgd", "bestfit", "lookahead"])
 def test_default_list_through_the_core_matches_the_legacy_replay(policy: str) -> None:
     cluster, pods = load_nodes(DEFAULT_NODES_CSV), load_pods(DEFAULT_PODS_CSV)
     old = replay(cluster, pods, policy, seed=42)
