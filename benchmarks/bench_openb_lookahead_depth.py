@@ -6,7 +6,10 @@ on `default` and a few seeds (the other pod lists stay held out for benchmarks/b
 Writes benchmarks/results/openb_lookahead_depth.json.
 
     .venv/bin/python benchmarks/bench_openb_lookahead_depth.py [--seeds 3] [--pods default]
-        [--depth 16 --depth 64 ...]
+        [--depth 16 --depth 64 ...] [--learn-every 200 --out ...]
+
+``--learn-every N`` learns the mix online instead, from the pods arrived so far (re-learned every
+N arrivals), rather than from the pod list as FGD's target workload is.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--pods", default="default", help="list name or csv path")
     ap.add_argument("--depth", type=int, action="append", default=None)
+    ap.add_argument("--learn-every", type=int, default=0, help="learn the mix online")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     depths = args.depth or DEPTHS
@@ -46,16 +50,23 @@ def main() -> None:
         "benchmark": "openb_lookahead_depth",
         "simulated": True,
         "command": f"python benchmarks/bench_openb_lookahead_depth.py --seeds {args.seeds} "
-        f"--pods {args.pods}" + "".join(f" --depth {d}" for d in depths),
+        f"--pods {args.pods}"
+        + "".join(f" --depth {d}" for d in depths)
+        + (f" --learn-every {args.learn_every}" if args.learn_every else ""),
         "pods": pods_path.stem,
         "seeds": seeds,
         "default_depth": DEFAULT_LOOKAHEAD_ARRIVALS,
+        "mix": (
+            f"pods arrived so far, re-learned every {args.learn_every}"
+            if args.learn_every
+            else "the pod list's"
+        ),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "depths": {},
     }
     t0 = time.perf_counter()
     for d in depths:
-        run = functools.partial(replay, arrivals=d)
+        run = functools.partial(replay, arrivals=d, learn_every=args.learn_every)
         r = replay_seeds(cluster, pods, "lookahead", seeds, runner=run)
         out["depths"][str(d)] = {
             "unallocated_gpu_pct_at_130": r["unallocated_gpu_pct_at_130"],

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LOOKAHEAD_STRANDING_WEIGHT",
     "LookaheadPolicy",
+    "lookahead_for_mix",
     "make_lookahead",
     "mix_waste_to_go",
 ]
@@ -121,6 +122,24 @@ def make_lookahead(
         return np.asarray(gain)[inv], np.full(idx.size, -1)
 
     return score
+
+
+def lookahead_for_mix(
+    cpu: np.ndarray,
+    mem: np.ndarray,
+    num_gpu: np.ndarray,
+    per_gpu_milli: np.ndarray,
+    arrivals: int = DEFAULT_LOOKAHEAD_ARRIVALS,
+) -> Scorer:
+    """The scorer for a mix of tasks (CPU, memory, GPUs, milli-GPU per GPU of each). A mix
+    without GPU tasks yet (the first arrivals, when learning online) strands nothing."""
+    num_gpu = np.asarray(num_gpu)
+    ratios = (
+        demand_ratios(cpu, mem, num_gpu, per_gpu_milli)
+        if ((num_gpu > 0) & (np.asarray(per_gpu_milli) > 0)).any()
+        else DemandRatios(0.0, 0.0)
+    )
+    return make_lookahead(ratios, mix_waste_to_go(num_gpu, per_gpu_milli, arrivals))
 
 
 class LookaheadPolicy(NodeScorePolicy):

@@ -66,7 +66,7 @@ from scheduler.policies._node_scorers import (
 )
 from scheduler.policies._stranding_maths import demand_ratios
 from scheduler.policies.fgd import class_terms, fragmentation_from_terms, typical_task_classes
-from scheduler.policies.lookahead import make_lookahead, mix_waste_to_go
+from scheduler.policies.lookahead import lookahead_for_mix
 from scheduler.sim.openb.trace import (
     TARGET_DEMAND_RATIO,
     OpenbCluster,
@@ -131,9 +131,12 @@ def replay(
     demand_ratio: float = TARGET_DEMAND_RATIO,
     *,
     arrivals: int = DEFAULT_LOOKAHEAD_ARRIVALS,
+    learn_every: int = 0,
 ) -> OpenbResult:
     """Replay one seed of the protocol; see the module docstring. ``arrivals`` is the
-    look-ahead depth of ``lookahead`` (the other policies ignore it)."""
+    look-ahead depth of ``lookahead``; with ``learn_every > 0`` its mix is not the pod list's
+    but the pods arrived so far, re-learned every ``learn_every`` arrivals (the other policies
+    ignore both)."""
     try:
         pol = OpenbPolicy(policy)
     except ValueError:
@@ -173,8 +176,9 @@ def replay(
     elif pol is OpenbPolicy.LOOKAHEAD:
         # The arrival mix = the trace's own pods (before tuning), as FGD's target workload.
         classes, strand = None, None
-        ratios = demand_ratios(pods.cpu_milli, pods.memory_mib, pods.num_gpu, pods.gpu_milli)
-        scorer = make_lookahead(ratios, mix_waste_to_go(pods.num_gpu, pods.gpu_milli, arrivals))
+        scorer = lookahead_for_mix(
+            pods.cpu_milli, pods.memory_mib, pods.num_gpu, pods.gpu_milli, arrivals
+        )
         key_mem = True
         st.key = state_key(st, slice(None), key_mem)
     else:
@@ -195,8 +199,13 @@ def replay(
     failed = 0
     cpu_a, mem_a = workload.cpu_milli, workload.memory_mib
     ng_a, gm_a = workload.num_gpu, workload.gpu_milli
+    learn = learn_every > 0 and pol is OpenbPolicy.LOOKAHEAD
     for i in range(n_pods):
         pod = PodShape(int(cpu_a[i]), int(mem_a[i]), int(ng_a[i]), int(gm_a[i]))
+        if learn and i % learn_every == 0:
+            # Online: the mix of the pods seen so far, this one included, none after it.
+            seen = slice(0, i + 1)
+            scorer = lookahead_for_mix(cpu_a[seen], mem_a[seen], ng_a[seen], gm_a[seen], arrivals)
         ok = (st.cpu_free >= pod.cpu) & (st.mem_free >= pod.mem)
         if pod.num_gpu == 1:
             ok &= max_free >= pod.milli

@@ -12,9 +12,10 @@ from scheduler.policies._lookahead_maths import per_gpu_sizes, waste_to_go
 from scheduler.policies._node_scorers import NodeView, PodShape, make_fgd, state_key
 from scheduler.policies._stranding_maths import DemandRatios
 from scheduler.policies.fgd import TaskClasses, class_terms, fragmentation_from_terms
-from scheduler.policies.lookahead import LookaheadPolicy, make_lookahead
+from scheduler.policies.lookahead import LookaheadPolicy, lookahead_for_mix, make_lookahead
 from scheduler.policies.registry import PolicyName, get_policy
 from scheduler.sim.openb.pool import openb_pool, openb_requests
+from scheduler.sim.openb.replay import replay
 from scheduler.sim.openb.trace import OpenbCluster, OpenbWorkload
 
 FULL = 1000
@@ -149,3 +150,26 @@ def test_without_a_mix_it_reads_the_queue_and_still_places_each_job() -> None:
     states = [d.state for d in core.tick(0.0)]
     assert states.count("placed") == 2 and "rejected" not in states
     core.state.assert_consistent()
+
+
+def test_a_mix_learned_from_cpu_only_arrivals_strands_nothing() -> None:
+    """Learning online, the first arrivals may all be CPU-only: no ratio to strand by, and no
+    arrival that fits a gap, so every gap keeps what it has and each GPU scores the share's
+    own size; the node order decides."""
+    score = lookahead_for_mix(
+        np.array([8000]), np.array([4096]), np.array([0]), np.array([0]), arrivals=4
+    )
+    view = _view()
+    view.key = state_key(view, slice(None), True)
+    pod = PodShape(cpu=1000, mem=1024, num_gpu=1, milli=320)
+    s, gpu = score(view, np.array([0, 1]), pod, np.random.default_rng(0))
+    assert s.tolist() == [320.0, 320.0] and gpu.tolist() == [0, 0]
+
+
+def test_the_replay_can_learn_the_mix_from_the_pods_seen_so_far() -> None:
+    cluster, pods = _tiny_openb([470, 320, 1000, 470])
+    learned = replay(cluster, pods, "lookahead", seed=3, learn_every=1)
+    given = replay(cluster, pods, "lookahead", seed=3)
+    assert learned.n_pods == given.n_pods >= len(pods)  # tuned up towards 130% of 2 GPUs
+    assert learned.allocated_pct[-1] <= 100.0
+    assert ((learned.placed_node >= 0).sum()) == learned.n_pods - learned.n_failed
