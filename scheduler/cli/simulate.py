@@ -26,8 +26,8 @@ def simulate_command() -> None:
     multiple=True,
     default=("fgd",),
     show_default=True,
-    help="rightsize (runs fgdstrand, ours, on openb pools), fgdstrand, fgd, bestfit, random, "
-    "dotproduct, gpupacking or gpuclustering; repeatable.",
+    help="rightsize (runs lookahead, ours, on openb pools), lookahead, fgdstrand, fgd, "
+    "bestfit, random, dotproduct, gpupacking or gpuclustering; repeatable.",
 )
 @click.option("--seeds", type=int, default=10, show_default=True, help="Seeds 42, 43, ...")
 @click.option(
@@ -82,7 +82,7 @@ def openb_command(
             if use_core:
                 r = replay_seeds(cluster, workload, p, seed_list, runner=replay_core)
             else:
-                # The replay has no rightsize: on openb pools rightsize delegates to fgdstrand.
+                # The replay has no rightsize: on openb pools rightsize delegates to lookahead.
                 run_as = CORE_POLICY[p].value if p == "rightsize" else p
                 r = replay_seeds(cluster, workload, run_as, seed_list)
                 r["policy"], r["delegated_to"] = p, run_as

@@ -22,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "NodeScorePolicy": "scheduler.policies.node_score",
     "FgdNodePolicy": "scheduler.policies.node_score",
     "FgdStrandPolicy": "scheduler.policies.node_score",
+    "LookaheadPolicy": "scheduler.policies.lookahead",
     "BestFitNodePolicy": "scheduler.policies.node_score",
     "DotProductPolicy": "scheduler.policies.node_score",
     "GpuPackingPolicy": "scheduler.policies.node_score",

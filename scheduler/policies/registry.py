@@ -24,6 +24,7 @@ class PolicyName(StrEnum):
     # well as GPU, as the FGD paper's simulator does.
     FGD_NODE = "fgd_node"
     FGD_STRAND = "fgdstrand"
+    LOOKAHEAD = "lookahead"
     BESTFIT_NODE = "bestfit_node"
     DOTPRODUCT = "dotproduct"
     GPUPACKING = "gpupacking"
@@ -42,6 +43,7 @@ _REGISTRY: dict[PolicyName, str] = {
     PolicyName.OPTIMAL: "scheduler.policies.optimal:OptimalPolicy",
     PolicyName.FGD_NODE: "scheduler.policies.node_score:FgdNodePolicy",
     PolicyName.FGD_STRAND: "scheduler.policies.node_score:FgdStrandPolicy",
+    PolicyName.LOOKAHEAD: "scheduler.policies.lookahead:LookaheadPolicy",
     PolicyName.BESTFIT_NODE: "scheduler.policies.node_score:BestFitNodePolicy",
     PolicyName.DOTPRODUCT: "scheduler.policies.node_score:DotProductPolicy",
     PolicyName.GPUPACKING: "scheduler.policies.node_score:GpuPackingPolicy",

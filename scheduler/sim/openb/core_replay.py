@@ -8,9 +8,9 @@ policy leaves pending has failed (pods never retry in the protocol) and is cance
 
 Policy names are the replay's; ``fgd`` and ``bestfit`` run the node-scoring policies
 ``fgd_node`` and ``bestfit_node`` (the live ``fgd`` and ``bestfit`` rank by GPU memory and do
-not see CPU). ``rightsize`` delegates to ``fgdstrand`` here: rightsize ranks options by price,
-and an openb pool has one GPU type at one price, so price says nothing; the openb objective
-(GPU capacity allocated) is what ``fgdstrand``, our best scorer, optimises.
+not see CPU). ``rightsize`` delegates to ``lookahead`` here: rightsize ranks options by
+price, and an openb pool has one GPU type at one price, so price says nothing; the openb
+objective (GPU capacity allocated) is what ``lookahead``, our best scorer, optimises.
 
 Only pods :func:`~scheduler.sim.openb.pool.core_supported` accepts go through (one GPU, no
 ``gpu_spec``); :func:`replay_core` refuses others by name.
@@ -26,6 +26,8 @@ import numpy as np
 from scheduler.core.clock import VirtualClock
 from scheduler.core.loop import SchedulerCore
 from scheduler.exceptions import TraceError
+from scheduler.policies._lookahead_maths import per_gpu_sizes
+from scheduler.policies._node_scorers import MILLI_PER_GPU
 from scheduler.policies._stranding_maths import demand_ratios
 from scheduler.policies.base import Policy
 from scheduler.policies.fgd import typical_task_classes
@@ -45,12 +47,13 @@ __all__ = ["CORE_POLICY", "replay_core"]
 CORE_POLICY: dict[str, PolicyName] = {
     "fgd": PolicyName.FGD_NODE,
     "fgdstrand": PolicyName.FGD_STRAND,
+    "lookahead": PolicyName.LOOKAHEAD,
     "bestfit": PolicyName.BESTFIT_NODE,
     "random": PolicyName.RANDOM,
     "dotproduct": PolicyName.DOTPRODUCT,
     "gpupacking": PolicyName.GPUPACKING,
     "gpuclustering": PolicyName.GPUCLUSTERING,
-    "rightsize": PolicyName.FGD_STRAND,
+    "rightsize": PolicyName.LOOKAHEAD,
 }
 
 
@@ -67,10 +70,13 @@ def _policy(
     if key in (PolicyName.FGD_NODE, PolicyName.FGD_STRAND):
         # Target workload = the trace's own pods (before tuning), CPU-only pods included.
         opts["classes"] = typical_task_classes(pods.cpu_milli, pods.gpu_milli, pods.num_gpu)
-    if key is PolicyName.FGD_STRAND:
+    if key in (PolicyName.FGD_STRAND, PolicyName.LOOKAHEAD):
         opts["ratios"] = demand_ratios(
             pods.cpu_milli, pods.memory_mib, pods.num_gpu, pods.gpu_milli
         )
+    if key is PolicyName.LOOKAHEAD:
+        # The arrival mix it looks ahead over: the same pods as FGD's target workload.
+        opts["sizes"] = per_gpu_sizes(pods.num_gpu, pods.gpu_milli, MILLI_PER_GPU)
     return get_policy(key, **opts)
 
 

@@ -27,6 +27,10 @@ lists, whose GPU-model constraints the pool does not carry.
 (:mod:`scheduler.policies._stranding_maths`), GPUs a node will not be able to use because the
 arrival mix's CPU or memory per GPU exhausts the node first.
 
+``lookahead`` is ours too (our best): the decrease of the chosen GPU gap's expected waste over
+the next arrivals of the pod list's mix, plus FGD-strand's stranding term
+(:mod:`scheduler.policies.lookahead`).
+
 ``DotProduct`` is approximated (Tetris alignment on normalised (CPU, GPU) vectors, the chosen
 GPU's free share standing in for the simulator's "merge" dimension extension).
 """
@@ -42,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from scheduler.exceptions import TraceError
+from scheduler.policies._lookahead_maths import DEFAULT_LOOKAHEAD_ARRIVALS
 from scheduler.policies._node_scorers import (
     FIXED_SCORERS,
     MAX_GPUS_PER_NODE,
@@ -56,6 +61,7 @@ from scheduler.policies._node_scorers import (
 )
 from scheduler.policies._stranding_maths import demand_ratios
 from scheduler.policies.fgd import class_terms, fragmentation_from_terms, typical_task_classes
+from scheduler.policies.lookahead import lookahead_for_mix
 from scheduler.sim.openb.trace import (
     TARGET_DEMAND_RATIO,
     OpenbCluster,
@@ -69,6 +75,7 @@ __all__ = ["STRANDING_WEIGHT", "OpenbPolicy", "OpenbResult", "replay", "replay_s
 class OpenbPolicy(StrEnum):
     FGD = "fgd"
     FGD_STRAND = "fgdstrand"
+    LOOKAHEAD = "lookahead"
     BESTFIT = "bestfit"
     RANDOM = "random"
     DOTPRODUCT = "dotproduct"
@@ -136,8 +143,14 @@ def replay(
     policy: str | OpenbPolicy,
     seed: int,
     demand_ratio: float = TARGET_DEMAND_RATIO,
+    *,
+    arrivals: int = DEFAULT_LOOKAHEAD_ARRIVALS,
+    learn_every: int = 0,
 ) -> OpenbResult:
-    """Replay one seed of the protocol; see the module docstring."""
+    """Replay one seed of the protocol; see the module docstring. ``arrivals`` is the
+    look-ahead depth of ``lookahead``; with ``learn_every > 0`` its mix is not the pod list's
+    but the pods arrived so far, re-learned every ``learn_every`` arrivals (the other policies
+    ignore both)."""
     try:
         pol = OpenbPolicy(policy)
     except ValueError:
@@ -168,9 +181,18 @@ def replay(
             ratios = demand_ratios(pods.cpu_milli, pods.memory_mib, pods.num_gpu, pods.gpu_milli)
             strand = (ratios, STRANDING_WEIGHT)
         scorer = make_fgd(classes, strand)
-        st.key = state_key(st, slice(None), strand is not None)
-    else:
+        key_mem = strand is not None
+        st.key = state_key(st, slice(None), key_mem)
+    elif pol is OpenbPolicy.LOOKAHEAD:
+        # The arrival mix = the trace's own pods (before tuning), as FGD's target workload.
         classes, strand = None, None
+        scorer = lookahead_for_mix(
+            pods.cpu_milli, pods.memory_mib, pods.num_gpu, pods.gpu_milli, arrivals
+        )
+        key_mem = True
+        st.key = state_key(st, slice(None), key_mem)
+    else:
+        classes, strand, key_mem = None, None, False
         scorer = FIXED_SCORERS[pol.value]
     models = np.array(cluster.model)
 
@@ -184,8 +206,13 @@ def replay(
     alloc_milli = 0
     cpu_a, mem_a = workload.cpu_milli, workload.memory_mib
     ng_a, gm_a = workload.num_gpu, workload.gpu_milli
+    learn = learn_every > 0 and pol is OpenbPolicy.LOOKAHEAD
     for i in range(n_pods):
         pod = PodShape(int(cpu_a[i]), int(mem_a[i]), int(ng_a[i]), int(gm_a[i]))
+        if learn and i % learn_every == 0:
+            # Online: the mix of the pods seen so far, this one included, none after it.
+            seen = slice(0, i + 1)
+            scorer = lookahead_for_mix(cpu_a[seen], mem_a[seen], ng_a[seen], gm_a[seen], arrivals)
         ok = (st.cpu_free >= pod.cpu) & (st.mem_free >= pod.mem)
         if pod.num_gpu == 1:
             ok &= max_free >= pod.milli
@@ -221,7 +248,7 @@ def replay(
         max_free[node] = st.gpu_free[node].max()
         n_full[node] = int((st.gpu_free[node] >= MILLI_PER_GPU).sum())
         if st.key is not None:
-            st.key[node] = state_key(st, slice(node, node + 1), strand is not None)[0]
+            st.key[node] = state_key(st, slice(node, node + 1), key_mem)[0]
         if st.fgd is not None and classes is not None:
             count, small, total, frag = st.fgd
             c1, s1, t1 = class_terms(st.gpu_free[node : node + 1], classes)

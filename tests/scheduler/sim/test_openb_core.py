@@ -33,6 +33,7 @@ NODES = G2_T4_NODES + "n3,96000,393216,4,V100M32\n"
 NODE_SCORERS = [
     PolicyName.FGD_NODE,
     PolicyName.FGD_STRAND,
+    PolicyName.LOOKAHEAD,
     PolicyName.BESTFIT_NODE,
     PolicyName.DOTPRODUCT,
     PolicyName.GPUPACKING,
@@ -219,10 +220,10 @@ def test_simulate_openb_rightsize_runs_through_the_core(cluster, tmp_path) -> No
     out = _cli(
         ["--nodes", str(nodes), "--pods", str(pods), "--policy", "rightsize", "--seeds", "2"]
     )
-    assert out["engine"] == "core" and out["registry_policy"] == "fgdstrand"
+    assert out["engine"] == "core" and out["registry_policy"] == "lookahead"
     assert out["simulated"] is True and out["seeds"] == [42, 43]
     ours = _cli(
-        ["--nodes", str(nodes), "--pods", str(pods), "--policy", "fgdstrand", "--seeds", "2"]
+        ["--nodes", str(nodes), "--pods", str(pods), "--policy", "lookahead", "--seeds", "2"]
     )
     assert out["unallocated_gpu_pct_per_seed"] == ours["unallocated_gpu_pct_per_seed"]
 
@@ -233,7 +234,7 @@ def test_simulate_openb_says_which_engine_ran(cluster, tmp_path) -> None:
     pods = write_pods(tmp_path, rows, "mixed.csv")
     base = ["--nodes", str(nodes), "--pods", str(pods), "--policy", "rightsize", "--seeds", "1"]
     auto = _cli(base)
-    assert auto["engine"] == "replay" and auto["delegated_to"] == "fgdstrand"
+    assert auto["engine"] == "replay" and auto["delegated_to"] == "lookahead"
     assert auto["core_unsupported_pods"] == 1
     assert _cli([*base, "--core-pods-only"])["engine"] == "core"
     res = CliRunner().invoke(simulate_command, ["openb", *base, "--engine", "core"])
@@ -242,7 +243,7 @@ def test_simulate_openb_says_which_engine_ran(cluster, tmp_path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not DEFAULT_PODS_CSV.is_file(), reason="openb trace not present")
-@pytest.mark.parametrize("policy", ["fgd", "bestfit"])
+@pytest.mark.parametrize("policy", ["fgd", "bestfit", "lookahead"])
 def test_default_list_through_the_core_matches_the_legacy_replay(policy: str) -> None:
     cluster, pods = load_nodes(DEFAULT_NODES_CSV), load_pods(DEFAULT_PODS_CSV)
     old = replay(cluster, pods, policy, seed=42)
