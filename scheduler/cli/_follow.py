@@ -190,7 +190,9 @@ def follow_logs(client: Any, job_id: str, out: Any) -> int:
         sys.stdout.flush()
 
     try:
-        state = follow_job(client.store, job_id, emit, describe=_describe)
+        state = follow_job(
+            client.store, job_id, emit, describe=lambda f: _describe(client.store, job_id, f)
+        )
     except KeyboardInterrupt:
         click.echo("", err=True)
         return 130
@@ -212,8 +214,10 @@ def _state_line(chunk: LogChunk) -> str:
     return f"==> job {chunk.id} {verb} {chunk.state}{att}{why}"
 
 
-def _describe(fields: dict[str, str]) -> str:
-    """Why a job that has not started waits (Slurm-style Reason), else its stored reason."""
+def _describe(store: Any, job_id: str, fields: dict[str, str]) -> str:
+    """Why a job that has not started waits (Slurm-style Reason), else its stored reason. The
+    leader stores no decision for a job it keeps pending, so its options are priced now,
+    read-only, as ``explain`` does."""
     state = fields.get("state")
     if state not in ("pending", "placed"):
         return fields.get("reason", "")
@@ -231,4 +235,10 @@ def _describe(fields: dict[str, str]) -> str:
         decision = Decision.from_dict(raw) if isinstance(raw, dict) else None
     except (ValueError, SchedulerError, KeyError, TypeError):
         decision = None
+    if decision is None and state == "pending":
+        from scheduler.dashboard.pending import derived_pending
+
+        decision = derived_pending(store, job_id, fields.get("reason", ""))
+        if decision is None and fields.get("reason"):
+            return str(fields["reason"])  # held or dependent: the stored reason says why
     return pending_reason(decision, state)

@@ -257,7 +257,9 @@ def explain_command(job_id: str, out: Output, url: str | None, prefix: str) -> N
         raw = store.get_job(job_id)
         rec = load_record(store, job_id)
         if not out.json and rec.get("state") == "pending" and rec.get("decision") is None:
-            derived = _derived_pending(store, job_id, str(rec.get("reason") or ""))
+            from scheduler.dashboard.pending import derived_pending
+
+            derived = derived_pending(store, job_id, str(rec.get("reason") or ""))
     finally:
         store.close()
     if out.json:
@@ -278,16 +280,6 @@ def explain_command(job_id: str, out: Output, url: str | None, prefix: str) -> N
     preds = rec.get("predictions") if isinstance(rec.get("predictions"), dict) else None
     outcome = rec.get("outcome") if isinstance(rec.get("outcome"), dict) else None
     out.print(explain(rec, decision, predictions=preds, outcome=outcome))
-
-
-def _derived_pending(store: Any, job_id: str, reason: str) -> Any:
-    """The options of a pending job the leader keeps deciding in memory (it stores none),
-    priced now by the dashboard's read-only rule; None for held or dependent jobs."""
-    if reason.startswith(("JobHeldUser", "Dependency")):
-        return None  # the scheduler has not seen it: the reason says what it waits for
-    from scheduler.dashboard.pending import pending_decisions
-
-    return pending_decisions(store, [job_id]).get(job_id)
 
 
 def _explain_deployment(store: Any, dep_id: str, out: Output) -> bool:

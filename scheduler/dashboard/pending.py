@@ -25,7 +25,7 @@ from scheduler.core.state import PoolState
 from scheduler.exceptions import SchedulerError
 from scheduler.service._intake import InvalidRecord, decode_request
 
-__all__ = ["DERIVED_POLICY", "current_state", "pending_decisions"]
+__all__ = ["DERIVED_POLICY", "current_state", "derived_pending", "pending_decisions"]
 
 #: The ``policy`` of a decision the dashboard derived (shown on the job page).
 DERIVED_POLICY = "the pool as it stands now (derived by the dashboard)"
@@ -71,3 +71,12 @@ def pending_decisions(
         r.job_id: pending_from_batch(batch, i, state, policy=DERIVED_POLICY, now_s=t)
         for i, r in enumerate(requests)
     }
+
+
+def derived_pending(store: Any, job_id: str, reason: str) -> Decision | None:
+    """The options of one pending job the leader keeps deciding in memory, priced now; None
+    for a held or dependent job (the scheduler has not seen it: its reason says what it waits
+    for) or when nothing can be derived. ``explain`` and ``logs -f`` word their reason by it."""
+    if reason.startswith(("JobHeldUser", "Dependency")):
+        return None
+    return pending_decisions(store, [job_id]).get(job_id)

@@ -14,6 +14,8 @@ import threading
 from pathlib import Path
 from typing import IO
 
+import pytest
+
 from scheduler.cli._follow import TailDiff
 from scheduler.core.pool import Pool
 from scheduler.service.client import Client
@@ -164,3 +166,40 @@ def test_tail_diff_prints_only_new_text_as_the_capped_window_slides() -> None:
     assert d.update("x\ny\n") == "x\ny\n" and d.skipped  # more than the cap between two reads
     d.reset()
     assert d.update("attempt 2\n") == "attempt 2\n" and not d.skipped
+
+
+class _Seen(Exception):
+    pass
+
+
+def test_follow_words_a_capacity_wait_by_the_options_priced_now(store: RedisStore) -> None:
+    """The leader keeps a pending job's decision in memory only; `logs -f` prices its options
+    read-only (as `explain` does) instead of saying the scheduler has not considered it."""
+    from scheduler.cli._follow import _describe, follow_job
+
+    one = Pool.from_dict({"name": "one", "nodes": [{"name": "h", "gpu": "H100-80GB", "count": 1}]})
+    svc, client = SchedulerService(store, one), Client(store=store)
+    first = client.submit(spec("first"))
+    svc.step()
+    assert first.status() == "placed"
+    waiting = client.submit(spec("waiting"))
+    svc.step()
+    assert waiting.status() == "pending"
+    assert store.get_fields([waiting.id], ["decision"])[0] == [None]  # the leader stores none
+    lines: list[str] = []
+
+    def emit(chunk: object) -> None:
+        lines.append(str(getattr(chunk, "reason", "")))
+        raise _Seen
+
+    with pytest.raises(_Seen):  # stop at the first state line
+        follow_job(store, waiting.id, emit, describe=lambda f: _describe(store, waiting.id, f))
+    assert lines and "Reason=Resources" in lines[0]
+    assert "insufficient free H100-80GB" in lines[0] and "not yet considered" not in lines[0]
+
+
+def test_follow_keeps_the_stored_reason_of_a_held_job(store: RedisStore) -> None:
+    from scheduler.cli._follow import _describe
+
+    held = {"state": "pending", "attempt": "", "decision": "", "reason": "JobHeldUser: held"}
+    assert _describe(store, "nobody", held) == "JobHeldUser: held"
