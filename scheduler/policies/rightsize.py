@@ -154,12 +154,19 @@ class RightSizePolicy(GreedyPolicy):
         anything moved; ``decisions`` and ``trial`` are updated in place."""
         pool = trial.pool
         moved = False
+        # One batch for the window (what OptionTable(request, trial) sizes, row by row).
+        jobs = sorted(placed)
+        batch = OptionBatch([requests[j] for j in jobs], pool)
+        row = {j: i for i, j in enumerate(jobs)}
+
+        def table_of(job: str) -> OptionTable:
+            return batch.table(row[job], trial)
 
         def cost_of(job: str) -> float:
             return trial.option_of(job).cost_usd or 0.0
 
         def put(job: str) -> Decision | None:
-            table = OptionTable(requests[job], trial)
+            table = table_of(job)
             c = table.cheapest()
             if c is None:
                 return None
@@ -181,7 +188,7 @@ class RightSizePolicy(GreedyPolicy):
                 old = trial.option_of(job)
                 old_cost = old.cost_usd or 0.0
                 trial.release(job)
-                table = OptionTable(requests[job], trial)
+                table = table_of(job)
                 c = table.cheapest()
                 if c is not None and float(table.cost[c]) < old_cost - 1e-9:
                     d = put(job)

@@ -114,6 +114,7 @@ class RedisStore:
         self._user_requeue = s(flow + _lua("user_requeue"))
         self._init_pool = s(prelude + _lua("init_pool"))
         self._enqueue_lua = s(_lua("enqueue"))
+        self._missing_rq = s(_lua("missing_rq"))
         self._renew = s(_lua("renew"))
         self._release_leader = s(_lua("release_leader"))
         self._queues: dict[str, Any] = {}
@@ -448,6 +449,13 @@ class RedisStore:
         for job_id, attempt in items:
             pipe.exists(f"rq:job:{rq_job_id(job_id, attempt)}")
         return [bool(x) for x in pipe.execute()]
+
+    def maybe_unenqueued(self, job_ids: Sequence[str]) -> list[str]:
+        """The jobs of ``job_ids`` that may lack their current attempt's RQ job (one script
+        call): every other one has it. A superset: callers check these in full."""
+        if not job_ids:
+            return []
+        return list(self._missing_rq(keys=[], args=[self.prefix, *job_ids]))
 
     # -- events, history, logs, nodes ---------------------------------------------------------
 
