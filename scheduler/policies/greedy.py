@@ -95,14 +95,16 @@ class GreedyPolicy(Policy):
         *,
         backfill: bool | None = None,
         strict_fifo: bool | None = None,
+        batch: OptionBatch | None = None,
     ) -> list[Decision]:
         """The queue loop, with this policy's knobs unless ``backfill``/``strict_fifo`` say
-        otherwise (a policy that tries several orders runs some without backfill)."""
+        otherwise (a policy that tries several orders runs some without backfill). ``batch``:
+        ``self.batch(pending, pool)`` when the caller already built it."""
         knobs = {
             "backfill": self.backfill if backfill is None else backfill,
             "strict_fifo": self.strict_fifo if strict_fifo is None else strict_fifo,
         }
-        return _QueueWalk(self, pending, state, now_s, running, **knobs).run()
+        return _QueueWalk(self, pending, state, now_s, running, batch=batch, **knobs).run()
 
 
 class _QueueWalk:
@@ -118,6 +120,7 @@ class _QueueWalk:
         *,
         backfill: bool,
         strict_fifo: bool,
+        batch: OptionBatch | None = None,
     ) -> None:
         self.policy = policy
         self.name = policy.name.value
@@ -127,7 +130,7 @@ class _QueueWalk:
         self.backfill = backfill
         # FIFO without backfill: every job behind a blocked one waits.
         self.fifo = strict_fifo and not backfill
-        self.batch = policy.batch(pending, state.pool)
+        self.batch = policy.batch(pending, state.pool) if batch is None else batch
         self.live = list(running)
         # The reserved head job (id, start time, GPUs) and the state with its GPUs fenced off.
         self.head: tuple[str, float, tuple[int, ...]] | None = None

@@ -78,8 +78,11 @@ class RightSizePolicy(GreedyPolicy):
         *,
         backfill: bool,
         strict_fifo: bool = False,
+        batch: OptionBatch | None = None,
     ) -> list[Decision]:
-        return self.walk(pending, state, now_s, running, backfill=backfill, strict_fifo=strict_fifo)
+        return self.walk(
+            pending, state, now_s, running, backfill=backfill, strict_fifo=strict_fifo, batch=batch
+        )
 
     def schedule(
         self,
@@ -94,11 +97,20 @@ class RightSizePolicy(GreedyPolicy):
         # Bursts whose prefix exceeds repack_max_jobs skip the repack (bounded extra work).
         first = state.copy()
         head = pending[: self.repack_max_jobs]
-        a = self._greedy(head, first, now_s, running, backfill=False, strict_fifo=True)
+        head_batch = self.batch(head, state.pool)
+        a = self._greedy(
+            head, first, now_s, running, backfill=False, strict_fifo=True, batch=head_batch
+        )
         n_prefix = next((k for k, d in enumerate(a) if d.state != "placed"), len(a))
         window = list(range(min(len(head), n_prefix + self.lookahead)))
         if n_prefix == len(head) and len(pending) > len(head):
             return self._greedy(pending, state, now_s, running, backfill=self.backfill)
+        if n_prefix == len(pending) and self._uncontended(head_batch, a, state):
+            # Every job started on its cheapest option of the tick's starting state. A
+            # placement only takes capacity away, so no order starts more jobs or any job
+            # for less, the local search finds no cheaper move, and plain greedy with
+            # backfill (every job starts: no reservation) repeats this very walk.
+            return self._commit(a, first, state)
         # B: re-place that prefix plus the next few jobs in two other orders and keep the best
         # (every prefix job must still start; then most jobs started, then least cost).
         batch = OptionBatch([pending[k] for k in window], state.pool)
@@ -140,6 +152,22 @@ class RightSizePolicy(GreedyPolicy):
         }
         out = [chosen[r.job_id] if r.job_id in placed else c_by_id[r.job_id] for r in pending]
         return self._commit(out, trial, state)
+
+    @staticmethod
+    def _uncontended(batch: OptionBatch, decisions: Sequence[Decision], state: PoolState) -> bool:
+        """Whether every decision placed its job at the cost of the job's cheapest option
+        that fits ``state`` (the state before any of them). Jobs that may be multi-node gangs
+        are left to the full search (their fit is planned, not a supply comparison)."""
+        if batch._gang_rows:
+            return False
+        now = state.summary()
+        for i, d in enumerate(decisions):
+            if d.state != "placed" or d.chosen is None:
+                return False
+            c = batch.row(i, now).cheapest()
+            if c is None or batch.cost[i, d.chosen] != batch.cost[i, c]:
+                return False
+        return True
 
     def _improve(
         self,
