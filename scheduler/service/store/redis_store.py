@@ -119,6 +119,7 @@ class RedisStore:
         self._enqueue_lua = s(_lua("enqueue"))
         self._missing_rq = s(_lua("missing_rq"))
         self._fields = s(_lua("fields"))
+        self._emit = s(_lua("emit"))
         self._renew = s(_lua("renew"))
         self._release_leader = s(_lua("release_leader"))
         self._queues: dict[str, Any] = {}
@@ -474,12 +475,7 @@ class RedisStore:
     def emit(self, events: Sequence[Mapping[str, Any]]) -> None:
         if not events:
             return
-        pipe = self.r.pipeline(transaction=False)
-        for e in events:
-            pipe.xadd(
-                self.keys.events, {"e": dumps(dict(e))}, maxlen=EVENTS_MAXLEN, approximate=True
-            )
-        pipe.execute()
+        self._emit(keys=[], args=[self.prefix, EVENTS_MAXLEN, *(dumps(dict(e)) for e in events)])
 
     def events(self, after: str = "0", count: int = 1000) -> list[tuple[str, dict[str, Any]]]:
         rows = self.r.xrange(
