@@ -110,7 +110,8 @@ class RightSizePolicy(GreedyPolicy):
             # placement only takes capacity away, so no order starts more jobs or any job
             # for less, the local search finds no cheaper move, and plain greedy with
             # backfill (every job starts: no reservation) repeats this very walk.
-            return self._commit(a, first, state)
+            state.adopt(first)
+            return a
         # B: re-place that prefix plus the next few jobs in two other orders and keep the best
         # (every prefix job must still start; then most jobs started, then least cost).
         batch = OptionBatch([pending[k] for k in window], state.pool)

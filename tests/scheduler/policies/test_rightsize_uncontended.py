@@ -62,6 +62,11 @@ def _view(decisions: list[Decision]) -> list[tuple[object, ...]]:
     return out
 
 
+def _same_summary(a: PoolState, b: PoolState) -> bool:
+    sa, sb = a.summary(), b.summary()
+    return all(np.array_equal(getattr(sa, f), getattr(sb, f)) for f in sa.__dataclass_fields__)
+
+
 def _prefill(state: PoolState, rng: np.random.Generator, n: int) -> None:
     for d in RightSizePolicy().schedule(_jobs(rng, n, "pre"), state, 0.0):
         assert d.state in ("placed", "pending", "rejected")
@@ -81,6 +86,8 @@ def test_uncontended_ticks_decide_what_the_full_search_decides(seed: int) -> Non
         full = _Full().schedule(queue, full_state, 10.0 * tick)
         assert _view(fast) == _view(full)
         assert list(fast_state.allocations().items()) == list(full_state.allocations().items())
+        fast_state.assert_consistent()
+        assert _same_summary(fast_state, full_state)
         base = full_state
 
 
