@@ -19,6 +19,7 @@ pairs when that lowers their joint cost. The rest of the queue then proceeds as 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -104,7 +105,7 @@ class RightSizePolicy(GreedyPolicy):
         n_prefix = next((k for k, d in enumerate(a) if d.state != "placed"), len(a))
         window = list(range(min(len(head), n_prefix + self.lookahead)))
         if n_prefix == len(head) and len(pending) > len(head):
-            return self._greedy(pending, state, now_s, running, backfill=self.backfill)
+            return self._continue(a, first, pending, state, now_s, running)
         if n_prefix == len(pending) and self._uncontended(head_batch, a, state):
             # Every job started on its cheapest option of the tick's starting state. A
             # placement only takes capacity away, so no order starts more jobs or any job
@@ -153,6 +154,28 @@ class RightSizePolicy(GreedyPolicy):
         }
         out = [chosen[r.job_id] if r.job_id in placed else c_by_id[r.job_id] for r in pending]
         return self._commit(out, trial, state)
+
+    def _continue(
+        self,
+        head: list[Decision],
+        first: PoolState,
+        pending: Sequence[PlacementRequest],
+        state: PoolState,
+        now_s: float,
+        running: Sequence[RunningJob],
+    ) -> list[Decision]:
+        """Plain greedy with backfill over the whole queue, given that its head (``head``,
+        walked on ``first``) all started: that walk decides the head exactly so (no job
+        waits, so nothing is reserved or fenced), so only the rest is walked, on ``first``,
+        with the head's jobs running as backfill's walk would have added them."""
+        live = list(running)
+        for d in head:
+            opt = first.option_of(d.job_id)
+            end = now_s + (opt.runtime_s if opt.runtime_s is not None else math.inf)
+            live.append(RunningJob(d.job_id, opt, now_s, end))
+        rest = self._greedy(pending[len(head) :], first, now_s, live, backfill=self.backfill)
+        state.adopt(first)
+        return [*head, *rest]
 
     @staticmethod
     def _uncontended(batch: OptionBatch, decisions: Sequence[Decision], state: PoolState) -> bool:

@@ -1,6 +1,7 @@
-"""rightsize's uncontended tick: when every job of a short queue starts on its cheapest option
-of the tick's starting state, the policy skips the repack and the local search. Its decisions
-and the state it leaves must equal the full search's, contended ticks included."""
+"""rightsize's shortcuts: when every job of a short queue starts on its cheapest option of the
+tick's starting state, the policy skips the repack and the local search; when the head of a
+long queue all starts, only the rest is walked again. Decisions and the state left must equal
+the full search's, contended ticks included."""
 
 from __future__ import annotations
 
@@ -17,11 +18,15 @@ SPEED = np.array([1.0, 0.9, 0.45, 0.4, 0.22])
 
 
 class _Full(RightSizePolicy):
-    """rightsize that always runs the repack and the local search."""
+    """rightsize that always runs the repack and the local search, and walks the whole
+    queue again after a head that all started."""
 
     @staticmethod
     def _uncontended(*args: object) -> bool:
         return False
+
+    def _continue(self, head, first, pending, state, now_s, running):  # type: ignore[no-untyped-def]
+        return self._greedy(pending, state, now_s, running, backfill=self.backfill)
 
 
 class _Counting(RightSizePolicy):
@@ -72,8 +77,7 @@ def _prefill(state: PoolState, rng: np.random.Generator, n: int) -> None:
         assert d.state in ("placed", "pending", "rejected")
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_uncontended_ticks_decide_what_the_full_search_decides(seed: int) -> None:
+def _compare(seed: int, head: int) -> None:
     rng = np.random.default_rng(seed)
     # Small queues on a large pool (mostly uncontended), then a smaller, fuller pool.
     pool = synthetic_pool(512 if seed % 2 else 64, seed=seed)
@@ -82,8 +86,8 @@ def test_uncontended_ticks_decide_what_the_full_search_decides(seed: int) -> Non
     for tick in range(6):
         queue = _jobs(rng, int(rng.integers(2, 12 if seed % 2 else 40)), f"t{tick}-")
         fast_state, full_state = base.copy(), base.copy()
-        fast = _Counting().schedule(queue, fast_state, 10.0 * tick)
-        full = _Full().schedule(queue, full_state, 10.0 * tick)
+        fast = _Counting(repack_max_jobs=head).schedule(queue, fast_state, 10.0 * tick)
+        full = _Full(repack_max_jobs=head).schedule(queue, full_state, 10.0 * tick)
         assert _view(fast) == _view(full)
         assert list(fast_state.allocations().items()) == list(full_state.allocations().items())
         fast_state.assert_consistent()
@@ -91,8 +95,14 @@ def test_uncontended_ticks_decide_what_the_full_search_decides(seed: int) -> Non
         base = full_state
 
 
+@pytest.mark.parametrize("head", [256, 6])
+@pytest.mark.parametrize("seed", range(12))
+def test_shortcut_ticks_decide_what_the_full_search_decides(seed: int, head: int) -> None:
+    _compare(seed, head)
+
+
 def test_the_uncontended_shortcut_is_taken() -> None:
     _Counting.hits = 0
     for seed in range(12):
-        test_uncontended_ticks_decide_what_the_full_search_decides(seed)
+        _compare(seed, 256)
     assert _Counting.hits >= 20  # of 72 ticks
