@@ -123,6 +123,7 @@ class RedisStore:
         self._renew = s(_lua("renew"))
         self._release_leader = s(_lua("release_leader"))
         self._queues: dict[str, Any] = {}
+        self._rq_template: Any = None  # _rq_fast.TemplateCache, made at the first enqueue
         self.durability = Durability.from_env()
 
     def close(self) -> None:
@@ -394,8 +395,7 @@ class RedisStore:
         ``scripts/enqueue.lua`` replays it per job (:mod:`._rq_fast`), a chunk of jobs per
         call. rq's own per-job path, in one MULTI/EXEC, is the fallback.
         """
-        from scheduler.service.store._rq_fast import job_template
-        from scheduler.service.store.keys import JOB_FUNCTION, queue_name, rq_job_id
+        from scheduler.service.store.keys import queue_name, rq_job_id
 
         by_queue: dict[str, list[tuple[str, str, int, str, dict[str, Any]]]] = {}
         for node, job_id, attempt, meta in items:
@@ -404,7 +404,12 @@ class RedisStore:
                 # A gang's other nodes carry their own RQ id (scheduler.service._commit).
                 (meta.get("rq_job_id") or rq_job_id(job_id, attempt), job_id, attempt, desc, meta)
             )
-        tpl = job_template(self.raw, JOB_FUNCTION, _RQ_JOB_KWARGS)
+        if self._rq_template is None:
+            from scheduler.service.store._rq_fast import TemplateCache
+            from scheduler.service.store.keys import JOB_FUNCTION
+
+            self._rq_template = TemplateCache(JOB_FUNCTION, _RQ_JOB_KWARGS)
+        tpl = self._rq_template.get(self.raw)
         if tpl is None:
             self._enqueue_with_rq(by_queue)
             return
