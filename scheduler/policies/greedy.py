@@ -141,6 +141,8 @@ class _QueueWalk:
         self.fenced: PoolState | None = None
         self.reserve_tried = False
         self.blocked_by: str | None = None
+        # The state version the last job's "fits now" was answered at.
+        self.seen_version: int | None = None
 
     def pick(self, table: OptionTable) -> int | None:
         return table.best(self.policy.keys(table), table.fits_now)
@@ -162,11 +164,21 @@ class _QueueWalk:
         if self.blocked_by is not None:
             why = f"waiting behind {self.blocked_by} (first in, first out)"
             return pending_from_batch(batch, i, state, policy=name, now_s=now_s, reason=why)
-        if not batch.fits_now_any(i, state) and (not self.backfill or self.reserve_tried):
+        table: OptionTable | None = None
+        if state.version != self.seen_version:
+            # The state moved since the last job asked (it placed): this job's table answers
+            # "fits now"; fits_now_any answers runs of jobs while the state stays put.
+            table = batch.table(i, state)
+            fits = bool(table.fits_now.any())
+        else:
+            fits = batch.fits_now_any(i, state)
+        self.seen_version = state.version
+        if not fits and (not self.backfill or self.reserve_tried):
             if self.fifo:
                 self.blocked_by = req.job_id
             return pending_from_batch(batch, i, state, policy=name, now_s=now_s)
-        table = batch.table(i, state)
+        if table is None:
+            table = batch.table(i, state)
         idx = self.pick(table)
         binding: Binding | None = None
         note = ""
