@@ -426,7 +426,10 @@ class PoolState:
         PlacementError when a node has too little free. Options without host figures (records
         written before CPUs were accounted) take nothing."""
         p = self.pool
-        nodes = list(dict.fromkeys(int(p.gpu_node[g]) for g in gpus))
+        if len(gpus) == 1:
+            nodes = [int(p.gpu_node[gpus[0]])]
+        else:
+            nodes = list(dict.fromkeys(p.gpu_node[list(gpus)].tolist()))
         if len(nodes) != option.n_nodes or len(gpus) % len(nodes):
             raise PlacementError(
                 f"job {job_id!r}: GPUs {gpus} span {len(nodes)} nodes but option {option.label} "
