@@ -184,14 +184,21 @@ class RightSizePolicy(GreedyPolicy):
         are left to the full search (their fit is planned, not a supply comparison)."""
         if batch._gang_rows:
             return False
+        if any(d.state != "placed" or d.chosen is None for d in decisions):
+            return False
+        chosen = np.array([d.chosen for d in decisions], np.int64)
         now = state.summary()
-        for i, d in enumerate(decisions):
-            if d.state != "placed" or d.chosen is None:
+        rows = np.arange(len(decisions))
+        if batch._exact_any or now.any_tight:
+            # Some classes need the per-node host check: each job's own table decides.
+            got = [batch.row(i, now).cheapest() for i in rows.tolist()]
+            if None in got:
                 return False
-            c = batch.row(i, now).cheapest()
-            if c is None or batch.cost[i, d.chosen] != batch.cost[i, c]:
-                return False
-        return True
+            cheapest = batch.cost[rows, np.array(got, np.int64)]
+        else:
+            fits = batch.fits_empty[: len(rows)] & (now.class_supply >= batch.demand[: len(rows)])
+            cheapest = np.where(fits, batch.cost[: len(rows)], np.inf).min(axis=1)
+        return bool((batch.cost[rows, chosen] == cheapest).all())
 
     def _improve(
         self,

@@ -52,6 +52,8 @@ def _jobs(rng: np.random.Generator, n: int, tag: str) -> list[PlacementRequest]:
                 rt * 1.2,
                 n_gpus=int(rng.choice([1, 1, 1, 1, 2, 4, 8])),
                 submit_time_s=float(k),
+                # Some jobs ask more CPUs than their share: the per-node host check applies.
+                cpus=float(rng.choice([8.0, 48.0])) if rng.random() < 0.2 else None,
             )
         )
     return out
