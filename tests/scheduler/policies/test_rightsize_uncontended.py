@@ -38,7 +38,9 @@ class _Counting(RightSizePolicy):
         return got
 
 
-def _jobs(rng: np.random.Generator, n: int, tag: str) -> list[PlacementRequest]:
+def _jobs(
+    rng: np.random.Generator, n: int, tag: str, host_asks: bool = False
+) -> list[PlacementRequest]:
     out = []
     for k in range(n):
         upper = float(min(rng.lognormal(2.4, 1.0), 170.0))
@@ -53,7 +55,7 @@ def _jobs(rng: np.random.Generator, n: int, tag: str) -> list[PlacementRequest]:
                 n_gpus=int(rng.choice([1, 1, 1, 1, 2, 4, 8])),
                 submit_time_s=float(k),
                 # Some jobs ask more CPUs than their share: the per-node host check applies.
-                cpus=float(rng.choice([8.0, 48.0])) if rng.random() < 0.2 else None,
+                cpus=float(rng.choice([8.0, 48.0])) if host_asks and rng.random() < 0.2 else None,
             )
         )
     return out
@@ -86,7 +88,8 @@ def _compare(seed: int, head: int) -> None:
     base = pool.state()
     _prefill(base, rng, int(rng.integers(0, 60)))
     for tick in range(6):
-        queue = _jobs(rng, int(rng.integers(2, 12 if seed % 2 else 40)), f"t{tick}-")
+        n = int(rng.integers(2, 12 if seed % 2 else 40))
+        queue = _jobs(rng, n, f"t{tick}-", host_asks=seed % 3 == 0)
         fast_state, full_state = base.copy(), base.copy()
         fast = _Counting(repack_max_jobs=head).schedule(queue, fast_state, 10.0 * tick)
         full = _Full(repack_max_jobs=head).schedule(queue, full_state, 10.0 * tick)
