@@ -3,7 +3,10 @@ calls place them all (ingest, decide, commit, enqueue, log) on an 8,192-GPU synt
 against a private redis-server. Records wall and the leader process's CPU seconds, so a
 figure from a shared machine can be read per CPU-second; the load average is recorded too.
 
-Writes ``benchmarks/results/leader.json``. Run: ``.venv/bin/python benchmarks/bench_leader.py``.
+``--window N`` ingests at most N jobs a step (default 5000: one step places them all); a small
+window (``--window 20``) is the per-step regime of the latency benchmark (a job or a few per
+step), where fixed per-step costs count. Writes ``benchmarks/results/leader.json`` (with
+``--window``: ``leader_w<N>.json``). Run: ``.venv/bin/python benchmarks/bench_leader.py``.
 A checkout of another commit on ``PYTHONPATH`` compares like with like (same script).
 """
 
@@ -31,12 +34,13 @@ from scheduler.service.store.redis_store import RedisStore  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=4000)
+    ap.add_argument("--window", type=int, default=5000)
     args = ap.parse_args()
     pool = synthetic_pool(8192, seed=0)
     with private_redis() as url:
         store = RedisStore(redis.Redis.from_url(url))
         _submitter(url, args.jobs, 1000, None, 0)
-        svc = SchedulerService(store, pool, window=5000, placement_lease_s=1e9)
+        svc = SchedulerService(store, pool, window=args.window, placement_lease_s=1e9)
         load0 = os.getloadavg()[0]
         c0, t0 = time.process_time(), time.perf_counter()
         while store.count("placed") < args.jobs:
@@ -50,6 +54,7 @@ def main() -> None:
         "command": " ".join([".venv/bin/python", "benchmarks/bench_leader.py", *sys.argv[1:]]),
         "pool": pool.name,
         "jobs": args.jobs,
+        "window": args.window,
         "placed": placed,
         "wall_s": round(wall, 3),
         "jobs_per_s": round(placed / wall, 1),
@@ -58,7 +63,7 @@ def main() -> None:
         "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
         "cpus": os.cpu_count(),
     }
-    write_result("leader.json", doc)
+    write_result("leader.json" if args.window == 5000 else f"leader_w{args.window}.json", doc)
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ class Option:
         return f"{self.gpu_type} x{self.n_gpus}"
 
     def to_dict(self) -> dict[str, Any]:
-        out = {name: getattr(self, name) for name in _OPTION_NAMES}
+        out = dict(zip(_OPTION_NAMES, _ROW(self), strict=True))
         out["gpu_indices"] = list(self.gpu_indices)
         for key in _FLOAT_FIELDS:
             out[key] = _finite_or_none(out[key])

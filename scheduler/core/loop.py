@@ -66,6 +66,11 @@ class SchedulerCore:
     def pending(self) -> list[PlacementRequest]:
         return [r for _, r in sorted(self._pending.values(), key=lambda kv: kv[0])]
 
+    @property
+    def n_pending(self) -> int:
+        """``len(self.pending)`` without sorting the queue."""
+        return len(self._pending)
+
     def submit(self, request: PlacementRequest) -> None:
         jid = request.job_id
         if jid in self._pending or jid in self.running:

@@ -290,6 +290,7 @@ class OptionBatch:
         t._state = None
         t._leftover = None
         t._first = None
+        t._as_lists = None
         return t
 
     def gang_now(self, i: int, now: Summary) -> np.ndarray:

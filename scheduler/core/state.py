@@ -200,6 +200,29 @@ class PoolState:
         new._dirty = self._dirty
         return new
 
+    def adopt(self, other: PoolState) -> None:
+        """Become ``other``, a :meth:`copy` of this state that allocations were then made on:
+        the same as making those allocations here, in the same order, without checking each
+        one again (they were checked on ``other``)."""
+        if other.pool is not self.pool or len(other._allocs) < len(self._allocs):
+            raise PlacementError("adopt() takes a copy of this state that only added allocations")
+        for name in (
+            "used_mib",
+            "reserved_mib",
+            "busy",
+            "mig_occ",
+            "shared_count",
+            "node_cpu_milli",
+            "node_host_mib",
+            "node_over",
+        ):
+            np.copyto(getattr(self, name), getattr(other, name))
+        self._allocs = dict(other._allocs)
+        self.version = other.version
+        self._summary = other._summary
+        self._summary_version = other._summary_version
+        self._dirty = other._dirty
+
     def fenced(
         self, gpu_indices: Iterable[int], holds: Iterable[tuple[int, int, int]] = ()
     ) -> PoolState:
@@ -403,7 +426,10 @@ class PoolState:
         PlacementError when a node has too little free. Options without host figures (records
         written before CPUs were accounted) take nothing."""
         p = self.pool
-        nodes = list(dict.fromkeys(int(p.gpu_node[g]) for g in gpus))
+        if len(gpus) == 1:
+            nodes = [int(p.gpu_node[gpus[0]])]
+        else:
+            nodes = list(dict.fromkeys(p.gpu_node[list(gpus)].tolist()))
         if len(nodes) != option.n_nodes or len(gpus) % len(nodes):
             raise PlacementError(
                 f"job {job_id!r}: GPUs {gpus} span {len(nodes)} nodes but option {option.label} "

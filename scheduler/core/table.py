@@ -65,6 +65,7 @@ class OptionTable:
     """
 
     __slots__ = (
+        "_as_lists",
         "_first",
         "_leftover",
         "_state",
@@ -125,6 +126,7 @@ class OptionTable:
     _state: PoolState | None
     _leftover: np.ndarray | None
     _first: np.ndarray | None
+    _as_lists: tuple[list[Any], ...] | None
 
     def __init__(
         self,
@@ -222,34 +224,61 @@ class OptionTable:
             return self.cheapest_empty
         return self.best(self.cost_keys(), self.fits_now)
 
+    def _lists(self) -> tuple[list[Any], ...]:
+        """The per-class arrays :meth:`reason` reads, as lists (read once per table: a stored
+        decision explains every class, and numpy scalar reads dominated that)."""
+        if self._as_lists is None:
+            pool = self.pool
+            self._as_lists = tuple(
+                a.tolist()
+                for a in (
+                    self.fits_now,
+                    pool.class_type,
+                    pool.class_kind,
+                    self.need_mib,
+                    self.finite,
+                    self.pinned_ok,
+                    self.allowed,
+                    self.kind_ok,
+                    self.cap_ok,
+                    self.gang,
+                    self.empty_room,
+                    self.host_empty,
+                    self.host_short,
+                )
+            )
+        return self._as_lists
+
     def reason(self, c: int) -> str:
         """Why class ``c`` cannot run this job now ("" when it can)."""
-        if self.fits_now[c]:
+        (fits, ctype, ckind, need_mib, finite, pinned, allowed, kind_ok, cap_ok, gang, room,
+         host_empty, host_short) = self._lists()  # fmt: skip
+        if fits[c]:
             return ""
         pool = self.pool
-        t = int(pool.class_type[c])
+        t = ctype[c]
         tname = GPU_NAMES[t]
-        kind = int(pool.class_kind[c])
+        kind = ckind[c]
         profile = pool.class_profile[c]
         n = self.request.n_gpus
-        need = int(self.need_mib[c])
-        if not self.finite[c]:
+        need = need_mib[c]
+        if not finite[c]:
             return f"{tname}: no prediction for this GPU type"
-        if not self.pinned_ok[c]:
+        if not pinned[c]:
             return f"pinned to {self.request.gpu}"
-        if not self.allowed[c]:
+        if not allowed[c]:
             return self.why_excluded
-        if not self.kind_ok[c]:
+        if not kind_ok[c]:
             what = f"MIG {profile}" if kind == KIND_MIG else f"shared {tname}"
             return f"{what}: takes 1-GPU jobs only (job needs {n})"
-        if not self.cap_ok[c]:
+        if not cap_ok[c]:
             what = {KIND_MIG: f"{tname} MIG {profile}", KIND_SHARED: f"shared {tname}"}.get(
                 kind, tname
             )
             return f"{what}: needs {gib(need):.1f} GiB > {gib(int(self.capacity_mib[c])):.1f} GiB"
-        if self.gang[c]:
-            return self._gang_reason(c, empty=not self.empty_room[c])
-        if not self.empty_room[c]:
+        if gang[c]:
+            return self._gang_reason(c, empty=not room[c])
+        if not room[c]:
             if kind == KIND_WHOLE:
                 largest = int(node_max_size(pool)[t])
                 return (
@@ -258,13 +287,13 @@ class OptionTable:
             if kind == KIND_MIG:
                 return f"{tname} MIG {profile}: no such slice in this pool"
             return f"shared {tname}: no shared GPU has {gib(need):.1f} GiB"
-        if not self.host_empty[c]:
+        if not host_empty[c]:
             cpu, host = demand(pool, c, n, self.ask, need)
             nodes = gpu_nodes_empty(pool, c, n)
             return host_reason(
                 pool, c, cpu, host, pool.node_cpu_milli, pool.node_host_mib, nodes, empty=True
             )
-        if self.host_short[c]:
+        if host_short[c]:
             cpu, host = demand(pool, c, n, self.ask, need)
             nodes = gpu_nodes_now(pool, self.now, c, n, need)
             why = host_reason(
@@ -444,22 +473,41 @@ class OptionTable:
         k = len(self)
         ct = pool.class_type
         req = self.request
-        whole = pool.class_kind == KIND_WHOLE
-        reasons = [self.loser_reason(c, chosen, rule) for c in range(k)]
+        fits = self.fits_now.tolist()
+        cost = self.cost.tolist()
+        # loser_reason(c) for every class, with the arrays read once as lists.
+        c_cost = cost[chosen] if chosen is not None else 0.0
+        reasons: list[str] = []
+        for c in range(k):
+            if not fits[c]:
+                reasons.append(self.reason(c))
+            elif rule.override is not None:
+                reasons.append(rule.override)
+            elif chosen is None:
+                reasons.append("")
+            else:
+                extra = cost[c] - c_cost
+                reasons.append(
+                    f"costs ${extra:.2f} more than chosen"
+                    if rule.by_cost and extra >= 0.005
+                    else rule.reason
+                )
+        const = _pool_columns(pool)
+        n_whole = const["n_gpus_whole"]
         cols: dict[str, list[Any]] = {
-            "kind": [KIND_NAMES[x] for x in pool.class_kind.tolist()],
-            "gpu_type": [GPU_NAMES[t] for t in ct.tolist()],
+            "kind": list(const["kind"]),
+            "gpu_type": list(const["gpu_type"]),
             "node": [None] * k,
             "gpu_indices": [[] for _ in range(k)],
-            "mig_profile": list(pool.class_profile),
-            "n_gpus": np.where(whole, req.n_gpus, 1).tolist(),
+            "mig_profile": list(const["mig_profile"]),
+            "n_gpus": [req.n_gpus if w else 1 for w in n_whole],
             "capacity_gib": (self.capacity_mib / MIB_PER_GIB).tolist(),
             "reserved_gib": (self.need_mib / MIB_PER_GIB).tolist(),
             "vram_gib": _finite_list(req.vram_gib[ct]),
             "vram_upper_gib": _finite_list(req.vram_upper_gib[ct]),
             "runtime_s": _finite_list(self.runtime),
-            "cost_usd": _finite_list(self.cost),
-            "fits_now": self.fits_now.tolist(),
+            "cost_usd": [x if math.isfinite(x) else None for x in cost],
+            "fits_now": fits,
             "fits_empty": self.fits_empty.tolist(),
             "reason": reasons,
             "mig_start": [None] * k,
@@ -475,5 +523,21 @@ class OptionTable:
         return cols
 
 
+def _pool_columns(pool: Pool) -> dict[str, tuple[Any, ...]]:
+    """The columns of :meth:`OptionTable.columns` that depend on the pool alone (cached)."""
+    cached = pool._empty.get("table_columns")
+    if cached is None:
+        cached = {
+            "kind": tuple(KIND_NAMES[x] for x in pool.class_kind.tolist()),
+            "gpu_type": tuple(GPU_NAMES[t] for t in pool.class_type.tolist()),
+            "mig_profile": tuple(pool.class_profile),
+            "n_gpus_whole": tuple((pool.class_kind == KIND_WHOLE).tolist()),
+        }
+        pool._empty["table_columns"] = cached
+    return cached  # type: ignore[no-any-return]
+
+
 def _finite_list(a: np.ndarray) -> list[float | None]:
+    if np.isfinite(a).all():
+        return a.tolist()  # type: ignore[no-any-return]
     return [x if math.isfinite(x) else None for x in a.tolist()]

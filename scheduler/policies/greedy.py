@@ -77,22 +77,34 @@ class GreedyPolicy(Policy):
         return self.walk(tick)
 
     def walk(
-        self, tick: Tick, *, backfill: bool | None = None, strict_fifo: bool | None = None
+        self,
+        tick: Tick,
+        *,
+        backfill: bool | None = None,
+        strict_fifo: bool | None = None,
+        batch: OptionBatch | None = None,
     ) -> list[Decision]:
         """The queue loop, with this policy's knobs unless ``backfill``/``strict_fifo`` say
-        otherwise (a policy that tries several orders runs some without backfill)."""
+        otherwise (a policy that tries several orders runs some without backfill). ``batch``:
+        ``self.batch(tick.pending, pool)`` when the caller already built it."""
         knobs = {
             "backfill": self.backfill if backfill is None else backfill,
             "strict_fifo": self.strict_fifo if strict_fifo is None else strict_fifo,
         }
-        return _QueueWalk(self, tick, **knobs).run()
+        return _QueueWalk(self, tick, batch=batch, **knobs).run()
 
 
 class _QueueWalk:
     """One pass of a greedy policy over the queue."""
 
     def __init__(
-        self, policy: GreedyPolicy, tick: Tick, *, backfill: bool, strict_fifo: bool
+        self,
+        policy: GreedyPolicy,
+        tick: Tick,
+        *,
+        backfill: bool,
+        strict_fifo: bool,
+        batch: OptionBatch | None = None,
     ) -> None:
         self.policy = policy
         self.name = policy.name.value
@@ -102,7 +114,7 @@ class _QueueWalk:
         self.backfill = backfill
         # FIFO without backfill: every job behind a blocked one waits.
         self.fifo = strict_fifo and not backfill
-        self.batch = policy.batch(tick.pending, state.pool)
+        self.batch = policy.batch(tick.pending, state.pool) if batch is None else batch
         # Running jobs plus those this pass places (with backfill); ``tick`` shows them to
         # the policy's hooks.
         self.live = list(tick.running)
@@ -116,6 +128,8 @@ class _QueueWalk:
         self.fenced: PoolState | None = None
         self.reserve_tried = False
         self.blocked_by: str | None = None
+        # The state version the last job's "fits now" was answered at.
+        self.seen_version: int | None = None
 
     def pick(self, table: OptionTable) -> int | None:
         return table.best(self.policy.keys(table), table.fits_now)
@@ -137,11 +151,21 @@ class _QueueWalk:
         if self.blocked_by is not None:
             why = f"waiting behind {self.blocked_by} (first in, first out)"
             return pending_from_batch(batch, i, state, policy=name, now_s=now_s, reason=why)
-        if not batch.fits_now_any(i, state) and (not self.backfill or self.reserve_tried):
+        table: OptionTable | None = None
+        if state.version != self.seen_version:
+            # The state moved since the last job asked (it placed): this job's table answers
+            # "fits now"; fits_now_any answers runs of jobs while the state stays put.
+            table = batch.table(i, state)
+            fits = bool(table.fits_now.any())
+        else:
+            fits = batch.fits_now_any(i, state)
+        self.seen_version = state.version
+        if not fits and (not self.backfill or self.reserve_tried):
             if self.fifo:
                 self.blocked_by = req.job_id
             return pending_from_batch(batch, i, state, policy=name, now_s=now_s)
-        table = batch.table(i, state)
+        if table is None:
+            table = batch.table(i, state)
         idx = self.pick(table)
         binding: Binding | None = None
         note = ""

@@ -19,6 +19,7 @@ pairs when that lowers their joint cost. The rest of the queue then proceeds as 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,7 +30,7 @@ from scheduler.core.decide import place
 from scheduler.core.decision import Decision, Option
 from scheduler.core.options import OptionBatch
 from scheduler.core.pool import Pool
-from scheduler.core.requests import PlacementRequest
+from scheduler.core.requests import PlacementRequest, RunningJob
 from scheduler.core.state import PoolState
 from scheduler.core.table import OptionTable
 from scheduler.exceptions import PolicyError
@@ -78,10 +79,11 @@ class RightSizePolicy(GreedyPolicy):
         *,
         backfill: bool,
         strict_fifo: bool = False,
+        batch: OptionBatch | None = None,
     ) -> list[Decision]:
         """One greedy pass over ``pending`` on ``state``, at the tick's time and running jobs."""
         part = Tick(pending, state, tick.now_s, tick.running)
-        return self.walk(part, backfill=backfill, strict_fifo=strict_fifo)
+        return self.walk(part, backfill=backfill, strict_fifo=strict_fifo, batch=batch)
 
     def decide(self, tick: Tick) -> list[Decision]:
         pending, state, now_s = tick.pending, tick.state, tick.now_s
@@ -91,11 +93,19 @@ class RightSizePolicy(GreedyPolicy):
         # Bursts whose prefix exceeds repack_max_jobs skip the repack (bounded extra work).
         first = state.copy()
         head = pending[: self.repack_max_jobs]
-        a = self._greedy(tick, head, first, backfill=False, strict_fifo=True)
+        head_batch = self.batch(head, state.pool)
+        a = self._greedy(tick, head, first, backfill=False, strict_fifo=True, batch=head_batch)
         n_prefix = next((k for k, d in enumerate(a) if d.state != "placed"), len(a))
         window = list(range(min(len(head), n_prefix + self.lookahead)))
         if n_prefix == len(head) and len(pending) > len(head):
-            return self._greedy(tick, pending, state, backfill=self.backfill)
+            return self._continue(tick, a, first, state)
+        if n_prefix == len(pending) and self._uncontended(head_batch, a, state):
+            # Every job started on its cheapest option of the tick's starting state. A
+            # placement only takes capacity away, so no order starts more jobs or any job
+            # for less, the local search finds no cheaper move, and plain greedy with
+            # backfill (every job starts: no reservation) repeats this very walk.
+            state.adopt(first)
+            return a
         # B: re-place that prefix plus the next few jobs in two other orders and keep the best
         # (every prefix job must still start; then most jobs started, then least cost).
         batch = OptionBatch([pending[k] for k in window], state.pool)
@@ -134,6 +144,47 @@ class RightSizePolicy(GreedyPolicy):
         out = [chosen[r.job_id] if r.job_id in placed else c_by_id[r.job_id] for r in pending]
         return self._commit(out, trial, state)
 
+    def _continue(
+        self, tick: Tick, head: list[Decision], first: PoolState, state: PoolState
+    ) -> list[Decision]:
+        """Plain greedy with backfill over the whole queue, given that its head (``head``,
+        walked on ``first``) all started: that walk decides the head exactly so (no job
+        waits, so nothing is reserved or fenced), so only the rest is walked, on ``first``,
+        with the head's jobs running as backfill's walk would have added them."""
+        now_s = tick.now_s
+        live = list(tick.running)
+        for d in head:
+            opt = first.option_of(d.job_id)
+            end = now_s + (opt.runtime_s if opt.runtime_s is not None else math.inf)
+            live.append(RunningJob(d.job_id, opt, now_s, end))
+        rest_tick = Tick(tick.pending, first, now_s, live)
+        rest = self._greedy(rest_tick, tick.pending[len(head) :], first, backfill=self.backfill)
+        state.adopt(first)
+        return [*head, *rest]
+
+    @staticmethod
+    def _uncontended(batch: OptionBatch, decisions: Sequence[Decision], state: PoolState) -> bool:
+        """Whether every decision placed its job at the cost of the job's cheapest option
+        that fits ``state`` (the state before any of them). Jobs that may be multi-node gangs
+        are left to the full search (their fit is planned, not a supply comparison)."""
+        if batch._gang_rows:
+            return False
+        if any(d.state != "placed" or d.chosen is None for d in decisions):
+            return False
+        chosen = np.array([d.chosen for d in decisions], np.int64)
+        now = state.summary()
+        rows = np.arange(len(decisions))
+        if batch._exact_any or now.any_tight:
+            # Some classes need the per-node host check: each job's own table decides.
+            got = [batch.row(i, now).cheapest() for i in rows.tolist()]
+            if None in got:
+                return False
+            cheapest = batch.cost[rows, np.array(got, np.int64)]
+        else:
+            fits = batch.fits_empty[: len(rows)] & (now.class_supply >= batch.demand[: len(rows)])
+            cheapest = np.where(fits, batch.cost[: len(rows)], np.inf).min(axis=1)
+        return bool((batch.cost[rows, chosen] == cheapest).all())
+
     def _improve(
         self,
         requests: dict[str, PlacementRequest],
@@ -147,12 +198,19 @@ class RightSizePolicy(GreedyPolicy):
         anything moved; ``decisions`` and ``trial`` are updated in place."""
         pool = trial.pool
         moved = False
+        # One batch for the window (what OptionTable(request, trial) sizes, row by row).
+        jobs = sorted(placed)
+        batch = OptionBatch([requests[j] for j in jobs], pool)
+        row = {j: i for i, j in enumerate(jobs)}
+
+        def table_of(job: str) -> OptionTable:
+            return batch.table(row[job], trial)
 
         def cost_of(job: str) -> float:
             return trial.option_of(job).cost_usd or 0.0
 
         def put(job: str) -> Decision | None:
-            table = OptionTable(requests[job], trial)
+            table = table_of(job)
             c = table.cheapest()
             if c is None:
                 return None
@@ -174,7 +232,7 @@ class RightSizePolicy(GreedyPolicy):
                 old = trial.option_of(job)
                 old_cost = old.cost_usd or 0.0
                 trial.release(job)
-                table = OptionTable(requests[job], trial)
+                table = table_of(job)
                 c = table.cheapest()
                 if c is not None and float(table.cost[c]) < old_cost - 1e-9:
                     d = put(job)

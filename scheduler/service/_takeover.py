@@ -100,6 +100,9 @@ class _Leadership(_Housekeeping):
         refills the placement-lease index (at takeover). Returns how many."""
         if ids is None:
             ids = self.store.job_ids("placed")
+        if not rebuild:
+            # Only the jobs whose RQ job the server did not find get the full check below.
+            ids = self.store.maybe_unenqueued(ids)
         if not ids:
             return 0
         found = current_placements(self.store, ids)

@@ -142,7 +142,8 @@ class HistoryFeed:
                 runtime_upper_s=arrays["runtime_upper_s"],
             )
             return new, history_method(n_runs) if n_runs > 0 else None
-        if int(attempt or 0) != 0 or not spec:
+        if int(attempt or 0) != 0 or not spec or self.history.rows == 0:
+            # (No row read yet: no fingerprint can match, so the spec is not parsed.)
             return req, None
         try:
             fp = fingerprint_dict(json.loads(spec))

@@ -208,7 +208,7 @@ class SchedulerService(_Leadership, _Settle):
         rejected = [d for d in decisions if d.state == "rejected"]
         stats.placed, stats.conflicts = self._commit(placed, now)
         stats.rejected = self._reject(rejected)
-        stats.pending_in_window = len(self.core.pending)
+        stats.pending_in_window = self.core.n_pending
         if stats.ingested >= 8:
             per = (time.perf_counter() - t0) / stats.ingested
             self._s_per_job = per if self._s_per_job is None else 0.7 * self._s_per_job + 0.3 * per

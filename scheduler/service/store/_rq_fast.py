@@ -12,6 +12,7 @@ rq-dashboard; JSON serializer); if the recording holds anything the swap does no
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,8 +20,9 @@ from typing import Any
 
 from rq import Queue
 from rq.serializers import JSONSerializer
+from rq.utils import now, utcformat, utcparse
 
-__all__ = ["JobTemplate", "job_template", "payload"]
+__all__ = ["JobTemplate", "TemplateCache", "job_template", "payload"]
 
 _TPL_QUEUE = "snugfit-template-queue"
 _TPL_RQ_ID = "snugfit-template-rq-id"
@@ -137,3 +139,76 @@ def job_template(connection: Any, function: str, kwargs: dict[str, Any]) -> JobT
 
 def _job_key_prefix(queue: Queue) -> str:
     return str(queue.job_class.redis_job_namespace_prefix)
+
+
+#: The fields of rq's job hash that hold the moment of the enqueue (rq writes ``now()``).
+_TIME_FIELDS = (b"created_at", b"enqueued_at")
+
+
+def _time_slots(tpl: JobTemplate) -> tuple[tuple[int, int], ...] | None:
+    """(job command, token) of each of rq's enqueue timestamps in the template, or None when
+    they are not one field each of an HSET holding a timestamp rq can parse."""
+    slots: list[tuple[int, int]] = []
+    for i, cmd in enumerate(tpl.job_cmds):
+        if cmd[0] != b"HSET":
+            continue
+        for k in range(2, len(cmd) - 1, 2):
+            if cmd[k] in _TIME_FIELDS:
+                try:
+                    utcparse(cmd[k + 1].decode())
+                except ValueError:
+                    return None
+                slots.append((i, k + 1))
+    return tuple(slots) if len(slots) == len(_TIME_FIELDS) else None
+
+
+def _stamped(tpl: JobTemplate, slots: tuple[tuple[int, int], ...], stamp: bytes) -> JobTemplate:
+    cmds = [list(c) for c in tpl.job_cmds]
+    for i, k in slots:
+        cmds[i][k] = stamp
+    return JobTemplate(
+        tpl.queue_cmds,
+        tuple(tuple(c) for c in cmds),
+        tpl.job_key_prefix,
+        tpl.queue_key_prefix,
+        tpl.function,
+    )
+
+
+class TemplateCache:
+    """:func:`job_template`, recorded once and re-stamped with the enqueue's time per call.
+
+    Recording costs about half a millisecond, a fixed cost on every step of the leader. The
+    only values of the recording that change between calls are rq's ``created_at`` and
+    ``enqueued_at``; the cache writes ``utcformat(now())`` there, as rq does. It records again
+    every ``check_s`` and compares: if anything else has changed, it records on every call
+    from then on.
+    """
+
+    def __init__(self, function: str, kwargs: dict[str, Any], check_s: float = 1.0) -> None:
+        self.function = function
+        self.kwargs = kwargs
+        self.check_s = check_s
+        self._tpl: JobTemplate | None = None
+        self._slots: tuple[tuple[int, int], ...] = ()
+        self._at = -float("inf")
+        self.cacheable = True
+
+    def get(self, connection: Any) -> JobTemplate | None:
+        if not self.cacheable:
+            return job_template(connection, self.function, self.kwargs)
+        t = time.monotonic()
+        if self._tpl is None or t - self._at >= self.check_s:
+            tpl = job_template(connection, self.function, self.kwargs)
+            slots = None if tpl is None else _time_slots(tpl)
+            if tpl is None or slots is None:
+                self.cacheable = False  # record per call, as without the cache
+                return tpl
+            if self._tpl is not None and _stamped(tpl, slots, b"") != _stamped(
+                self._tpl, self._slots, b""
+            ):
+                self.cacheable = False  # something else moved between recordings
+                return tpl
+            self._tpl, self._slots, self._at = tpl, slots, t
+            return tpl
+        return _stamped(self._tpl, self._slots, utcformat(now()).encode())

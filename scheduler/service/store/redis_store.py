@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
 
+import orjson
 import redis
 
 from scheduler.exceptions import UnknownDependencyError
@@ -70,6 +71,8 @@ REQUEUE_FIELDS = frozenset(
 _RQ_JOB_KWARGS: dict[str, Any] = {"timeout": -1, "result_ttl": 3600, "failure_ttl": 86400}
 # Jobs per enqueue.lua call.
 _ENQUEUE_CHUNK = 1000
+# Jobs per fields.lua call (bounds how long one call holds the server).
+_FIELDS_CHUNK = 2000
 
 
 def _now() -> str:
@@ -114,9 +117,13 @@ class RedisStore:
         self._user_requeue = s(flow + _lua("user_requeue"))
         self._init_pool = s(prelude + _lua("init_pool"))
         self._enqueue_lua = s(_lua("enqueue"))
+        self._missing_rq = s(_lua("missing_rq"))
+        self._fields = s(_lua("fields"))
+        self._emit = s(_lua("emit"))
         self._renew = s(_lua("renew"))
         self._release_leader = s(_lua("release_leader"))
         self._queues: dict[str, Any] = {}
+        self._rq_template: Any = None  # _rq_fast.TemplateCache, made at the first enqueue
         self.durability = Durability.from_env()
 
     def close(self) -> None:
@@ -161,10 +168,18 @@ class RedisStore:
         return data or None
 
     def get_fields(self, job_ids: Sequence[str], fields: Sequence[str]) -> list[list[str | None]]:
-        pipe = self.r.pipeline(transaction=False)
-        for j in job_ids:
-            pipe.hmget(self.keys.job(j), list(fields))
-        return list(pipe.execute())
+        """The ``fields`` of each job record (None where absent), one script call per
+        :data:`_FIELDS_CHUNK` jobs: the leader reads thousands a second, and one reply per job
+        cost more to pack and parse than the server took to answer."""
+        if not job_ids or not fields:
+            return [[None] * len(fields) for _ in job_ids]
+        out: list[list[str | None]] = []
+        head = [self.prefix, str(len(fields)), *fields]
+        for start in range(0, len(job_ids), _FIELDS_CHUNK):
+            chunk = job_ids[start : start + _FIELDS_CHUNK]
+            rows = orjson.loads(self._fields(keys=[], args=[*head, *chunk]))
+            out += [[None if v is False else v for v in row] for row in rows]
+        return out
 
     def set_fields(self, job_id: str, values: Mapping[str, str]) -> None:
         self.r.hset(self.keys.job(job_id), mapping=dict(values))
@@ -380,8 +395,7 @@ class RedisStore:
         ``scripts/enqueue.lua`` replays it per job (:mod:`._rq_fast`), a chunk of jobs per
         call. rq's own per-job path, in one MULTI/EXEC, is the fallback.
         """
-        from scheduler.service.store._rq_fast import job_template
-        from scheduler.service.store.keys import JOB_FUNCTION, queue_name, rq_job_id
+        from scheduler.service.store.keys import queue_name, rq_job_id
 
         by_queue: dict[str, list[tuple[str, str, int, str, dict[str, Any]]]] = {}
         for node, job_id, attempt, meta in items:
@@ -390,7 +404,12 @@ class RedisStore:
                 # A gang's other nodes carry their own RQ id (scheduler.service._commit).
                 (meta.get("rq_job_id") or rq_job_id(job_id, attempt), job_id, attempt, desc, meta)
             )
-        tpl = job_template(self.raw, JOB_FUNCTION, _RQ_JOB_KWARGS)
+        if self._rq_template is None:
+            from scheduler.service.store._rq_fast import TemplateCache
+            from scheduler.service.store.keys import JOB_FUNCTION
+
+            self._rq_template = TemplateCache(JOB_FUNCTION, _RQ_JOB_KWARGS)
+        tpl = self._rq_template.get(self.raw)
         if tpl is None:
             self._enqueue_with_rq(by_queue)
             return
@@ -449,17 +468,19 @@ class RedisStore:
             pipe.exists(f"rq:job:{rq_job_id(job_id, attempt)}")
         return [bool(x) for x in pipe.execute()]
 
+    def maybe_unenqueued(self, job_ids: Sequence[str]) -> list[str]:
+        """The jobs of ``job_ids`` that may lack their current attempt's RQ job (one script
+        call): every other one has it. A superset: callers check these in full."""
+        if not job_ids:
+            return []
+        return list(self._missing_rq(keys=[], args=[self.prefix, *job_ids]))
+
     # -- events, history, logs, nodes ---------------------------------------------------------
 
     def emit(self, events: Sequence[Mapping[str, Any]]) -> None:
         if not events:
             return
-        pipe = self.r.pipeline(transaction=False)
-        for e in events:
-            pipe.xadd(
-                self.keys.events, {"e": dumps(dict(e))}, maxlen=EVENTS_MAXLEN, approximate=True
-            )
-        pipe.execute()
+        self._emit(keys=[], args=[self.prefix, EVENTS_MAXLEN, *(dumps(dict(e)) for e in events)])
 
     def events(self, after: str = "0", count: int = 1000) -> list[tuple[str, dict[str, Any]]]:
         rows = self.r.xrange(

@@ -126,6 +126,23 @@ def test_every_step_re_enqueues_a_placed_job_whose_rq_job_is_missing(redis_url: 
     assert _orphans(store) == []
 
 
+def test_the_server_side_rq_check_clears_only_jobs_whose_rq_job_it_found(redis_url: str) -> None:
+    store = RedisStore(redis.Redis.from_url(redis_url))
+    svc = SchedulerService(store, Pool.from_dict(TWO_NODES))
+    handles = Client(store=store).submit_many(
+        [spec(i) for i in range(3)] + [spec("x", id="odd id/1")]
+    )
+    svc.step()
+    ids = [h.id for h in handles]
+    assert store.maybe_unenqueued(ids) == ["odd id/1"]  # sanitised RQ ids: left to Python
+    lost, odd = handles[0], handles[1]
+    assert lost.placement is not None
+    store.raw.delete(f"rq:job:{rq_job_id(lost.id, lost.placement.attempt)}")
+    store.raw.hset(store.keys.job(odd.id), "attempt", "01")  # not canonical: left to Python
+    assert store.maybe_unenqueued(ids) == [lost.id, odd.id, "odd id/1"]
+    assert store.maybe_unenqueued([]) == []
+
+
 def test_run_survives_redis_going_away_and_resigns_quietly(tmp_path: Path) -> None:
     server = _Server(tmp_path)
     server.start()

@@ -72,3 +72,40 @@ def test_store_enqueue_writes_valid_rq_jobs_on_each_node(
     for n in range(3):
         q = Queue(queue_name(f"n{n}"), connection=store.raw, serializer=JSONSerializer)
         assert q.count == sum(1 for it in items if it[0] == f"n{n}")
+
+
+def test_a_cached_template_stamps_each_enqueue_with_its_own_time(
+    store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rq.utils import utcparse
+
+    cache = _rq_fast.TemplateCache(JOB_FUNCTION, _RQ_JOB_KWARGS, check_s=3600.0)
+    first = cache.get(store.raw)
+    assert first is not None and cache.cacheable
+    recorded = []
+    monkeypatch.setattr(_rq_fast, "job_template", lambda *a, **k: recorded.append(1))
+    import time
+
+    time.sleep(0.01)
+    again = cache.get(store.raw)
+    assert recorded == [] and again is not None  # not recorded again
+    times = [
+        utcparse(cmd[k + 1].decode())
+        for t in (first, again)
+        for cmd in t.job_cmds
+        if cmd[0] == b"HSET"
+        for k in range(2, len(cmd) - 1, 2)
+        if cmd[k] in (b"created_at", b"enqueued_at")
+    ]
+    assert len(times) == 4 and min(times[2:]) > max(times[:2])  # stamped now, not then
+    # Every other token is the recording's own.
+    assert _rq_fast._stamped(first, cache._slots, b"") == _rq_fast._stamped(
+        again, cache._slots, b""
+    )
+
+
+def test_the_template_cache_stops_caching_when_the_recording_changes(store: RedisStore) -> None:
+    cache = _rq_fast.TemplateCache(JOB_FUNCTION, _RQ_JOB_KWARGS, check_s=0.0)
+    assert cache.get(store.raw) is not None and cache.cacheable
+    cache.kwargs = dict(_RQ_JOB_KWARGS, result_ttl=7)  # as if rq wrote something else now
+    assert cache.get(store.raw) is not None and not cache.cacheable
