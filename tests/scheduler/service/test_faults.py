@@ -188,7 +188,13 @@ def test_sigkill_worker_mid_job_reclaims_and_reruns_once(
     slow = [*worker, "--time-scale", "1", "--lease", "1.5", "--heartbeat", "0.2"]
     victim = snugfit(slow, private_url, home)
     procs.append(victim)
-    wait_for(lambda: h.status() == "running", 30, "the job to start")
+    # Running, and announced: the worker writes its `started` event just after the start
+    # script, so a kill between the two would lose attempt 1's event, not the run.
+    wait_for(
+        lambda: h.status() == "running" and any(e["event"] == "started" for _, e in store.events()),
+        30,
+        "the job to start",
+    )
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     t_kill = time.monotonic()
