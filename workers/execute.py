@@ -33,9 +33,9 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -54,6 +54,7 @@ from workers._rq_worker import take_ticket
 from workers._supervise import _Started, _supervise, _supervise_guarded
 from workers.nvml import Nvml
 from workers.rendezvous import node_rank_of
+from workers.runner import Runner
 
 __all__ = ["WorkerContext", "current_context", "run_job", "set_context"]
 
@@ -163,10 +164,36 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
         log.warning(reason)
         events.emit([event("invalid", None, reason=reason, node=ctx.node)])
         return {"status": "invalid", "reason": reason}
+    got = _claim(ctx, job_id, attempt)
+    if got != "ok":
+        log.info("not running %s attempt %s: %s", job_id, attempt, got)
+        if got == "missing":
+            events.emit([event("invalid", job_id, reason="no such job", node=ctx.node)])
+        return {"status": "skipped", "reason": got}
+    rec = ctx.store.get_job(job_id) or {}
+    job = _read_record(ctx, rec)
+    if isinstance(job, str):
+        return _fail_before_start(ctx, events, job_id, attempt, job)
+    p, spec, predictions = job.p, job.spec, job.predictions
+    option = _announce_start(ctx, events, job_id, attempt, p)
+    # The runner is built after the event: the started event goes out as soon as the attempt
+    # is ours (building a simulated run first loads the residual model).
+    limit = _limit_gib(p)
+    predicted = _predicted_for_slot(rec, p, predictions)
+    runner = _start_runner(ctx, job_id, attempt, job, predicted, limit)
+    if isinstance(runner, str):
+        return _fail_before_start(ctx, events, job_id, attempt, runner)
+    run = _Started(ctx, events, job_id, attempt, runner, spec, p, limit, option, predicted)
+    return _hand_over(run)
+
+
+def _claim(ctx: WorkerContext, job_id: str, attempt: int) -> str:
+    """``start.lua``'s answer for this attempt: "ok" when it is ours to run (placed -> running,
+    attempt fenced, lease set), else why not (cancelled, stale, duplicate, missing)."""
     now_ms = int(time.time() * 1000)
     # Retried through a Redis restart: a failed start would leave the job placed, its RQ job
     # spent, until the placement lease (minutes). start.lua answers "ok" to the same worker.
-    got = _retrying(
+    got: str = _retrying(
         ctx.store.start,
         job_id,
         attempt,
@@ -174,12 +201,20 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
         now_ms + int(ctx.lease_s * 1000),
         gang_node_rank(ctx.store.get_job(job_id), ctx.node),
     )
-    if got != "ok":
-        log.info("not running %s attempt %s: %s", job_id, attempt, got)
-        if got == "missing":
-            events.emit([event("invalid", job_id, reason="no such job", node=ctx.node)])
-        return {"status": "skipped", "reason": got}
-    rec = ctx.store.get_job(job_id) or {}
+    return got
+
+
+class _JobRecord(NamedTuple):
+    """What ``run_job`` reads from the job record, validated."""
+
+    p: PlacementRecord
+    spec: dict[str, Any]
+    predictions: dict[str, Any]
+    argv: Any  # the spec's ``command`` (None: nothing to run; the runner decides)
+
+
+def _read_record(ctx: WorkerContext, rec: dict[str, str]) -> _JobRecord | str:
+    """The job record's placement, spec and predictions, validated; or why it is corrupt."""
     try:
         p = PlacementRecord.model_validate_json(rec.get("placement", ""))
         spec = json.loads(rec.get("spec", ""))
@@ -188,8 +223,15 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
         if p.node != ctx.node and node_rank_of(p, ctx.node) is None:
             raise ValueError(f"placed on node {p.node!r}, but this worker serves {ctx.node!r}")
     except (ValidationError, ValueError, AttributeError) as exc:
-        reason = f"corrupt job record: {str(exc).splitlines()[0][:200]}"
-        return _fail_before_start(ctx, events, job_id, attempt, reason)
+        return f"corrupt job record: {str(exc).splitlines()[0][:200]}"
+    return _JobRecord(p, spec, predictions, argv)
+
+
+def _announce_start(
+    ctx: WorkerContext, events: EventLog, job_id: str, attempt: int, p: PlacementRecord
+) -> dict[str, Any] | None:
+    """Mark a simulated run on the record and emit ``started``; the committed option, for the
+    events that follow."""
     simulated = ctx.simulate
     option = _option_of(ctx, job_id)
     if simulated:
@@ -209,30 +251,43 @@ def run_job(job_id: Any, attempt: Any) -> dict[str, Any]:
             )
         ]
     )
-    # The runner is built after the event: the started event goes out as soon as the attempt
-    # is ours (building a simulated run first loads the residual model).
-    limit = _limit_gib(p)
-    runner = _runner_for(ctx, job_id, attempt, p, argv, _predicted_for_slot(rec, p, predictions),
-                         spec, limit, predictions)  # fmt: skip
+    return option
+
+
+def _start_runner(
+    ctx: WorkerContext,
+    job_id: str,
+    attempt: int,
+    job: _JobRecord,
+    predicted: tuple[float | None, float | None],
+    limit: float,
+) -> Runner | str:
+    """The attempt's runner (a process, or a simulated run), started; or why it could not be."""
+    p, spec, predictions, argv = job
+    runner = _runner_for(ctx, job_id, attempt, p, argv, predicted, spec, limit, predictions)
     if isinstance(runner, str):
-        return _fail_before_start(ctx, events, job_id, attempt, runner)
+        return runner
     try:
         runner.start()
     except OSError as exc:
         _release_slice(ctx, p)
-        reason = f"could not start {argv[0]!r}: {exc.strerror or exc}"
-        return _fail_before_start(ctx, events, job_id, attempt, reason)
-    # Started here, on RQ's (main) thread, and only then handed over: PR_SET_PDEATHSIG fires
-    # when the *thread* that forked the job exits, so a job forked by a short-lived supervisor
-    # thread would be killed with it; the main thread lives as long as the worker.
-    predicted = _predicted_for_slot(rec, p, predictions)
+        return f"could not start {argv[0]!r}: {exc.strerror or exc}"
+    return runner
+
+
+def _hand_over(run: _Started) -> dict[str, Any]:
+    """Supervise a started run to its end here (inline mode), or on its own thread (concurrent).
+
+    Started on RQ's (main) thread, and only then handed over: PR_SET_PDEATHSIG fires when the
+    *thread* that forked the job exits, so a job forked by a short-lived supervisor thread
+    would be killed with it; the main thread lives as long as the worker.
+    """
+    ctx = run.ctx
     if not ctx.concurrent:
-        run = _Started(ctx, events, job_id, attempt, runner, spec, p, limit, option, predicted)
         return _supervise(run)
     # The RQ job stays `started` until the supervisor ends it with the run's outcome.
-    run = _Started(ctx, events, job_id, attempt, runner, spec, p, limit, option, predicted,
-                   rq=take_ticket())  # fmt: skip
-    key = f"{job_id}@{attempt}"
+    run = replace(run, rq=take_ticket())
+    key = f"{run.job_id}@{run.attempt}"
     thread = threading.Thread(
         target=_supervise_guarded, args=(run,), name=f"snugfit-job-{key}", daemon=True
     )

@@ -49,9 +49,9 @@ def host_rows(pool: Pool, state: PoolState) -> list[dict[str, Any]]:
 
 def host_by_node(pool: Pool, allocations: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """:func:`host_rows` of the state that stored allocations describe."""
-    from scheduler.cli.render import _state_of
+    from scheduler.cli._render_pool import stored_state  # it imports host_table from here
 
-    return host_rows(pool, _state_of(pool, allocations))
+    return host_rows(pool, stored_state(pool, allocations))
 
 
 def _num(x: float) -> str:

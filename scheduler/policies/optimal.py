@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,8 +27,7 @@ from scheduler.core.gang import GangPlan, node_ask
 from scheduler.core.host import demand_at
 from scheduler.core.options import OptionBatch
 from scheduler.core.pool import KIND_MIG, KIND_SHARED, KIND_WHOLE, MODE_SHARED, MODE_WHOLE, Pool
-from scheduler.core.requests import PlacementRequest
-from scheduler.core.state import PoolState
+from scheduler.core.state import PoolState, Summary
 from scheduler.core.table import OptionTable
 from scheduler.exceptions import PolicyError
 from scheduler.policies.base import Policy, Tick
@@ -47,110 +47,67 @@ class OptimalPolicy(Policy):
         self.time_limit_s = time_limit_s
 
     def decide(self, tick: Tick) -> list[Decision]:
-        pending, state, now_s = tick.pending, tick.state, tick.now_s
-        pool = state.pool
-        if len(pending) > self.max_jobs or pool.n_gpus > self.max_gpus:
+        pending, state = tick.pending, tick.state
+        self._check_size(len(pending), state.pool.n_gpus)
+        batch = OptionBatch(pending, state.pool)
+        tables = [batch.table(i, state) for i in range(len(pending))]
+        columns = _columns(tables, state)
+        chosen = self._solve(state, columns) if columns.slot else {}
+        node_next: dict[int, list[int]] = {}
+        return [
+            self._decision(table, chosen.get(j), columns.plans.get(j), state, tick.now_s, node_next)
+            for j, table in enumerate(tables)
+        ]
+
+    def _check_size(self, n_jobs: int, n_gpus: int) -> None:
+        """Refuse a batch the exact solve could take exponential time on."""
+        if n_jobs > self.max_jobs or n_gpus > self.max_gpus:
             raise PolicyError(
                 f"optimal solves at most {self.max_jobs} jobs on {self.max_gpus} GPUs; got "
-                f"{len(pending)} jobs on {pool.n_gpus} GPUs. Use it on small batches only "
+                f"{n_jobs} jobs on {n_gpus} GPUs. Use it on small batches only "
                 "(or raise max_jobs / max_gpus knowingly)"
             )
-        policy = self.name.value
-        batch = OptionBatch(pending, pool)
-        tables = [batch.table(i, state) for i in range(len(pending))]
-        # Columns: (job, class, slot) where slot is a node (whole), GPU (shared) or MIG candidate.
-        cols: list[tuple[int, int, int]] = []
-        cost: list[float] = []
-        need_of: list[int] = []
-        # Per column: (node, millicores, host MiB, GPUs) on each node it uses.
-        host_of: list[list[tuple[int, int, int, int]]] = []
-        plans: dict[int, GangPlan] = {}  # per job with a gang column: the core's plan
-        s = state.summary()
-        free_mib = pool.capacity_mib - state.used_mib
-        for j, table in enumerate(tables):
-            for c in np.flatnonzero(table.fits_now & np.isfinite(table.cost)).tolist():
-                kind = int(pool.class_kind[c])
-                t = int(pool.class_type[c])
-                need = int(table.need_mib[c])
-                if table.gang[c]:
-                    # A multi-node gang: one column, the core's plan (fewest racks, then nodes).
-                    plan = table.gang_plan(c, state)
-                    if plan is None:
-                        continue
-                    plans[j] = plan
-                    ask = node_ask(table.ask, len(plan.nodes))
-                    cols.append((j, c, _GANG))
-                    cost.append(float(table.cost[c]))
-                    need_of.append(need)
-                    host_of.append(
-                        [
-                            (k, *demand_at(pool, c, plan.share, ask, k, need), plan.share)
-                            for k in plan.nodes
-                        ]
-                    )
-                    continue
-                if kind == KIND_WHOLE:
-                    slots = np.flatnonzero(
-                        (pool.node_type == t)
-                        & (pool.node_mode == MODE_WHOLE)
-                        & (s.node_free >= pending[j].n_gpus)
-                    )
-                elif kind == KIND_SHARED:
-                    slots = np.flatnonzero(
-                        (pool.gpu_type == t)
-                        & (pool.gpu_mode == MODE_SHARED)
-                        & (state.shared_count < pool.max_shared)
-                        & (free_mib >= need)
-                    )
-                else:
-                    slots = np.flatnonzero((pool.cand_class == c) & s.mig_avail)
-                for k in slots.tolist():
-                    cols.append((j, c, k))
-                    cost.append(float(table.cost[c]))
-                    need_of.append(need)
-                    node = _slot_node(pool, kind, k)
-                    n_gpus = pending[j].n_gpus
-                    cpu, host = demand_at(pool, c, n_gpus, table.ask, node, need)
-                    host_of.append([(node, cpu, host, n_gpus)])
-        chosen = self._solve(pending, state, cols, cost, need_of, host_of) if cols else {}
 
-        decisions: list[Decision] = []
-        node_next: dict[int, list[int]] = {}
-        for j, table in enumerate(tables):
-            if not table.fits_empty.any():
-                decisions.append(rejected_decision(table, policy=policy, now_s=now_s))
-                continue
-            if j not in chosen:
-                decisions.append(
-                    pending_decision(
-                        table,
-                        policy=policy,
-                        now_s=now_s,
-                        loser_reason="the batch optimum uses this capacity for other jobs",
-                    )
-                )
-                continue
-            c, k = chosen[j]
-            if k == _GANG:
-                binding = _bind_gang(state, plans[j], int(pool.class_capacity_mib[c]), node_next)
-            else:
-                binding = self._bind(state, table, c, k, node_next)
-            decisions.append(
-                place(
-                    table,
-                    c,
-                    state,
-                    policy=policy,
-                    now_s=now_s,
-                    reason=(
-                        "exact batch optimum (most jobs placed, then least total cost): "
-                        f"{pool.class_label(c)} at ${float(table.cost[c]):.2f}"
-                    ),
-                    loser_reason="the batch optimum needs this capacity elsewhere",
-                    binding=binding,
-                )
+    def _decision(
+        self,
+        table: OptionTable,
+        chosen: tuple[int, int] | None,
+        plan: GangPlan | None,
+        state: PoolState,
+        now_s: float,
+        node_next: dict[int, list[int]],
+    ) -> Decision:
+        """One job's decision from the optimum: rejected, left pending, or placed on its slot."""
+        policy = self.name.value
+        if not table.fits_empty.any():
+            return rejected_decision(table, policy=policy, now_s=now_s)
+        if chosen is None:
+            return pending_decision(
+                table,
+                policy=policy,
+                now_s=now_s,
+                loser_reason="the batch optimum uses this capacity for other jobs",
             )
-        return decisions
+        pool = state.pool
+        c, k = chosen
+        if k == _GANG:
+            assert plan is not None
+            binding = _bind_gang(state, plan, int(pool.class_capacity_mib[c]), node_next)
+        else:
+            binding = self._bind(state, table, c, k, node_next)
+        return place(
+            table,
+            c,
+            state,
+            policy=policy,
+            now_s=now_s,
+            reason=(
+                "exact batch optimum (most jobs placed, then least total cost): "
+                f"{pool.class_label(c)} at ${float(table.cost[c]):.2f}"
+            ),
+            loser_reason="the batch optimum needs this capacity elsewhere",
+            binding=binding,
+        )
 
     def _bind(
         self,
@@ -176,80 +133,16 @@ class OptimalPolicy(Policy):
         node = pool.nodes[int(pool.gpu_node[g])].name
         return Binding((g,), node, int(pool.cand_start[k]), int(pool.class_capacity_mib[c]))
 
-    def _solve(
-        self,
-        pending: Sequence[PlacementRequest],
-        state: PoolState,
-        cols: list[tuple[int, int, int]],
-        cost: list[float],
-        need_of: list[int],
-        host_of: list[list[tuple[int, int, int, int]]],
-    ) -> dict[int, tuple[int, int]]:
+    def _solve(self, state: PoolState, columns: _Columns) -> dict[int, tuple[int, int]]:
+        """Job -> (class, slot) of the optimum: most jobs placed, then least total cost."""
         import highspy
 
-        pool = state.pool
-        s = state.summary()
-        n = len(cols)
-        # One row per capacity: key -> (coefficients by column, upper bound).
-        groups: dict[object, tuple[dict[int, float], float]] = {}
-
-        def row(key: object, ub: float) -> dict[int, float]:
-            if key not in groups:
-                groups[key] = ({}, ub)
-            return groups[key][0]
-
-        cpu_free = s.node_cpu_free
-        host_free = s.node_host_free
-        for i, (j, c, k) in enumerate(cols):
-            row(("job", j), 1.0)[i] = 1.0
-            for node, cpu, host, _ in host_of[i]:
-                row(("cpu", node), float(cpu_free[node]))[i] = float(cpu)
-                row(("host", node), float(host_free[node]))[i] = float(host)
-            kind = int(pool.class_kind[c])
-            if kind == KIND_WHOLE:
-                # One node, or each node of a gang with its share.
-                for node, _, _, n_gpus in host_of[i]:
-                    row(("node", node), float(s.node_free[node]))[i] = float(n_gpus)
-            elif kind == KIND_SHARED:
-                free = float(pool.capacity_mib[k] - state.used_mib[k])
-                slots = float(pool.max_shared[k] - state.shared_count[k])
-                row(("mem", k), free)[i] = float(need_of[i])
-                row(("count", k), slots)[i] = 1.0
-            else:
-                g = int(pool.cand_gpu[k])
-                mask = int(pool.cand_mask[k])
-                for b in range(15):
-                    if mask >> b & 1:
-                        row(("bit", g, b), 1.0)[i] = 1.0
-        rows = list(groups.values())
-        # Placing one more job must beat any cost saving: weight it above the total cost.
-        big = 1.0 + 2.0 * sum(cost)
-        lp = highspy.HighsLp()
-        lp.num_col_ = n
-        lp.num_row_ = len(rows)
-        lp.col_cost_ = np.array(cost, float) - big
-        lp.col_lower_ = np.zeros(n)
-        lp.col_upper_ = np.ones(n)
-        lp.row_lower_ = np.full(len(rows), -np.inf)
-        lp.row_upper_ = np.array([ub for _, ub in rows], float)
-        starts = [0]
-        index: list[int] = []
-        value: list[float] = []
-        for coeffs, _ in rows:
-            for col, v in coeffs.items():
-                index.append(col)
-                value.append(v)
-            starts.append(len(index))
-        lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
-        lp.a_matrix_.start_ = np.array(starts, np.int32)
-        lp.a_matrix_.index_ = np.array(index, np.int32)
-        lp.a_matrix_.value_ = np.array(value, float)
-        lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+        n = len(columns.slot)
         h = _quiet_highs()
         h.setOptionValue("output_flag", False)
         h.setOptionValue("time_limit", float(self.time_limit_s))
         h.setOptionValue("mip_rel_gap", 0.0)
-        h.passModel(lp)
+        h.passModel(_integer_program(_capacity_rows(state, columns), columns.cost))
         h.run()
         status = h.getModelStatus()
         if status != highspy.HighsModelStatus.kOptimal:
@@ -260,9 +153,164 @@ class OptimalPolicy(Policy):
         x = np.asarray(h.getSolution().col_value)
         out: dict[int, tuple[int, int]] = {}
         for i in np.flatnonzero(x > 0.5).tolist():
-            j, c, k = cols[i]
+            j, c, k = columns.slot[i]
             out[j] = (c, k)
         return out
+
+
+@dataclass
+class _Columns:
+    """The integer program's columns, one per (job, class, slot) that fits now, in order.
+
+    A slot is a node (whole GPUs), a GPU (shared) or a MIG candidate, or :data:`_GANG` for a
+    multi-node gang's one column, whose plan is in ``plans``.
+    """
+
+    slot: list[tuple[int, int, int]] = field(default_factory=list)
+    cost: list[float] = field(default_factory=list)
+    need_mib: list[int] = field(default_factory=list)
+    # Per column: (node, millicores, host MiB, GPUs) on each node it uses.
+    host: list[list[tuple[int, int, int, int]]] = field(default_factory=list)
+    plans: dict[int, GangPlan] = field(default_factory=dict)  # per job with a gang column
+
+    def add(
+        self,
+        slot: tuple[int, int, int],
+        cost: float,
+        need_mib: int,
+        host: list[tuple[int, int, int, int]],
+    ) -> None:
+        self.slot.append(slot)
+        self.cost.append(cost)
+        self.need_mib.append(need_mib)
+        self.host.append(host)
+
+
+def _columns(tables: Sequence[OptionTable], state: PoolState) -> _Columns:
+    """Every concrete slot each job's classes could take now, with its cost and host demand."""
+    pool = state.pool
+    s = state.summary()
+    free_mib = pool.capacity_mib - state.used_mib
+    out = _Columns()
+    for j, table in enumerate(tables):
+        n_gpus = table.request.n_gpus
+        for c in np.flatnonzero(table.fits_now & np.isfinite(table.cost)).tolist():
+            need = int(table.need_mib[c])
+            cost = float(table.cost[c])
+            if table.gang[c]:
+                # A multi-node gang: one column, the core's plan (fewest racks, then nodes).
+                plan = table.gang_plan(c, state)
+                if plan is None:
+                    continue
+                out.plans[j] = plan
+                ask = node_ask(table.ask, len(plan.nodes))
+                host = [
+                    (k, *demand_at(pool, c, plan.share, ask, k, need), plan.share)
+                    for k in plan.nodes
+                ]
+                out.add((j, c, _GANG), cost, need, host)
+                continue
+            kind = int(pool.class_kind[c])
+            for k in _slots(state, s, free_mib, c, n_gpus, need).tolist():
+                node = _slot_node(pool, kind, k)
+                cpu, host_mib = demand_at(pool, c, n_gpus, table.ask, node, need)
+                out.add((j, c, k), cost, need, [(node, cpu, host_mib, n_gpus)])
+    return out
+
+
+def _slots(
+    state: PoolState, s: Summary, free_mib: np.ndarray, c: int, n_gpus: int, need_mib: int
+) -> np.ndarray:
+    """Class ``c``'s slots open now: nodes with ``n_gpus`` idle GPUs (whole), shared GPUs with a
+    free share and ``need_mib`` free, or free MIG candidates."""
+    pool = state.pool
+    kind = int(pool.class_kind[c])
+    t = int(pool.class_type[c])
+    if kind == KIND_WHOLE:
+        return np.flatnonzero(
+            (pool.node_type == t) & (pool.node_mode == MODE_WHOLE) & (s.node_free >= n_gpus)
+        )
+    if kind == KIND_SHARED:
+        return np.flatnonzero(
+            (pool.gpu_type == t)
+            & (pool.gpu_mode == MODE_SHARED)
+            & (state.shared_count < pool.max_shared)
+            & (free_mib >= need_mib)
+        )
+    return np.flatnonzero((pool.cand_class == c) & s.mig_avail)
+
+
+def _capacity_rows(state: PoolState, columns: _Columns) -> list[tuple[dict[int, float], float]]:
+    """One row per capacity a column draws on: (coefficients by column, upper bound).
+
+    A job is placed at most once; each node's free CPUs and host memory; each whole-GPU node's
+    idle GPUs; each shared GPU's free memory and free shares; each MIG slice bit at most once.
+    """
+    pool = state.pool
+    s = state.summary()
+    groups: dict[object, tuple[dict[int, float], float]] = {}
+
+    def row(key: object, ub: float) -> dict[int, float]:
+        if key not in groups:
+            groups[key] = ({}, ub)
+        return groups[key][0]
+
+    cpu_free = s.node_cpu_free
+    host_free = s.node_host_free
+    for i, (j, c, k) in enumerate(columns.slot):
+        row(("job", j), 1.0)[i] = 1.0
+        for node, cpu, host, _ in columns.host[i]:
+            row(("cpu", node), float(cpu_free[node]))[i] = float(cpu)
+            row(("host", node), float(host_free[node]))[i] = float(host)
+        kind = int(pool.class_kind[c])
+        if kind == KIND_WHOLE:
+            # One node, or each node of a gang with its share.
+            for node, _, _, n_gpus in columns.host[i]:
+                row(("node", node), float(s.node_free[node]))[i] = float(n_gpus)
+        elif kind == KIND_SHARED:
+            free = float(pool.capacity_mib[k] - state.used_mib[k])
+            slots = float(pool.max_shared[k] - state.shared_count[k])
+            row(("mem", k), free)[i] = float(columns.need_mib[i])
+            row(("count", k), slots)[i] = 1.0
+        else:
+            g = int(pool.cand_gpu[k])
+            mask = int(pool.cand_mask[k])
+            for b in range(15):
+                if mask >> b & 1:
+                    row(("bit", g, b), 1.0)[i] = 1.0
+    return list(groups.values())
+
+
+def _integer_program(rows: list[tuple[dict[int, float], float]], cost: list[float]) -> Any:
+    """The HiGHS model: binary columns, ``rows`` as <= constraints (row-wise sparse), and a cost
+    that places the most jobs first and spends the least second."""
+    import highspy
+
+    n = len(cost)
+    # Placing one more job must beat any cost saving: weight it above the total cost.
+    big = 1.0 + 2.0 * sum(cost)
+    lp = highspy.HighsLp()
+    lp.num_col_ = n
+    lp.num_row_ = len(rows)
+    lp.col_cost_ = np.array(cost, float) - big
+    lp.col_lower_ = np.zeros(n)
+    lp.col_upper_ = np.ones(n)
+    lp.row_lower_ = np.full(len(rows), -np.inf)
+    lp.row_upper_ = np.array([ub for _, ub in rows], float)
+    starts = [0]
+    index: list[int] = []
+    value: list[float] = []
+    for coeffs, _ in rows:
+        for col, v in coeffs.items():
+            index.append(col)
+            value.append(v)
+        starts.append(len(index))
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = np.array(starts, np.int32)
+    lp.a_matrix_.index_ = np.array(index, np.int32)
+    lp.a_matrix_.value_ = np.array(value, float)
+    lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+    return lp
 
 
 #: The slot of a multi-node gang's one column: the core's plan, not one node.

@@ -16,6 +16,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
 from typing import Any
 
 from predictor.spec import DType, JobSpec, Optimizer, Task, parse_spec
@@ -473,6 +474,16 @@ def _nvml_peak(nvml: Nvml | None, index: int | None) -> Iterator[PeakSampler | N
         yield sampler
 
 
+@dataclass
+class _Probe:
+    """This process's GPU as NVML sees it: the handle, its NVML index (None when it cannot be
+    matched) and each device's memory in use before this process touched CUDA."""
+
+    nvml: Nvml | None = None
+    index: int | None = None
+    idle_used: dict[int, int] = field(default_factory=dict)
+
+
 def run_job(spec_dict: dict[str, Any], device: str = "auto") -> Outcome:
     """Run one job; never raises. ``status`` is ok | oom | skipped | error."""
     out: Outcome = {"status": "error", "message": None, "notes": []}
@@ -490,54 +501,15 @@ def run_job(spec_dict: dict[str, Any], device: str = "auto") -> Outcome:
         out.update(status="error", message=f"{type(exc).__name__}: {exc}")
         return out
 
-    nvml: Nvml | None = None
-    index: int | None = None
-    idle_used: dict[int, int] = {}
-    if device == "cuda":
-        nvml = open_nvml()
-        if nvml is not None:
-            # Read before this process touches CUDA: whatever is used now is not the job's.
-            idle_used = {i: nvml.memory_used_bytes(i) for i in range(nvml.device_count())}
-        torch.cuda.init()
-        torch.empty(1, device="cuda")  # creates the primary context
-        torch.cuda.synchronize()
-        if nvml is not None:
-            uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", ""))
-            index = index_for_uuid(nvml, uuid) if uuid else None
-            if index is None and nvml.device_count() == 1:
-                index = 0
-            if index is not None:
-                ctx = nvml.memory_used_bytes(index) - idle_used.get(index, 0)
-                out["cuda_context_gib"] = ctx / GIB
-                out["nvml_idle_used_gib"] = idle_used.get(index, 0) / GIB
-    out.update(environment(device, nvml, index))
+    probe = _open_cuda(out) if device == "cuda" else _Probe()
+    out.update(environment(device, probe.nvml, probe.index))
     torch.manual_seed(0)
 
     t_start = time.perf_counter()
     sampler: PeakSampler | None = None
     try:
-        with _nvml_peak(nvml, index) as sampler:
-            t0 = time.perf_counter()
-            model, precision = _build(spec, device)
-            _sync(device)
-            out["model_build_s"] = time.perf_counter() - t0
-            if spec.weight_dtype in (DType.INT8, DType.NF4, DType.INT4) and device == "cuda":
-                torch.cuda.empty_cache()
-                torch.cuda.reset_peak_memory_stats()
-                if sampler is not None:
-                    sampler.reset()
-                out["notes"].append(
-                    "quantised model: peaks measured from after the bf16 build and layer-wise "
-                    "quantisation (a checkpoint load never holds the bf16 copy)"
-                )
-            out["precision"] = precision
-            out["attn_implementation"] = attn_implementation(spec.arch)
-            out["params_built"] = sum(p.numel() for p in model.parameters())
-            out["params_arch"] = spec.arch.total_params()
-            if spec.task.is_training:
-                _train(spec, model, device, out)
-            else:
-                _infer(spec, model, device, out)
+        with _nvml_peak(probe.nvml, probe.index) as sampler:
+            _build_and_run(spec, device, out, sampler)
         out["status"] = "ok"
     except UnsupportedJob as exc:
         out.update(status="skipped", message=str(exc))
@@ -548,16 +520,77 @@ def run_job(spec_dict: dict[str, Any], device: str = "auto") -> Outcome:
             tb = traceback.format_exc(limit=6)
             out.update(status="error", message=f"{type(exc).__name__}: {exc}\n{tb}"[:4000])
     out["wall_s"] = time.perf_counter() - t_start
+    _record_peaks(out, device, probe, sampler)
+    return out
+
+
+def _open_cuda(out: Outcome) -> _Probe:
+    """Create the CUDA context and find its device in NVML; the context's own cost to ``out``."""
+    import torch
+
+    probe = _Probe(nvml=open_nvml())
+    nvml = probe.nvml
+    if nvml is not None:
+        # Read before this process touches CUDA: whatever is used now is not the job's.
+        probe.idle_used = {i: nvml.memory_used_bytes(i) for i in range(nvml.device_count())}
+    torch.cuda.init()
+    torch.empty(1, device="cuda")  # creates the primary context
+    torch.cuda.synchronize()
+    if nvml is not None:
+        uuid = str(getattr(torch.cuda.get_device_properties(0), "uuid", ""))
+        index = index_for_uuid(nvml, uuid) if uuid else None
+        if index is None and nvml.device_count() == 1:
+            index = 0
+        probe.index = index
+        if index is not None:
+            ctx = nvml.memory_used_bytes(index) - probe.idle_used.get(index, 0)
+            out["cuda_context_gib"] = ctx / GIB
+            out["nvml_idle_used_gib"] = probe.idle_used.get(index, 0) / GIB
+    return probe
+
+
+def _build_and_run(spec: JobSpec, device: str, out: Outcome, sampler: PeakSampler | None) -> None:
+    """Build the model and run the job's training steps or inference into ``out``."""
+    import torch
+
+    t0 = time.perf_counter()
+    model, precision = _build(spec, device)
+    _sync(device)
+    out["model_build_s"] = time.perf_counter() - t0
+    if spec.weight_dtype in (DType.INT8, DType.NF4, DType.INT4) and device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        if sampler is not None:
+            sampler.reset()
+        out["notes"].append(
+            "quantised model: peaks measured from after the bf16 build and layer-wise "
+            "quantisation (a checkpoint load never holds the bf16 copy)"
+        )
+    out["precision"] = precision
+    out["attn_implementation"] = attn_implementation(spec.arch)
+    out["params_built"] = sum(p.numel() for p in model.parameters())
+    out["params_arch"] = spec.arch.total_params()
+    if spec.task.is_training:
+        _train(spec, model, device, out)
+    else:
+        _infer(spec, model, device, out)
+
+
+def _record_peaks(out: Outcome, device: str, probe: _Probe, sampler: PeakSampler | None) -> None:
+    """The run's memory high-water marks: torch's and NVML's on a GPU (NVML's less what was
+    in use before, the job's peak), the process's max RSS on a CPU. Closes NVML."""
     if device == "cuda":
+        import torch
+
         out["torch_max_allocated_gib"] = torch.cuda.max_memory_allocated() / GIB
         out["torch_max_reserved_gib"] = torch.cuda.max_memory_reserved() / GIB
+        index = probe.index
         if sampler is not None and sampler.peak_bytes is not None and index is not None:
             out["nvml_peak_used_gib"] = sampler.peak_bytes / GIB
             out["nvml_samples"] = sampler.n_samples
-            out["peak_vram_gib"] = (sampler.peak_bytes - idle_used.get(index, 0)) / GIB
-        if nvml is not None:
-            nvml.close()
+            out["peak_vram_gib"] = (sampler.peak_bytes - probe.idle_used.get(index, 0)) / GIB
+        if probe.nvml is not None:
+            probe.nvml.close()
     else:
         # ru_maxrss is KiB on Linux: the host-memory high-water mark of this child process.
         out["cpu_max_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
-    return out
