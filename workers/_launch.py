@@ -92,8 +92,12 @@ def _predicted_for_slot(
     """The predictor's own (peak GiB, runtime s) for this slot: the submitted prediction on its
     type, and the option's runtime with any history adjustment taken out (the option prices the
     request the leader placed, which history may have changed)."""
-    pred = predictions.get(p.gpu_type) or {}
-    peak = pred.get("peak_vram_gib")
+    # A type's entry that is not a mapping, or a peak that is not a number, reads as no
+    # prediction (the record is not trusted to be what the client wrote).
+    pred = predictions.get(p.gpu_type)
+    peak = pred.get("peak_vram_gib") if isinstance(pred, dict) else None
+    if not isinstance(peak, int | float) or isinstance(peak, bool):
+        peak = None
     runtime = p.runtime_s
     try:
         t = TYPE_INDEX[p.gpu_type]

@@ -219,6 +219,10 @@ def _read_record(ctx: WorkerContext, rec: dict[str, str]) -> _JobRecord | str:
         p = PlacementRecord.model_validate_json(rec.get("placement", ""))
         spec = json.loads(rec.get("spec", ""))
         predictions = json.loads(rec.get("predictions", "{}"))
+        if not isinstance(predictions, dict):
+            # Predictions only feed predicted-vs-actual and the engine's told breakdown: any
+            # other JSON (anyone with Redis write access can store one) reads as none.
+            predictions = {}
         argv = spec.get("command")
         if p.node != ctx.node and node_rank_of(p, ctx.node) is None:
             raise ValueError(f"placed on node {p.node!r}, but this worker serves {ctx.node!r}")

@@ -113,3 +113,18 @@ def test_a_mig_slice_that_cannot_be_made_fails_the_start_never_the_whole_gpu(
 def test_execution_fields_are_checked_with_the_fix(field: str, value: object, needle: str) -> None:
     with pytest.raises(SpecError, match=needle):
         parse_spec(spec(0, **{field: value}))
+
+
+@pytest.mark.parametrize(
+    "predictions", ["[1, 2]", '{"H100-80GB": 3}', '{"H100-80GB": {"peak_vram_gib": "x"}}']
+)
+def test_predictions_that_are_not_a_mapping_read_as_none_and_the_job_runs(
+    store: RedisStore, tmp_path: Path, predictions: str
+) -> None:
+    h = Client(store=store).submit(spec(0, [sys.executable, "-c", "print('ran')"]))
+    SchedulerService(store, POOL).step()
+    store.set_fields(h.id, {"predictions": predictions})
+    w = NodeWorker(store, "n1", pool=POOL, nvml=None, heartbeat_s=0.05)
+    w.work(burst=True)
+    assert h.status() == "succeeded", h.reason
+    assert "ran" in h.logs()
