@@ -152,6 +152,13 @@ def demand(
     pool: Pool, c: int, n_gpus: int, ask: HostAsk, need_mib: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per node, the (millicores, MiB) the job takes there if it gets class ``c``."""
+    if ask.cpu_milli >= 0 and ask.host_mib >= 0:
+        # The job's own figures on every node: no share to work out (the openb pods' case).
+        n = len(pool.nodes)
+        return (
+            np.full(n, ask.cpu_milli, pool.node_cpu_milli.dtype),
+            np.full(n, ask.host_mib, pool.node_host_mib.dtype),
+        )
     s_cpu, s_host = slot_share(pool, c, n_gpus, need_mib)
     cpu = s_cpu if ask.cpu_milli < 0 else np.full_like(s_cpu, ask.cpu_milli)
     if ask.host_mib < 0:

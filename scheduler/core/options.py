@@ -74,6 +74,30 @@ __all__ = [
 #: No slot is this large (1 EiB); what asks for more is capped here, then refused as too big.
 _MAX_NEED_GIB = float(2**30)
 
+#: The OptionBatch fields that hold one row per job (:meth:`OptionBatch.rows` slices them).
+_ROW_ARRAYS = (
+    "allowed",
+    "ask_cpu",
+    "ask_floor",
+    "ask_host",
+    "cap_ok",
+    "cost",
+    "demand",
+    "empty_room",
+    "finite",
+    "fits_empty",
+    "gang",
+    "host_empty",
+    "host_exact",
+    "kind_ok",
+    "n_gpus",
+    "need_mib",
+    "pinned_ok",
+    "runtime",
+    "size_mib",
+    "tensor_parallel",
+)
+
 
 class OptionBatch:
     """The state-independent half of option enumeration for many jobs, as (jobs, classes) arrays.
@@ -236,6 +260,25 @@ class OptionBatch:
 
     def __len__(self) -> int:
         return len(self.requests)
+
+    def rows(self, lo: int, hi: int) -> OptionBatch:
+        """Jobs ``lo:hi`` as a batch of their own, equal to ``OptionBatch`` of those jobs with
+        the same knobs (every row is computed from its own job alone) but without redoing the
+        work: views, no copies. A replay that knows its jobs in advance builds one batch for
+        all of them and hands the core one slice per tick."""
+        b = OptionBatch.__new__(OptionBatch)
+        for name in _ROW_ARRAYS:
+            setattr(b, name, getattr(self, name)[lo:hi])
+        b.requests = self.requests[lo:hi]
+        b.pool, b.select = self.pool, self.select
+        w = self.why_excluded
+        b.why_excluded = w if isinstance(w, str) else w[lo:hi]
+        b._cheapest_empty = self._cheapest_empty[lo:hi]
+        b._any_empty = self._any_empty[lo:hi]
+        b._exact_any = bool(b.host_exact.any())
+        b._gang_rows = frozenset(g - lo for g in self._gang_rows if lo <= g < hi)
+        b._ck, b._lo, b._hi, b._chunk, b._rows = (0, -1), 0, 0, 8, []
+        return b
 
     def table(self, i: int, state: PoolState) -> OptionTable:
         """Job ``i``'s options against ``state`` (any state of this batch's pool).

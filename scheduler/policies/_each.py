@@ -6,12 +6,14 @@ job is looked at. Jobs that cannot start do not block later ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from scheduler.core.binding import Binding
 from scheduler.core.decide import pending_decision, place, rejected_decision
 from scheduler.core.decision import Decision
 from scheduler.core.options import OptionBatch
+from scheduler.core.requests import PlacementRequest
+from scheduler.core.state import PoolState
 from scheduler.core.table import OptionTable
 from scheduler.policies.base import Tick
 
@@ -35,7 +37,9 @@ def place_each(
     now (cheap for runs of jobs while the state stands still); ``placed`` runs after each
     placement (a policy's own incremental bookkeeping). Losers that fit say ``loser_reason``."""
     pending, state, now_s = tick.pending, tick.state, tick.now_s
-    batch = OptionBatch(pending, state.pool)
+    batch = tick.batch
+    if batch is None or not _covers(batch, pending, state):
+        batch = OptionBatch(pending, state.pool)
     out: list[Decision] = []
     for i in range(len(pending)):
         if not batch.fits_empty_any(i):
@@ -66,3 +70,11 @@ def place_each(
             placed(table, binding)
         out.append(d)
     return out
+
+
+def _covers(batch: OptionBatch, pending: Sequence[PlacementRequest], state: PoolState) -> bool:
+    """Whether ``batch`` was built for exactly ``pending`` (the same objects, in order) on
+    ``state``'s pool, so its rows are the jobs' own."""
+    if batch.pool is not state.pool or len(batch.requests) != len(pending):
+        return False
+    return all(a is b for a, b in zip(batch.requests, pending, strict=True))

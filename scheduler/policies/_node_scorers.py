@@ -87,6 +87,9 @@ class NodeView:
     fgd: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
     # FGD's per-node state key (equal keys = equal scores), kept incrementally.
     key: np.ndarray | None = None
+    # (N,) each node's largest free milli-GPU (its shared-GPU fit test), kept incrementally by
+    # the live policies (scheduler.policies.node_score); None: not kept.
+    gpu_max: np.ndarray | None = None
 
 
 # GPU-affinity tags of the GpuClustering baseline: share, 1, 2, 4, 8 GPUs (others -> last).

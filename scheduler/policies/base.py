@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from scheduler.core.decision import Decision
+    from scheduler.core.options import OptionBatch
     from scheduler.core.requests import PlacementRequest, RunningJob
     from scheduler.core.state import PoolState
     from scheduler.policies.registry import PolicyName
@@ -28,12 +29,19 @@ __all__ = ["Policy", "Tick"]
 @dataclass(frozen=True, slots=True)
 class Tick:
     """What a policy decides on: the pending queue (in order), the pool state it commits to,
-    the time, and the jobs running (with their predicted ends, for backfill)."""
+    the time, and the jobs running (with their predicted ends, for backfill).
+
+    ``batch``, when the caller already built it, is the default-knob
+    :class:`~scheduler.core.options.OptionBatch` of exactly ``pending`` on the state's pool
+    (the core's, when the queue is the tick's new jobs): a policy that enumerates with default
+    knobs may use it instead of building its own (:func:`scheduler.policies._each.place_each`).
+    """
 
     pending: Sequence[PlacementRequest]
     state: PoolState
     now_s: float
     running: Sequence[RunningJob] = ()
+    batch: OptionBatch | None = None
 
 
 class Policy(ABC):
@@ -45,6 +53,7 @@ class Policy(ABC):
         state: PoolState,
         now_s: float,
         running: Sequence[RunningJob] = (),
+        batch: OptionBatch | None = None,
     ) -> list[Decision]:
         """Decide for every pending job, in queue order.
 
@@ -52,9 +61,9 @@ class Policy(ABC):
         ``state`` before the next job is considered, so decisions in one call never overlap),
         ``pending`` (waits, with the reason) or ``rejected`` (fits nowhere even on an empty
         pool). ``state`` is mutated by placed decisions; callers that must not see that pass
-        a copy.
+        a copy. ``batch``: see :class:`Tick`.
         """
-        return self.decide(Tick(pending, state, now_s, running))
+        return self.decide(Tick(pending, state, now_s, running, batch))
 
     @abstractmethod
     def decide(self, tick: Tick) -> list[Decision]:

@@ -134,12 +134,14 @@ def node_view(state: PoolState, *, tags: bool = True) -> NodeView:
         t = _option_tag(p, opt)
         if t >= 0 and opt.gpu_indices:
             tag_counts[int(p.gpu_node[opt.gpu_indices[0]]), t] += 1
+    gpu_free = gpu_free.astype(np.int64)
     return NodeView(
         cpu_free=p.node_cpu_milli - state.node_cpu_milli,
         mem_free=p.node_host_mib - state.node_host_mib,
-        gpu_free=gpu_free.astype(np.int64),
+        gpu_free=gpu_free,
         tags=tag_counts,
         n_gpu=p.node_count.copy(),
+        gpu_max=gpu_free.max(1),
     )
 
 
@@ -195,6 +197,8 @@ class NodeScorePolicy(Policy):
         view.cpu_free[k] = int(p.node_cpu_milli[k] - state.node_cpu_milli[k])
         view.mem_free[k] = int(p.node_host_mib[k] - state.node_host_mib[k])
         view.gpu_free[k, :n] = _gpu_milli_free_rows(state, a, n)
+        if view.gpu_max is not None:
+            view.gpu_max[k] = view.gpu_free[k].max()
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -302,19 +306,12 @@ class NodeScorePolicy(Policy):
             ok = gpu_nodes_now(pool, now, c, req.n_gpus, need) & members
             ok &= (cpu_a <= now.node_cpu_free) & (host_a <= now.node_host_free)
             if kind == KIND_SHARED:
-                ok &= view.gpu_free.max(1) >= milli
+                gmax = view.gpu_max if view.gpu_max is not None else view.gpu_free.max(1)
+                ok &= gmax >= milli
             idx = np.flatnonzero(ok)
             if idx.size == 0:
                 continue
-            cpu = np.broadcast_to(cpu_a, ok.shape)[idx]
-            host = np.broadcast_to(host_a, ok.shape)[idx]
-            if cpu_a.ndim == 0 or ((cpu == cpu[0]).all() and (host == host[0]).all()):
-                groups = [(int(cpu[0]), int(host[0]))]
-            else:
-                # Share-sized asks differ by node; score each group of equal asks at once.
-                groups = np.unique(np.stack([cpu, host], 1), axis=0).tolist()
-            for g_cpu, g_host in groups:
-                sub = idx[(cpu == g_cpu) & (host == g_host)]
+            for g_cpu, g_host, sub in _ask_groups(cpu_a, host_a, idx):
                 pod = PodShape(int(g_cpu), int(g_host), 0 if no_gpu else req.n_gpus, milli)
                 score, gpu = scorer(view, sub, pod, rng)
                 top = np.flatnonzero(score == score.max())
@@ -326,6 +323,21 @@ class NodeScorePolicy(Policy):
             return None
         s, _, _, c, b = min(found, key=lambda x: x[:4])
         return c, b, -s
+
+
+def _ask_groups(
+    cpu_a: np.ndarray, host_a: np.ndarray, idx: np.ndarray
+) -> list[tuple[int, int, np.ndarray]]:
+    """The candidate nodes ``idx`` grouped by the job's (millicores, MiB) ask there:
+    (cpu, host, nodes) per group. One group when the job states its own figures (0-d asks)."""
+    if cpu_a.ndim == 0:
+        return [(int(cpu_a), int(host_a), idx)]
+    cpu, host = cpu_a[idx], host_a[idx]
+    if (cpu == cpu[0]).all() and (host == host[0]).all():
+        return [(int(cpu[0]), int(host[0]), idx)]
+    # Share-sized asks differ by node; score each group of equal asks at once.
+    groups = np.unique(np.stack([cpu, host], 1), axis=0).tolist()
+    return [(int(c), int(h), idx[(cpu == c) & (host == h)]) for c, h in groups]
 
 
 def _gpu_milli_free_rows(state: PoolState, a: int, n: int) -> np.ndarray:

@@ -143,3 +143,32 @@ def test_same_inputs_same_decisions() -> None:
         return out
 
     assert run() == run()
+
+
+class _Seen(Policy):
+    """Records the batch each tick hands over; leaves every job pending."""
+
+    name = PolicyName.RIGHTSIZE
+
+    def __init__(self) -> None:
+        self.batches: list[object] = []
+
+    def decide(self, tick: Tick) -> list[Decision]:
+        self.batches.append(tick.batch)
+        if tick.batch is not None:
+            assert list(tick.batch.requests) == list(tick.pending)
+        return [
+            Decision(r.job_id, "seen", "pending", [], None, "later", None, tick.now_s)
+            for r in tick.pending
+        ]
+
+
+def test_core_hands_its_batch_to_the_policy_only_when_the_queue_is_the_new_jobs() -> None:
+    seen = _Seen()
+    core = SchedulerCore(Pool.from_dict(POOL).state(), seen, VirtualClock())
+    core.submit(_req("a", 10.0))
+    core.tick()  # the queue is the one new job: its batch goes along
+    core.tick()  # nothing new: the policy builds its own
+    core.submit(_req("b", 10.0))
+    core.tick()  # an older job waits too: the new jobs' batch does not cover the queue
+    assert seen.batches[0] is not None and seen.batches[1:] == [None, None]

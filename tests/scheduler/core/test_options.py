@@ -205,3 +205,23 @@ def test_batch_rows_match_single_tables() -> None:
         for name in ("fits_now", "fits_empty", "cost", "need_mib", "runtime"):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
         assert a.cheapest_empty == b.cheapest_empty
+
+
+def test_batch_row_slices_equal_the_batch_of_those_jobs() -> None:
+    # A replay builds one batch for every job and hands the core one slice per tick: each
+    # slice must be what a batch of just those jobs would be (own CPUs asked included).
+    pool = Pool.from_dict(MIXED)
+    state = pool.state()
+    shapes = [(5.0, 1, None), (60.0, 2, None), (150.0, 1, 100.0), (10.0, 1, 3.0), (500.0, 1, None)]
+    reqs = [_req(u, n=n, job_id=f"j{k}", cpus=c) for k, (u, n, c) in enumerate(shapes)]
+    full = OptionBatch(reqs, pool)
+    for lo, hi in [(0, 1), (2, 3), (1, 4), (4, 5), (0, 5)]:
+        part, own = full.rows(lo, hi), OptionBatch(reqs[lo:hi], pool)
+        assert len(part) == hi - lo and list(part.requests) == reqs[lo:hi]
+        for i in range(hi - lo):
+            assert part.fits_empty_any(i) == own.fits_empty_any(i)
+            assert part.fits_now_any(i, state) == own.fits_now_any(i, state)
+            a, b = part.table(i, state), own.table(i, state)
+            for name in ("fits_now", "fits_empty", "cost", "need_mib", "host_exact", "gang"):
+                np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+            assert a.cheapest_empty == b.cheapest_empty
