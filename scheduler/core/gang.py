@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictor.gpus import GPU_NAMES
-from predictor.internode import GradientSync, internode_allreduce_s
+from predictor.internode import GradientSync, internode_allreduce_s, internode_pipeline_s
 from scheduler.core._classes import node_max_size
 from scheduler.core.host import HostAsk, class_nodes, demand, fmt_cpus
 from scheduler.core.pool import KIND_WHOLE, MIB_PER_GIB, Pool
@@ -169,11 +169,12 @@ def plan_gang(
 def gang_network_s(
     pool: Pool, c: int, n_gpus: int, tensor_parallel: int, sync: GradientSync
 ) -> tuple[float, float]:
-    """(seconds the predicted runtime already charges for the inter-node all-reduce, seconds
-    it takes as a gang of class ``c``): the gradient all-reduce over the plan with the fewest
-    nodes, on the slowest ``network_gbps`` among the nodes that could take that share
-    (:mod:`predictor.internode`). A gang's runtime is the prediction less the first plus the
-    second. State-independent, so a conservative price."""
+    """(seconds the predicted runtime already charges for inter-node traffic, seconds it
+    takes as a gang of class ``c``): the gradient all-reduce and the pipeline's activations
+    between stages on different nodes (none of which the prediction charges), over the plan
+    with the fewest nodes, on the slowest ``network_gbps`` among the nodes that could take that
+    share (:mod:`predictor.internode`). A gang's runtime is the prediction less the first plus
+    the second. State-independent, so a conservative price."""
     largest = int(node_max_size(pool)[int(pool.class_type[c])])
     options = shares(n_gpus, tensor_parallel, largest)
     if not options or sync.steps <= 0:
@@ -181,7 +182,9 @@ def gang_network_s(
     s = options[0]
     nodes = class_nodes(pool)[c] & (pool.node_count % s == 0)
     gbps = min(pool.nodes[k].network_gbps for k in np.flatnonzero(nodes).tolist())
-    return sync.charged_s, internode_allreduce_s(sync, s, n_gpus // s, gbps)
+    m = n_gpus // s
+    net = internode_allreduce_s(sync, s, m, gbps) + internode_pipeline_s(sync, s, m, gbps)
+    return sync.charged_s, net
 
 
 def rank_layout(pool: Pool, plan: GangPlan, node_idle: list[list[int]]) -> tuple[int, ...]:
