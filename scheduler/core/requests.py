@@ -6,7 +6,7 @@ simulated alike).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ __all__ = [
     "RunningJob",
     "host_floor_gib",
     "requested_type",
+    "requests_from_table",
 ]
 
 
@@ -241,6 +242,62 @@ class PlacementRequest:
             ),
             sync=gradient_syncs([spec])[0] if sync is None else sync,
         )
+
+
+def requests_from_table(
+    specs: Sequence[JobSpec],
+    table: PredictionTable,
+    *,
+    submit_time_s: Sequence[float],
+    requested_gpu: Callable[[int, np.ndarray], str],
+    host_memory_floor_gib: Sequence[float],
+    sync: Sequence[GradientSync],
+) -> list[PlacementRequest]:
+    """:meth:`PlacementRequest.from_table` for every row of ``table`` at once (row ``i`` is
+    ``specs[i]``): the per-type columns are mapped in one pass instead of per job, the
+    figures are the same. ``requested_gpu(i, upper)`` names row ``i``'s requested type from
+    its per-type upper bound."""
+    n = len(specs)
+    src = [j for j, g in enumerate(table.gpu_names) if g in TYPE_INDEX]
+    dst = [TYPE_INDEX[table.gpu_names[j]] for j in src]
+
+    def columns(col: np.ndarray | None, fill: float) -> np.ndarray:
+        out = np.full((n, N_TYPES), fill)
+        if col is not None and n:
+            out[:, dst] = np.asarray(col, np.float64)[:n, src]
+        return out
+
+    vram, upper = columns(table.peak_vram_gib, np.inf), columns(table.peak_vram_upper_gib, np.inf)
+    runtime, runtime_up = columns(table.runtime_s, np.inf), columns(table.runtime_upper_s, np.inf)
+    busy = columns(table.busy_frac, 1.0)
+    out: list[PlacementRequest] = []
+    for i, spec in enumerate(specs):
+        jid = spec.id or table.job_ids[i]
+        if jid is None:
+            raise PlacementError(f"row {i}: the job has no id; set spec.id")
+        out.append(
+            PlacementRequest(
+                job_id=str(jid),
+                vram_gib=vram[i],
+                vram_upper_gib=upper[i],
+                runtime_s=runtime[i],
+                runtime_upper_s=runtime_up[i],
+                n_gpus=spec.n_gpus,
+                tensor_parallel=spec.tensor_parallel,
+                pipeline_parallel=spec.pipeline_parallel,
+                gpu=spec.gpu,
+                requested_gpu=requested_gpu(i, upper[i]),
+                priority=spec.priority,
+                deadline_s=spec.deadline_s,
+                submit_time_s=float(submit_time_s[i]),
+                busy_frac=busy[i],
+                cpus=spec.cpus,
+                host_memory_gib=spec.host_memory_gib,
+                host_memory_floor_gib=float(host_memory_floor_gib[i]),
+                sync=sync[i],
+            )
+        )
+    return out
 
 
 def gradient_syncs(specs: Sequence[JobSpec]) -> list[GradientSync]:

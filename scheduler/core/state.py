@@ -9,8 +9,8 @@ every array bit for bit.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -82,6 +82,11 @@ class Summary:
     shared_node_free_mib: np.ndarray
     class_tight: np.ndarray
     any_tight: bool = False
+    # Per-node host fits already computed against this summary (scheduler.core.host.fit_nodes,
+    # keyed by class, GPUs, MiB and ask): a decision asks the same question when it checks a
+    # row, ranks the options and binds the winner; the summary lives one state version.
+    # Also the shared GPUs of each type with their free MiB (scheduler.core.binding).
+    fit_cache: dict[tuple[Any, ...], Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 class PoolState:

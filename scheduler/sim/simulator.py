@@ -56,6 +56,7 @@ from scheduler.core.requests import (
     gradient_syncs,
     host_floor_gib,
     requested_type,
+    requests_from_table,
 )
 from scheduler.core.rules import MAX_OOM_RETRIES, OOM_GROWTH, memory_limit_gib
 from scheduler.exceptions import SimulationError
@@ -192,27 +193,25 @@ class Simulator:
         n = len(workload)
         # The spec's fingerprint, as the live path computes it: truth and history are keyed by
         # it (the workload's template names are not visible to a worker).
-        fps = tuple(fingerprint(s) for s in workload.specs)
+        fps = _fingerprints(workload)
         ids = [s.id or f"job-{i}" for i, s in enumerate(workload.specs)]
         vf, rf = draw_truth(model, self.seed, fps, ids) if n else (np.ones(0), np.ones(0))
         self.jobs: dict[str, _Job] = {}
         self._order: list[str] = []
         # One vectorised pass for the predictor's host memory estimates (the live client does
         # the same at submit).
-        host_floors = host_floor_gib(workload.specs)
-        syncs = gradient_syncs(workload.specs)
-        for i, spec in enumerate(workload.specs):
-            req = PlacementRequest.from_table(
-                spec,
-                predictions,
-                i,
-                submit_time_s=float(workload.arrival_s[i]),
-                host_memory_floor_gib=host_floors[i],
-                sync=syncs[i],
-            )
-            req.requested_gpu = requested_type(
-                req.vram_upper_gib, req.n_gpus, workload.requested_gpu[i], pool
-            )
+        specs = workload.specs
+        reqs = requests_from_table(
+            specs,
+            predictions,
+            submit_time_s=workload.arrival_s.tolist(),
+            requested_gpu=lambda i, upper: requested_type(
+                upper, specs[i].n_gpus, workload.requested_gpu[i], pool
+            ),
+            host_memory_floor_gib=host_floor_gib(specs),
+            sync=gradient_syncs(specs),
+        )
+        for i, (spec, req) in enumerate(zip(specs, reqs, strict=True)):
             jid = req.job_id
             if jid in self.jobs:
                 raise SimulationError(f"duplicate job id {jid!r} in the workload")
@@ -481,6 +480,29 @@ def simulate(
         )
         out.append(sim.run())
     return out
+
+
+def _fingerprints(workload: Workload) -> tuple[str, ...]:
+    """:func:`~predictor.history.fingerprint` of every spec. A recurring job's submissions
+    share a workload label and differ only in ``id``: the fingerprint is computed once per
+    label and reused for a spec whose other fields are equal to the first one's (checked, so a
+    label is only a hint)."""
+    labels = workload.fingerprint if len(workload.fingerprint) == len(workload) else ()
+    seen: dict[str, tuple[dict[str, Any], str]] = {}
+    out: list[str] = []
+    for i, spec in enumerate(workload.specs):
+        if not labels:
+            out.append(fingerprint(spec))
+            continue
+        fields = {k: v for k, v in spec.__dict__.items() if k != "id"}
+        got = seen.get(labels[i])
+        if got is not None and got[0] == fields:
+            out.append(got[1])
+            continue
+        fp = fingerprint(spec)
+        seen.setdefault(labels[i], (fields, fp))
+        out.append(fp)
+    return tuple(out)
 
 
 def _analytical(specs: Sequence[JobSpec]) -> PredictionTable:
