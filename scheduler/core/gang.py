@@ -36,6 +36,7 @@ __all__ = [
     "gang_mask",
     "gang_network_s",
     "gang_reason",
+    "gang_types",
     "node_ask",
     "node_racks",
     "plan_gang",
@@ -68,6 +69,21 @@ def shares(n_gpus: int, tensor_parallel: int, largest_node: int) -> list[int]:
     return [
         s for s in range(min(n_gpus - 1, largest_node), 0, -1) if n_gpus % s == 0 and s % tp == 0
     ]
+
+
+def gang_types(pool: Pool, n_gpus: int, tensor_parallel: int) -> np.ndarray:
+    """Per GPU type, whether an empty pool holds a multi-node gang of ``n_gpus`` whole GPUs at
+    ``tensor_parallel`` there (some share of :func:`shares` on enough whole nodes dividing by
+    it); GPUs only, as :func:`plan_gang` counts them. False where a node holds the job alone."""
+    out = np.zeros(len(GPU_NAMES), bool)
+    largest = node_max_size(pool)
+    for t in np.flatnonzero((largest > 0) & (largest < n_gpus)).tolist():
+        nodes = pool.node_whole & (pool.node_type == t)
+        for s in shares(n_gpus, tensor_parallel, int(largest[t])):
+            if int((nodes & (pool.node_count % s == 0)).sum()) >= n_gpus // s:
+                out[t] = True
+                break
+    return out
 
 
 def node_racks(pool: Pool) -> np.ndarray:

@@ -361,3 +361,59 @@ def test_smallest_fit_rate_is_each_jobs_cheapest_true_fit_or_null_when_not_compu
     # Not computed is reported as missing, never as 0%.
     off = Simulator(pool, get_policy("rightsize"), wl, table, seed=3, smallest_fit=False)
     assert off.run().to_dict()["smallest_fit_rate"] is None
+
+
+def test_a_simulated_gang_oom_is_requeued_by_the_single_node_rule_on_a_bigger_type() -> None:
+    from predictor.spec import JobSpec
+
+    nodes = [{"name": f"h{k}", "gpu": "H100-80GB", "count": 8} for k in range(2)]
+    nodes += [{"name": f"g{k}", "gpu": "H200-141GB", "count": 8} for k in range(2)]
+    pool = Pool.from_dict({"nodes": nodes})
+    spec = JobSpec.model_validate(
+        {
+            "id": "ft-gang",
+            "model": "llama-3.1-8b",
+            "task": "full_finetune",
+            "batch_size": 4,
+            "seq_len": 2048,
+            "steps": 50,
+            "n_gpus": 16,
+            "tensor_parallel": 8,
+        }
+    )
+    wl = Workload(
+        specs=(spec,),
+        arrival_s=np.array([0.0]),
+        requested_gpu=("H100-80GB",),
+        job_class=("train",),
+        fingerprint=("once-0",),
+    )
+    table = predict_table([spec])
+    peaks = dict(zip(table.gpu_names, table.peak_vram_gib[0], strict=True))
+    # The true peak is 100 GiB per GPU on an H100 (all of its 80 GiB is not enough) and fits
+    # an H200.
+    factor = 100.0 / float(peaks["H100-80GB"])
+    assert float(peaks["H200-141GB"]) * factor < 135.0
+    placed: list[tuple[str, int]] = []
+
+    def observe(core: SchedulerCore, decisions: list[Decision], now: float) -> None:
+        core.state.assert_consistent()
+        for d in decisions:
+            if d.state == "placed" and d.chosen_option is not None:
+                o = d.chosen_option
+                placed.append((o.gpu_type, len({int(pool.gpu_node[g]) for g in o.gpu_indices})))
+
+    sim = Simulator(
+        pool,
+        get_policy("rightsize"),
+        wl,
+        table,
+        seed=0,
+        residuals=_constant_residuals(factor),
+        observer=observe,
+    )
+    out = sim.run().to_dict()
+    # Before: the gang failed at once (no single node holds 16 GPUs, so "nothing bigger").
+    assert out["n_finished"] == 1 and out["oom_kills"] == 1
+    assert placed == [("H100-80GB", 2), ("H200-141GB", 2)]
+    assert not sim.jobs["ft-gang"].failed
