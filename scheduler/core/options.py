@@ -48,6 +48,7 @@ from scheduler.core.host import (
     demand,
     fit_nodes,
     gpu_nodes_empty,
+    gpu_nodes_now,
     within_share,
 )
 from scheduler.core.pool import (
@@ -469,7 +470,15 @@ def _host_refine(
     if not refine.any():
         return _no_short(pool)
     short = np.zeros(fits_now.shape[0], bool)
+    over = now.over_nodes
     for c in np.flatnonzero(refine).tolist():
+        if not exact[c] and over is not None:
+            # Within its share, the job fits every node whose jobs are all within theirs
+            # (the rule that lets untight classes skip this check): such a node whose GPUs
+            # fit settles it; only the over-share nodes need their CPUs and memory read.
+            gpu_ok = gpu_nodes_now(pool, now, c, request.n_gpus, int(need[c]))
+            if (gpu_ok & ~over).any():
+                continue
         if not fit_nodes(pool, now, c, request.n_gpus, int(need[c]), ask).any():
             short[c] = True
     return short

@@ -5,6 +5,7 @@ simulated alike).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -168,6 +169,31 @@ class PlacementRequest:
         if self.reserved_gib is None:
             return self.vram_upper_gib
         return np.maximum(self.vram_upper_gib, self.reserved_gib)
+
+    def with_figures(
+        self,
+        vram_gib: np.ndarray,
+        vram_upper_gib: np.ndarray,
+        runtime_s: np.ndarray,
+        runtime_upper_s: np.ndarray,
+    ) -> PlacementRequest:
+        """A copy with other per-type figures (float64, one per type; a history answer), the
+        rest as it is: nothing else needs checking again, so it is copied, not re-built."""
+        for name, a in (
+            ("vram_gib", vram_gib),
+            ("vram_upper_gib", vram_upper_gib),
+            ("runtime_s", runtime_s),
+            ("runtime_upper_s", runtime_upper_s),
+        ):
+            if a.shape != (N_TYPES,) or a.dtype != np.float64:
+                raise PlacementError(
+                    f"{name} must be float64 with one value per GPU type (shape ({N_TYPES},)); "
+                    f"got {a.dtype} {a.shape}"
+                )
+        new = copy.copy(self)
+        new.vram_gib, new.vram_upper_gib = vram_gib, vram_upper_gib
+        new.runtime_s, new.runtime_upper_s = runtime_s, runtime_upper_s
+        return new
 
     def with_reservation(self, reserved_gib: float) -> PlacementRequest:
         """A copy whose reservation floor is at least ``reserved_gib`` (after an OOM)."""

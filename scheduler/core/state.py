@@ -82,6 +82,8 @@ class Summary:
     shared_node_free_mib: np.ndarray
     class_tight: np.ndarray
     any_tight: bool = False
+    # Per node, whether it holds a job over its share (None: no node does).
+    over_nodes: np.ndarray | None = None
     # Per-node host fits already computed against this summary (scheduler.core.host.fit_nodes,
     # keyed by class, GPUs, MiB and ask): a decision asks the same question when it checks a
     # row, ranks the options and binds the winner; the summary lives one state version.
@@ -323,6 +325,7 @@ class PoolState:
             shared_node,
             tight,
             bool(self.node_over.any()),
+            (self.node_over > 0) if self.node_over.any() else None,
         )
         self._summary_version = self.version
         self._dirty = 0
