@@ -450,10 +450,12 @@ class PoolState:
 
     def _touches(self, kind: int, gpu: int) -> int:
         """The summary parts an allocation of ``kind`` on ``gpu`` makes stale: on a shared
-        node that also serves whole GPUs, whole and shared supply move together."""
-        if kind != MODE_MIG and bool(self.pool.node_whole[self.pool.gpu_node[gpu]]):
-            return _DIRTY_WHOLE | _DIRTY_SHARED
-        return 1 << kind
+        node that also serves whole GPUs, whole and shared supply move together; a whole-mode
+        node has no shared GPU (the shared part reads shared-mode GPUs only)."""
+        k = self.pool.gpu_node[gpu]
+        if kind == MODE_MIG or self.pool.node_mode[k] != MODE_SHARED:
+            return 1 << kind
+        return _DIRTY_SHARED | (_DIRTY_WHOLE if self.pool.node_whole[k] else 0)
 
     def _host_take(
         self, option: Option, job_id: str, gpus: tuple[int, ...], mode: int, res_mib: int
