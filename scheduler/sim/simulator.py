@@ -512,7 +512,7 @@ def _fingerprints(workload: Workload) -> tuple[str, ...]:
         if not labels:
             out.append(fingerprint(spec))
             continue
-        fields = {k: v for k, v in spec.__dict__.items() if k != "id"}
+        fields = {**spec.__dict__, "id": None}
         got = seen.get(labels[i])
         if got is not None and got[0] == fields:
             out.append(got[1])
