@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import gc
 import io
 import json
 import pstats
@@ -51,10 +50,6 @@ def main() -> None:
     args = ap.parse_args()
 
     stages: dict[str, float] = {}
-    # A million jobs are a few million long-lived objects: the cyclic collector's full passes
-    # over them find nothing (none is garbage) and cost CPU. It is off while they are built,
-    # then they are frozen out of its generations (gc.freeze) before the simulation runs.
-    gc.disable()
     t = time.perf_counter()
     gpus = args.gpus - args.gpus % 8
     pool = synthetic_pool(gpus, args.seed)
@@ -84,9 +79,6 @@ def main() -> None:
         feedback=not args.no_feedback,
         tick_interval_s=args.tick_interval,
     )
-    gc.collect()
-    gc.freeze()
-    gc.enable()
     stages["simulator_setup_s"] = time.perf_counter() - t
     print(f"setup: {stages['simulator_setup_s']:.1f} s", flush=True)
 
