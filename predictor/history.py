@@ -122,6 +122,11 @@ class HistoryPredictor:
     _ratios: dict[str, dict[str, tuple[list[float], list[float], list[float]]]] = field(
         default_factory=dict, repr=False
     )
+    # factors() per fingerprint and GPU list until the fingerprint's next observation (a
+    # recurring job is asked for at every submission, and most submissions add nothing new).
+    _factors: dict[str, tuple[tuple[str, ...], HistoryFactors]] = field(
+        default_factory=dict, repr=False
+    )
 
     def observe(
         self,
@@ -134,6 +139,7 @@ class HistoryPredictor:
     ) -> None:
         """Add one run of ``fp`` on ``gpu``: measured / predicted peak and runtime. ``censored``
         (an OOM): ``vram_ratio`` is the limit it died at over the predicted peak, a floor."""
+        self._factors.pop(fp, None)
         vram, runtime, floors = self._ratios.setdefault(fp, {}).setdefault(gpu, ([], [], []))
         if vram_ratio is not None and vram_ratio > 0:
             (floors if censored else vram).append(float(vram_ratio))
@@ -141,15 +147,29 @@ class HistoryPredictor:
             runtime.append(float(runtime_ratio))
 
     def factors(self, fp: str, gpus: Sequence[str]) -> HistoryFactors | None:
-        """Ratios to apply to the predictor's figures on ``gpus``; None if ``fp`` is unknown."""
+        """Ratios to apply to the predictor's figures on ``gpus``; None if ``fp`` is unknown.
+        The arrays are shared between calls until ``fp``'s next observation: do not write them."""
         per = self._ratios.get(fp)
         if not per:
             return None
+        names = tuple(gpus)
+        got = self._factors.get(fp)
+        if got is not None and got[0] == names:
+            return got[1]
+        f = self._factors_of(per, len(names), names)
+        self._factors[fp] = (names, f)
+        return f
+
+    def _factors_of(
+        self,
+        per: dict[str, tuple[list[float], list[float], list[float]]],
+        n: int,
+        gpus: Sequence[str],
+    ) -> HistoryFactors:
         w = self.window
         every_v = [x for v, _, _ in per.values() for x in v[-w:]]
         every_r = [x for _, r, _ in per.values() for x in r[-w:]]
         floors = [x for _, _, f in per.values() for x in f[-w:]]
-        n = len(gpus)
         out = {k: np.full(n, np.nan) for k in ("vp", "vu", "rp", "ru")}
         measured = np.zeros(n, bool)
         for j, g in enumerate(gpus):

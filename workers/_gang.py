@@ -5,7 +5,11 @@ Each node of a gang runs its share as its own RQ job. A rank that ends well mark
 (non-zero exit, OOM, time limit) ends the whole gang: it requeues the attempt, which frees every
 node's capacity at once, and the other ranks' next heartbeat answers "lost", so their workers
 stop them (SIGTERM, then SIGKILL) and discard their outcome. The leader then places the gang
-again, as a new attempt, after ``max_retries`` such requeues it fails.
+again, as a new attempt, after ``max_retries`` such requeues it fails. A rank that ran out of
+memory is requeued by the single-node OOM rule (:func:`workers._outcome._requeue_after_oom`,
+:func:`scheduler.core.escalation.escalate_oom`): the retry reserves more per GPU, which for a
+gang's whole GPUs means a bigger type that holds the gang, or fails at once when none exists;
+it counts against ``max_oom_retries``.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from pydantic import ValidationError
 
 from scheduler.service.events import EventLog, event
 from scheduler.service.store.records import OutcomeRecord, PlacementRecord
-from workers._outcome import _retrying
+from workers._outcome import _requeue_after_oom, _retrying
 from workers.rendezvous import node_rank_of
 
 if TYPE_CHECKING:
@@ -51,15 +55,25 @@ def end_gang_rank(
     timed_out: bool,
     option: dict[str, Any] | None,
     outcome: OutcomeRecord,
+    *,
+    limit: float,
+    spec: dict[str, Any],
 ) -> dict[str, Any] | None:
     """End this node's rank; None when it was the last rank to end well (the caller then
-    finishes the job as usual), else the supervisor's result."""
+    finishes the job as usual), else the supervisor's result. ``limit`` is the GiB per GPU
+    the rank could allocate, ``spec`` the job record's spec (an OOM's retry is judged on it)."""
     rank = node_rank_of(p, ctx.node)
     assert p.gang is not None and rank is not None
     n = len(p.gang)
     if not (timed_out or res.oom or res.exit_code != 0):
         got = _retrying(ctx.store.gang_rank_done, job_id, attempt, rank.node_rank, n)
         return None if got == "last" else {"status": "succeeded", "gang": got}
+    if res.oom and not timed_out:
+        where = f"gang rank {rank.node_rank} of {n} on {ctx.node} (every rank stopped)"
+        got = _requeue_after_oom(
+            ctx, events, job_id, attempt, p, limit, res, outcome, option, spec=spec, where=where
+        )
+        return {"status": "gang-oom", "requeue": got}
     if timed_out:
         why = "time limit"
     elif res.oom:

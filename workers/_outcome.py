@@ -33,13 +33,15 @@ def _requeue_after_oom(
     outcome: OutcomeRecord,
     option: dict[str, Any] | None,
     spec: dict[str, Any] | None = None,
+    where: str = "",
 ) -> str:
     """Requeue an OOM'd attempt by the shared rule (above the old reservation and above the
     limit it died at), on a bigger slot when it had the whole one, at a higher tensor parallel
     degree when no GPU holds it and the spec permits it (:mod:`scheduler.core.escalation`), or
-    fail it at once when nothing bigger exists; returns the store's answer."""
+    fail it at once when nothing bigger exists; returns the store's answer. ``where`` names
+    the rank of a multi-node gang that ran out of memory."""
     esc = _escalation(ctx, job_id, p, spec or {})
-    reason = esc.reason
+    reason = esc.reason if not where else f"{where}: {esc.reason}"
     outcome.state = "oom"
     outcome.reason = reason
     _retrying(ctx.store.set_fields, job_id, {"outcome": outcome.model_dump_json()})

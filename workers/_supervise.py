@@ -108,7 +108,9 @@ def _supervise_run(run: _Started) -> dict[str, Any]:
         )
         return {"status": "lost"}
     if p.gang is not None and not cancelled:
-        ended = end_gang_rank(ctx, events, job_id, attempt, p, res, timed_out, option, outcome)
+        ended = end_gang_rank(
+            ctx, events, job_id, attempt, p, res, timed_out, option, outcome, limit=limit, spec=spec
+        )
         if ended is not None:
             return ended
     _record_measurement(ctx, job_id, attempt, spec, p, outcome, simulated, run.predicted)

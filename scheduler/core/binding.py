@@ -41,18 +41,36 @@ def shared_gpu(
 ) -> int:
     """The shared GPU of type ``t`` with ``need`` MiB free: the fullest ("pack") or the first,
     on a node in ``nodes_ok`` (None: any node)."""
-    idx = shared_gpus(pool)
-    free = pool.capacity_mib[idx] - state.used_mib[idx]
-    ok = (
-        (pool.gpu_type[idx] == t)
-        & (state.shared_count[idx] < pool.max_shared[idx])
-        & (free >= need)
-    )
+    idx, free, open_, node = _shared_of_type(pool, state, t)
+    ok = open_ & (free >= need)
     if nodes_ok is not None:
-        ok &= nodes_ok[pool.gpu_node[idx]]
+        ok &= nodes_ok[node]
     cand = np.flatnonzero(ok)
     k = int(cand[np.argmin(free[cand])]) if select == "pack" else int(cand[0])
     return int(idx[k])
+
+
+def _shared_of_type(
+    pool: Pool, state: PoolState, t: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The shared GPUs of type ``t`` (index order): their indices, free MiB, whether they take
+    another job, and their nodes; once per state version (bestfit ranks every shared class of
+    a job, and the winner is bound on the same state)."""
+    now = state.summary()
+    key = ("shared", t)
+    got = now.fit_cache.get(key)
+    if got is None:
+        by_type = pool._empty.get("shared_gpus_by_type")
+        if by_type is None:
+            all_shared = shared_gpus(pool)
+            types = {int(u) for u in pool.gpu_type[all_shared]}
+            by_type = {u: all_shared[pool.gpu_type[all_shared] == u] for u in types}
+            pool._empty["shared_gpus_by_type"] = by_type
+        idx = by_type.get(t, np.zeros(0, np.int64))
+        free = pool.capacity_mib[idx] - state.used_mib[idx]
+        got = (idx, free, state.shared_count[idx] < pool.max_shared[idx], pool.gpu_node[idx])
+        now.fit_cache[key] = got
+    return got  # type: ignore[no-any-return]
 
 
 def bind(

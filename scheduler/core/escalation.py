@@ -8,6 +8,9 @@ retry must get a *bigger* slot: the floor goes past the slot's capacity, and pla
 a whole GPU, then a bigger GPU type. On a shared GPU the job had only its MPS limit, so the
 grown reservation may still fit there.
 
+A multi-node gang (:mod:`scheduler.core.gang`) follows the same rule: its ranks had whole GPUs,
+so its retry needs a bigger type that holds the gang (the floor applies to every GPU of it).
+
 When no GPU of the pool the job may use holds the grown per-GPU floor, the last step is more
 tensor parallelism, if the spec permits it (``max_tensor_parallel``, see
 ``predictor/_spec_parallel.py``): the job is re-predicted at each permitted degree, smallest
@@ -32,6 +35,7 @@ import numpy as np
 from predictor.exceptions import PredictorError
 from predictor.gpus import GPU_NAMES
 from scheduler.core._classes import node_max_size
+from scheduler.core.gang import gang_types
 from scheduler.core.pool import MIB_PER_GIB, MODE_WHOLE, Pool
 from scheduler.core.requests import TYPE_INDEX, PlacementRequest, requested_type
 from scheduler.core.rules import memory_limit_gib, requeue_reservation_gib
@@ -78,20 +82,23 @@ class Escalation:
     tensor_parallel: TensorParallelRetry | None = None
 
 
-def largest_slot_gib(pool: Pool, gpu: str | None = None, n_gpus: int = 1) -> float:
+def largest_slot_gib(
+    pool: Pool, gpu: str | None = None, n_gpus: int = 1, tensor_parallel: int = 1
+) -> float:
     """The most memory one GPU (whole or shared) of ``pool`` offers, of type ``gpu`` if pinned.
 
     MIG slices are never larger than their GPU, so whole GPUs bound them. A job of ``n_gpus``
-    > 1 runs on whole GPUs of one node, so only types with such a node count.
+    > 1 runs on whole GPUs of one node, or as a multi-node gang (:mod:`scheduler.core.gang`)
+    on a type whose nodes are all smaller than it: only types that hold it one way count.
     """
-    key = f"largest_slot_gib:{gpu}:{int(n_gpus)}"
+    key = f"largest_slot_gib:{gpu}:{int(n_gpus)}:{int(tensor_parallel)}"
     cached = pool._empty.get(key)
     if cached is not None:
         return float(cached)
     types = pool.gpu_type
     mask = np.ones(types.shape, bool) if gpu is None else types == GPU_NAMES.index(gpu)
     if n_gpus > 1:
-        big = node_max_size(pool) >= n_gpus
+        big = (node_max_size(pool) >= n_gpus) | gang_types(pool, n_gpus, tensor_parallel)
         mask &= big[types.astype(np.int64)] & (pool.gpu_mode == MODE_WHOLE)
     out = float(pool.capacity_mib[mask].max()) / MIB_PER_GIB if mask.any() else 0.0
     pool._empty[key] = out
@@ -170,7 +177,8 @@ def escalate_oom(
     """
     pin = spec.gpu if spec is not None else gpu
     n = spec.n_gpus if spec is not None else 1
-    largest = math.inf if pool is None else largest_slot_gib(pool, pin, n)
+    tp = spec.tensor_parallel if spec is not None else 1
+    largest = math.inf if pool is None else largest_slot_gib(pool, pin, n, tp)
     esc = escalate_after_oom(
         label=label,
         kind=kind,
@@ -292,7 +300,7 @@ class _RetryContext:
         c = option_table(req, self.pool.state()).cheapest(now=False)
         if c is None:
             need = float(np.nanmin(np.maximum(req.vram_upper_gib, floor)))
-            room = largest_slot_gib(self.pool, spec_k.gpu, spec_k.n_gpus)
+            room = largest_slot_gib(self.pool, spec_k.gpu, spec_k.n_gpus, k)
             where = (
                 f"no node has {spec_k.n_gpus} GPUs of a type it may use"
                 if room == 0.0

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from predictor.gpus import GPU_NAMES
-from predictor.internode import GradientSync, internode_allreduce_s
+from predictor.internode import GradientSync, internode_allreduce_s, internode_pipeline_s
 from scheduler.core._classes import node_max_size
 from scheduler.core.host import HostAsk, class_nodes, demand, fmt_cpus
 from scheduler.core.pool import KIND_WHOLE, MIB_PER_GIB, Pool
@@ -36,6 +36,7 @@ __all__ = [
     "gang_mask",
     "gang_network_s",
     "gang_reason",
+    "gang_types",
     "node_ask",
     "node_racks",
     "plan_gang",
@@ -68,6 +69,21 @@ def shares(n_gpus: int, tensor_parallel: int, largest_node: int) -> list[int]:
     return [
         s for s in range(min(n_gpus - 1, largest_node), 0, -1) if n_gpus % s == 0 and s % tp == 0
     ]
+
+
+def gang_types(pool: Pool, n_gpus: int, tensor_parallel: int) -> np.ndarray:
+    """Per GPU type, whether an empty pool holds a multi-node gang of ``n_gpus`` whole GPUs at
+    ``tensor_parallel`` there (some share of :func:`shares` on enough whole nodes dividing by
+    it); GPUs only, as :func:`plan_gang` counts them. False where a node holds the job alone."""
+    out = np.zeros(len(GPU_NAMES), bool)
+    largest = node_max_size(pool)
+    for t in np.flatnonzero((largest > 0) & (largest < n_gpus)).tolist():
+        nodes = pool.node_whole & (pool.node_type == t)
+        for s in shares(n_gpus, tensor_parallel, int(largest[t])):
+            if int((nodes & (pool.node_count % s == 0)).sum()) >= n_gpus // s:
+                out[t] = True
+                break
+    return out
 
 
 def node_racks(pool: Pool) -> np.ndarray:
@@ -169,11 +185,12 @@ def plan_gang(
 def gang_network_s(
     pool: Pool, c: int, n_gpus: int, tensor_parallel: int, sync: GradientSync
 ) -> tuple[float, float]:
-    """(seconds the predicted runtime already charges for the inter-node all-reduce, seconds
-    it takes as a gang of class ``c``): the gradient all-reduce over the plan with the fewest
-    nodes, on the slowest ``network_gbps`` among the nodes that could take that share
-    (:mod:`predictor.internode`). A gang's runtime is the prediction less the first plus the
-    second. State-independent, so a conservative price."""
+    """(seconds the predicted runtime already charges for inter-node traffic, seconds it
+    takes as a gang of class ``c``): the gradient all-reduce and the pipeline's activations
+    between stages on different nodes (none of which the prediction charges), over the plan
+    with the fewest nodes, on the slowest ``network_gbps`` among the nodes that could take that
+    share (:mod:`predictor.internode`). A gang's runtime is the prediction less the first plus
+    the second. State-independent, so a conservative price."""
     largest = int(node_max_size(pool)[int(pool.class_type[c])])
     options = shares(n_gpus, tensor_parallel, largest)
     if not options or sync.steps <= 0:
@@ -181,7 +198,9 @@ def gang_network_s(
     s = options[0]
     nodes = class_nodes(pool)[c] & (pool.node_count % s == 0)
     gbps = min(pool.nodes[k].network_gbps for k in np.flatnonzero(nodes).tolist())
-    return sync.charged_s, internode_allreduce_s(sync, s, n_gpus // s, gbps)
+    m = n_gpus // s
+    net = internode_allreduce_s(sync, s, m, gbps) + internode_pipeline_s(sync, s, m, gbps)
+    return sync.charged_s, net
 
 
 def rank_layout(pool: Pool, plan: GangPlan, node_idle: list[list[int]]) -> tuple[int, ...]:

@@ -10,7 +10,7 @@ adds a censored floor (the limit it died at). Ratios are always to the predictor
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -69,13 +69,4 @@ class RequestHistory:
         rt = np.isfinite(f.runtime_point)
         runtime[rt] = base.runtime_s[rt] * f.runtime_point[rt]
         runtime_up[rt] = base.runtime_s[rt] * f.runtime_upper[rt]
-        return (
-            replace(
-                base,
-                vram_gib=vram,
-                vram_upper_gib=upper,
-                runtime_s=runtime,
-                runtime_upper_s=runtime_up,
-            ),
-            f.n_runs,
-        )
+        return base.with_figures(vram, upper, runtime, runtime_up), f.n_runs

@@ -118,9 +118,23 @@ def _fraction(pool: Pool, c: int, n_gpus: int, need_mib: int) -> tuple[int, np.n
 
 
 def slot_share(pool: Pool, c: int, n_gpus: int, need_mib: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per node, the (millicores, MiB) share of class ``c``'s slot for the job."""
+    """Per node, the (millicores, MiB) share of class ``c``'s slot for the job (read-only
+    arrays: whole-GPU and MIG shares do not depend on the job's memory and are cached)."""
+    kind = int(pool.class_kind[c])
+    key = None if kind == KIND_SHARED else (c, n_gpus if kind == KIND_WHOLE else 0)
+    cache: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] | None = None
+    if key is not None:
+        cache = pool._empty.setdefault("slot_share", {})
+        got = cache.get(key)
+        if got is not None:
+            return got
     num, den = _fraction(pool, c, n_gpus, need_mib)
-    return pool.node_cpu_milli * num // den, pool.node_host_mib * num // den
+    out = (pool.node_cpu_milli * num // den, pool.node_host_mib * num // den)
+    if cache is not None and key is not None:
+        for a in out:
+            a.flags.writeable = False
+        cache[key] = out
+    return out
 
 
 def unit_share_floor(pool: Pool) -> tuple[np.ndarray, np.ndarray]:
@@ -261,10 +275,17 @@ def gpu_nodes_now(pool: Pool, now: Summary, c: int, n_gpus: int, need_mib: int) 
 def fit_nodes(
     pool: Pool, now: Summary, c: int, n_gpus: int, need_mib: int, ask: HostAsk
 ) -> np.ndarray:
-    """Per node, whether the job fits there now on every resource for class ``c``."""
-    cpu, host = demand(pool, c, n_gpus, ask, need_mib)
-    ok = gpu_nodes_now(pool, now, c, n_gpus, need_mib)
-    return ok & (cpu <= now.node_cpu_free) & (host <= now.node_host_free)
+    """Per node, whether the job fits there now on every resource for class ``c`` (read-only;
+    computed once per summary and question)."""
+    key = (c, n_gpus, need_mib, ask)
+    got = now.fit_cache.get(key)
+    if got is None:
+        cpu, host = demand(pool, c, n_gpus, ask, need_mib)
+        got = gpu_nodes_now(pool, now, c, n_gpus, need_mib)
+        got &= (cpu <= now.node_cpu_free) & (host <= now.node_host_free)
+        got.flags.writeable = False
+        now.fit_cache[key] = got
+    return got
 
 
 def option_share(

@@ -48,6 +48,7 @@ from scheduler.core.host import (
     demand,
     fit_nodes,
     gpu_nodes_empty,
+    gpu_nodes_now,
     within_share,
 )
 from scheduler.core.pool import (
@@ -117,6 +118,8 @@ class OptionBatch:
         "_gang_rows",
         "_hi",
         "_lo",
+        "_now",
+        "_ok",
         "_rows",
         "allowed",
         "ask_cpu",
@@ -256,7 +259,9 @@ class OptionBatch:
         self._ck: tuple[int, int] = (0, -1)
         self._lo = self._hi = 0
         self._chunk = 8
-        self._rows: list[bool] = []
+        self._rows: list[bool | None] = []
+        self._ok = np.zeros((0, k), bool)
+        self._now: Summary | None = None
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -368,6 +373,8 @@ class OptionBatch:
 
         While the state does not change (a saturated pool, a long queue) the answer for the
         next jobs comes from one (rows, classes) comparison, in chunks that double in size.
+        A row that needs the per-node host check (or a gang plan) gets it only when asked: a
+        placement changes the state, and the rest of its chunk is then compared again.
         """
         key = (id(state), state.version)
         if key != self._ck or not self._lo <= i < self._hi:
@@ -381,24 +388,40 @@ class OptionBatch:
                 sure = ok & ~(self.host_exact[i:hi] | now.class_tight[None, :])
             else:
                 sure = ok
-            rows = sure.any(axis=1)
-            for r in np.flatnonzero(~rows & ok.any(axis=1)).tolist():
-                short = _host_refine(
-                    self.pool,
-                    now,
-                    ok[r],
-                    self.host_exact[i + r],
-                    self.need_mib[i + r],
-                    self.ask(i + r),
-                    self.requests[i + r],
-                )
-                rows[r] = bool((ok[r] & ~short).any())
+            rows: list[bool | None] = sure.any(axis=1).tolist()
+            for r in np.flatnonzero(~sure.any(axis=1) & ok.any(axis=1)).tolist():
+                rows[r] = None
             for g in self._gang_rows:
                 if i <= g < hi and not rows[g - i]:
-                    rows[g - i] = bool(self.gang_now(g, now).any())
-            self._rows = rows.tolist()
+                    rows[g - i] = None
+            self._rows, self._ok, self._now = rows, ok, now
             self._ck, self._lo, self._hi = key, i, hi
-        return self._rows[i - self._lo]  # type: ignore[no-any-return]
+        r = i - self._lo
+        got = self._rows[r]
+        if got is None:
+            assert self._now is not None
+            got = self._settle(i, self._ok[r], self._now)
+            self._rows[r] = got
+        return got
+
+    def _settle(self, i: int, ok: np.ndarray, now: Summary) -> bool:
+        """Row ``i``'s answer past the class-supply comparison: the per-node host check of the
+        classes that need it, then a multi-node gang plan."""
+        fits = False
+        if ok.any():
+            short = _host_refine(
+                self.pool,
+                now,
+                ok,
+                self.host_exact[i],
+                self.need_mib[i],
+                self.ask(i),
+                self.requests[i],
+            )
+            fits = bool((ok & ~short).any())
+        if not fits and i in self._gang_rows:
+            fits = bool(self.gang_now(i, now).any())
+        return fits
 
 
 def _gang_empty(
@@ -491,7 +514,15 @@ def _host_refine(
     if not refine.any():
         return _no_short(pool)
     short = np.zeros(fits_now.shape[0], bool)
+    over = now.over_nodes
     for c in np.flatnonzero(refine).tolist():
+        if not exact[c] and over is not None:
+            # Within its share, the job fits every node whose jobs are all within theirs
+            # (the rule that lets untight classes skip this check): such a node whose GPUs
+            # fit settles it; only the over-share nodes need their CPUs and memory read.
+            gpu_ok = gpu_nodes_now(pool, now, c, request.n_gpus, int(need[c]))
+            if (gpu_ok & ~over).any():
+                continue
         if not fit_nodes(pool, now, c, request.n_gpus, int(need[c]), ask).any():
             short[c] = True
     return short

@@ -5,8 +5,9 @@ simulated alike).
 
 from __future__ import annotations
 
+import copy
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ __all__ = [
     "RunningJob",
     "host_floor_gib",
     "requested_type",
+    "requests_from_table",
 ]
 
 
@@ -168,6 +170,31 @@ class PlacementRequest:
             return self.vram_upper_gib
         return np.maximum(self.vram_upper_gib, self.reserved_gib)
 
+    def with_figures(
+        self,
+        vram_gib: np.ndarray,
+        vram_upper_gib: np.ndarray,
+        runtime_s: np.ndarray,
+        runtime_upper_s: np.ndarray,
+    ) -> PlacementRequest:
+        """A copy with other per-type figures (float64, one per type; a history answer), the
+        rest as it is: nothing else needs checking again, so it is copied, not re-built."""
+        for name, a in (
+            ("vram_gib", vram_gib),
+            ("vram_upper_gib", vram_upper_gib),
+            ("runtime_s", runtime_s),
+            ("runtime_upper_s", runtime_upper_s),
+        ):
+            if a.shape != (N_TYPES,) or a.dtype != np.float64:
+                raise PlacementError(
+                    f"{name} must be float64 with one value per GPU type (shape ({N_TYPES},)); "
+                    f"got {a.dtype} {a.shape}"
+                )
+        new = copy.copy(self)
+        new.vram_gib, new.vram_upper_gib = vram_gib, vram_upper_gib
+        new.runtime_s, new.runtime_upper_s = runtime_s, runtime_upper_s
+        return new
+
     def with_reservation(self, reserved_gib: float) -> PlacementRequest:
         """A copy whose reservation floor is at least ``reserved_gib`` (after an OOM)."""
         floor = reserved_gib if self.reserved_gib is None else max(self.reserved_gib, reserved_gib)
@@ -241,6 +268,62 @@ class PlacementRequest:
             ),
             sync=gradient_syncs([spec])[0] if sync is None else sync,
         )
+
+
+def requests_from_table(
+    specs: Sequence[JobSpec],
+    table: PredictionTable,
+    *,
+    submit_time_s: Sequence[float],
+    requested_gpu: Callable[[int, np.ndarray], str],
+    host_memory_floor_gib: Sequence[float],
+    sync: Sequence[GradientSync],
+) -> list[PlacementRequest]:
+    """:meth:`PlacementRequest.from_table` for every row of ``table`` at once (row ``i`` is
+    ``specs[i]``): the per-type columns are mapped in one pass instead of per job, the
+    figures are the same. ``requested_gpu(i, upper)`` names row ``i``'s requested type from
+    its per-type upper bound."""
+    n = len(specs)
+    src = [j for j, g in enumerate(table.gpu_names) if g in TYPE_INDEX]
+    dst = [TYPE_INDEX[table.gpu_names[j]] for j in src]
+
+    def columns(col: np.ndarray | None, fill: float) -> np.ndarray:
+        out = np.full((n, N_TYPES), fill)
+        if col is not None and n:
+            out[:, dst] = np.asarray(col, np.float64)[:n, src]
+        return out
+
+    vram, upper = columns(table.peak_vram_gib, np.inf), columns(table.peak_vram_upper_gib, np.inf)
+    runtime, runtime_up = columns(table.runtime_s, np.inf), columns(table.runtime_upper_s, np.inf)
+    busy = columns(table.busy_frac, 1.0)
+    out: list[PlacementRequest] = []
+    for i, spec in enumerate(specs):
+        jid = spec.id or table.job_ids[i]
+        if jid is None:
+            raise PlacementError(f"row {i}: the job has no id; set spec.id")
+        out.append(
+            PlacementRequest(
+                job_id=str(jid),
+                vram_gib=vram[i],
+                vram_upper_gib=upper[i],
+                runtime_s=runtime[i],
+                runtime_upper_s=runtime_up[i],
+                n_gpus=spec.n_gpus,
+                tensor_parallel=spec.tensor_parallel,
+                pipeline_parallel=spec.pipeline_parallel,
+                gpu=spec.gpu,
+                requested_gpu=requested_gpu(i, upper[i]),
+                priority=spec.priority,
+                deadline_s=spec.deadline_s,
+                submit_time_s=float(submit_time_s[i]),
+                busy_frac=busy[i],
+                cpus=spec.cpus,
+                host_memory_gib=spec.host_memory_gib,
+                host_memory_floor_gib=float(host_memory_floor_gib[i]),
+                sync=sync[i],
+            )
+        )
+    return out
 
 
 def gradient_syncs(specs: Sequence[JobSpec]) -> list[GradientSync]:

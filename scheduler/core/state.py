@@ -9,8 +9,8 @@ every array bit for bit.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -82,6 +82,24 @@ class Summary:
     shared_node_free_mib: np.ndarray
     class_tight: np.ndarray
     any_tight: bool = False
+    # Per node, whether it holds a job over its share (None: no node does).
+    over_nodes: np.ndarray | None = None
+    # Per-node host fits already computed against this summary (scheduler.core.host.fit_nodes,
+    # keyed by class, GPUs, MiB and ask): a decision asks the same question when it checks a
+    # row, ranks the options and binds the winner; the summary lives one state version.
+    # Also the shared GPUs of each type with their free MiB (scheduler.core.binding).
+    fit_cache: dict[tuple[Any, ...], Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+def _whole_nodes_by_type(pool: Pool) -> dict[int, np.ndarray]:
+    """Per GPU type, its whole-serving nodes (the type's most idle whole GPUs is their max)."""
+    cached = pool._empty.get("whole_nodes_by_type")
+    if cached is None:
+        w = np.flatnonzero(pool.node_whole)
+        types = pool.node_type[w].astype(np.int64)
+        cached = {int(t): w[types == t] for t in np.unique(types)}
+        pool._empty["whole_nodes_by_type"] = cached
+    return cached  # type: ignore[no-any-return]
 
 
 class PoolState:
@@ -97,8 +115,10 @@ class PoolState:
     __slots__ = (
         "_allocs",
         "_dirty",
+        "_over_changed",
         "_summary",
         "_summary_version",
+        "_touched",
         "busy",
         "mig_occ",
         "node_cpu_milli",
@@ -127,6 +147,10 @@ class PoolState:
         self._summary: Summary | None = None
         self._summary_version = -1
         self._dirty = 0
+        # Nodes allocate/release touched since the summary last counted idle GPUs per node,
+        # or None (unknown: the next summary recounts every node).
+        self._touched: set[int] | None = None
+        self._over_changed = True  # node_over moved since the summary was computed
 
     # -- views --------------------------------------------------------------------------------
 
@@ -198,6 +222,8 @@ class PoolState:
         new._summary = self._summary
         new._summary_version = self._summary_version
         new._dirty = self._dirty
+        new._touched = None if self._touched is None else set(self._touched)
+        new._over_changed = self._over_changed
         return new
 
     def adopt(self, other: PoolState) -> None:
@@ -247,6 +273,8 @@ class PoolState:
         new._summary = None
         new._summary_version = -1
         new._dirty = _ALL_KINDS
+        new._touched = None
+        new._over_changed = True
         return new
 
     # -- aggregates for enumeration ------------------------------------------------------------
@@ -259,12 +287,18 @@ class PoolState:
         dirty = self._dirty if prev is not None else _ALL_KINDS
         idx = p._indices()
         ct = p.class_type
-        if prev is None or dirty & _DIRTY_WHOLE:
+        touched = self._touched
+        if prev is not None and dirty & _DIRTY_WHOLE and touched is not None:
+            # Only the nodes allocate/release touched since ``prev``'s count changed.
+            node_free, tmax = self._node_free_since(prev, touched)
+            self._touched = set()
+        elif prev is None or dirty & _DIRTY_WHOLE:
             # Nodes are contiguous GPU ranges, so per-node sums are one reduceat.
             free_whole = (~self.busy & (self.used_mib == 0)).astype(np.int64)
             node_free = np.add.reduceat(free_whole, p.node_first) if len(p.nodes) else free_whole
             tmax = np.zeros(len(GPU_NAMES), np.int64)
             np.maximum.at(tmax, idx["whole_node_type"], node_free[idx["whole_nodes"]])
+            self._touched = set()
         else:
             node_free, tmax = prev.node_free, prev.type_max_node_free
         if prev is None or dirty & _DIRTY_SHARED:
@@ -296,7 +330,9 @@ class PoolState:
         # Every allocation touches its node's CPUs and memory: these are O(nodes) copies.
         cpu_free = p.node_cpu_milli - self.node_cpu_milli
         host_free = p.node_host_mib - self.node_host_mib
-        if self.node_over.any():
+        if prev is not None and not self._over_changed:
+            tight = prev.class_tight
+        elif self.node_over.any():
             tight = np.asarray((class_nodes(p) & (self.node_over > 0)[None, :]).any(axis=1))
         else:
             tight = np.zeros(p.n_classes, bool)
@@ -312,10 +348,30 @@ class PoolState:
             shared_node,
             tight,
             bool(self.node_over.any()),
+            (self.node_over > 0) if self.node_over.any() else None,
         )
         self._summary_version = self.version
         self._dirty = 0
+        self._over_changed = False
         return self._summary
+
+    def _node_free_since(self, prev: Summary, touched: set[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(idle GPUs per node, most idle whole GPUs in one node per type) from ``prev``, with
+        the ``touched`` nodes recounted: the same figures as the full recount."""
+        p = self.pool
+        node_free = prev.node_free.copy()
+        tmax = prev.type_max_node_free.copy()
+        types: set[int] = set()
+        for k in touched:
+            a = int(p.node_first[k])
+            b = a + int(p.node_count[k])
+            node_free[k] = np.count_nonzero(~self.busy[a:b] & (self.used_mib[a:b] == 0))
+            types.add(int(p.node_type[k]))
+        by_type = _whole_nodes_by_type(p)
+        for t in types:
+            w = by_type.get(t)
+            tmax[t] = int(node_free[w].max()) if w is not None else 0
+        return node_free, tmax
 
     # -- mutation -----------------------------------------------------------------------------
 
@@ -406,18 +462,23 @@ class PoolState:
         self.node_cpu_milli[at] += cpu
         self.node_host_mib[at] += host
         self.node_over[at] += over
+        self._over_changed |= bool(over)
         self._allocs[job_id] = _Alloc(
             option, mode, gpus, used, res, mask, tuple(k_node), cpu, host, bool(over)
         )
         self.version += 1
         self._dirty |= self._touches(mode, gpus[0])
+        if self._touched is not None:
+            self._touched.update(k_node)
 
     def _touches(self, kind: int, gpu: int) -> int:
         """The summary parts an allocation of ``kind`` on ``gpu`` makes stale: on a shared
-        node that also serves whole GPUs, whole and shared supply move together."""
-        if kind != MODE_MIG and bool(self.pool.node_whole[self.pool.gpu_node[gpu]]):
-            return _DIRTY_WHOLE | _DIRTY_SHARED
-        return 1 << kind
+        node that also serves whole GPUs, whole and shared supply move together; a whole-mode
+        node has no shared GPU (the shared part reads shared-mode GPUs only)."""
+        k = self.pool.gpu_node[gpu]
+        if kind == MODE_MIG or self.pool.node_mode[k] != MODE_SHARED:
+            return 1 << kind
+        return _DIRTY_SHARED | (_DIRTY_WHOLE if self.pool.node_whole[k] else 0)
 
     def _host_take(
         self, option: Option, job_id: str, gpus: tuple[int, ...], mode: int, res_mib: int
@@ -491,6 +552,7 @@ class PoolState:
         self.node_cpu_milli[nodes] -= a.cpu_milli
         self.node_host_mib[nodes] -= a.host_mib
         self.node_over[nodes] -= int(a.over_share)
+        self._over_changed |= a.over_share
         if a.kind == MODE_WHOLE:
             self.busy[idx] = False
         elif a.kind == MODE_MIG:
@@ -499,6 +561,8 @@ class PoolState:
             self.shared_count[a.gpus[0]] -= 1
         self.version += 1
         self._dirty |= self._touches(a.kind, a.gpus[0])
+        if self._touched is not None:
+            self._touched.update(a.nodes)
         return a.option
 
     @classmethod

@@ -17,7 +17,7 @@ from scheduler.core.requests import RunningJob
 from scheduler.exceptions import PlacementError
 from scheduler.service._state import _ServiceState
 from scheduler.service.events import event
-from scheduler.service.nodes import move_off
+from scheduler.service.nodes import move_off, requeue_dead_gangs
 from scheduler.service.store.records import PlacementRecord
 
 __all__: list[str] = []
@@ -153,14 +153,17 @@ class _Housekeeping(_ServiceState):
 
     def _check_nodes(self, now: float) -> int:
         """Fence down / cordoned nodes for this step's tick; move unstarted jobs off down /
-        draining ones (no retry used). Returns how many jobs were moved."""
+        draining ones (no retry used), and requeue running gangs with a rank on a down one.
+        Returns how many jobs were moved."""
         due = self.node_watch.check(now)
         if not due:
             return 0
-        moved, events = move_off(self.store, due, self.node_watch.statuses, self.policy.name.value)
+        statuses, policy = self.node_watch.statuses, self.policy.name.value
+        moved, events = move_off(self.store, due, statuses, policy)
         for jid in moved:
             self._placed.pop(jid, None)
-        self.events.emit(events)
+        _, gang_events = requeue_dead_gangs(self.store, due, statuses, policy)
+        self.events.emit(events + gang_events)
         return len(moved)
 
     # -- retraining ---------------------------------------------------------------------------

@@ -92,12 +92,21 @@ def decode_request(
             cpus=rr.cpus,
             host_memory_gib=rr.host_memory_gib,
             host_memory_floor_gib=rr.host_memory_floor_gib,
-            sync=None
-            if rr.sync is None
-            else GradientSync(rr.sync[0], rr.sync[1], max(1, int(rr.sync[2])), rr.sync[3]),
+            sync=None if rr.sync is None else _sync(rr),
         )
     except PlacementError as exc:
         raise InvalidRecord(str(exc)) from None
+
+
+def _sync(rr: RequestRecord) -> GradientSync:
+    """The record's inter-node traffic; the layout comes from the request's own fields (older
+    records carry no pipeline figures: no activation traffic is priced for them)."""
+    v = rr.sync
+    assert v is not None
+    act, micro = (v[4], max(v[5], 1.0)) if len(v) == 6 else (0.0, 1.0)
+    return GradientSync(
+        v[0], v[1], max(1, int(v[2])), v[3], rr.pipeline_parallel, rr.tensor_parallel, act, micro
+    )
 
 
 def decode_engine(raw: str | None) -> dict[str, str] | None:

@@ -143,7 +143,14 @@ def build_records(
         }
         if syncs[i].steps > 0:
             g = syncs[i]
-            request["sync"] = [g.steps, g.grad_bytes_per_gpu, g.data_parallel, g.charged_s]
+            request["sync"] = [
+                g.steps,
+                g.grad_bytes_per_gpu,
+                g.data_parallel,
+                g.charged_s,
+                g.activation_bytes,
+                g.micro_batches,
+            ]
         ts = repr(t + i * 1e-6)  # keeps submit order inside one batch
         rec = {
             "id": spec.id,

@@ -3,7 +3,9 @@
 A node's worker writes ``heartbeat_at`` into ``P:node:{name}`` every few seconds. A node whose
 heartbeat is older than ``stale_s`` is **down**: it gets no new placements, and jobs placed
 there that no worker has started move elsewhere without using up a retry (its running jobs are
-reclaimed by their own leases).
+reclaimed by their own leases). A multi-node gang with a rank there is requeued at once
+(:func:`requeue_dead_gangs`): its other ranks' workers keep renewing the job's one lease, so it
+would otherwise run on, waiting at a collective, until a timeout or ``time_limit_s``.
 A node no worker ever registered is **unknown** and still placeable: the placement lease
 (``placement_lease_s``) covers it, and a scheduler started before its workers places at once.
 
@@ -39,6 +41,7 @@ __all__ = [
     "NodeWatch",
     "move_off",
     "node_statuses",
+    "requeue_dead_gangs",
 ]
 
 log = logging.getLogger("snugfit.scheduler")
@@ -251,3 +254,43 @@ def move_off(
     if moved:
         log.warning("moved %d unstarted jobs off %s", len(moved), ", ".join(sorted(nodes)))
     return moved, events
+
+
+def requeue_dead_gangs(
+    store: Store, nodes: set[str], statuses: Mapping[str, NodeStatus], policy: str
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Requeue running multi-node gangs with a rank on a down node in ``nodes``, as a failed
+    rank would (counted against ``max_retries``): the other ranks' next heartbeat answers
+    "lost" and their workers stop them. (The gangs requeued, their events.)"""
+    down = {n for n in nodes if statuses[n].liveness == "down"}
+    if not down:
+        return [], []
+    ids = store.job_ids("running")
+    out: list[str] = []
+    events: list[dict[str, Any]] = []
+    for jid, p in current_placements(store, ids):
+        dead = [r for r in p.gang or () if r.node in down]
+        if not dead:
+            continue
+        r = dead[0]
+        reason = (
+            f"gang rank {r.node_rank} of {len(p.gang or ())} on {r.node} lost: "
+            f"{statuses[r.node].reason}; every rank stopped, gang requeued"
+        )
+        got = store.requeue(jid, p.attempt, reason=reason, counter="gang")
+        if got not in ("requeued", "failed", "cancelled"):
+            continue
+        out.append(jid)
+        events.append(
+            event(
+                "requeued" if got == "requeued" else "finished",
+                jid,
+                attempt=p.attempt,
+                node=r.node,
+                reason=reason if got == "requeued" else f"{reason}: {got}",
+                policy=policy,
+            )
+        )
+    if out:
+        log.warning("requeued %d gangs with a rank on %s", len(out), ", ".join(sorted(down)))
+    return out, events

@@ -35,7 +35,7 @@ import heapq
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -48,7 +48,7 @@ from scheduler.core.clock import VirtualClock
 from scheduler.core.decision import Decision, Option
 from scheduler.core.escalation import TableFn, escalate_oom
 from scheduler.core.loop import SchedulerCore
-from scheduler.core.options import option_table
+from scheduler.core.options import OptionBatch
 from scheduler.core.pool import KIND_NAMES, Pool
 from scheduler.core.requests import (
     TYPE_INDEX,
@@ -56,6 +56,7 @@ from scheduler.core.requests import (
     gradient_syncs,
     host_floor_gib,
     requested_type,
+    requests_from_table,
 )
 from scheduler.core.rules import MAX_OOM_RETRIES, OOM_GROWTH, memory_limit_gib
 from scheduler.exceptions import SimulationError
@@ -192,27 +193,25 @@ class Simulator:
         n = len(workload)
         # The spec's fingerprint, as the live path computes it: truth and history are keyed by
         # it (the workload's template names are not visible to a worker).
-        fps = tuple(fingerprint(s) for s in workload.specs)
+        fps = _fingerprints(workload)
         ids = [s.id or f"job-{i}" for i, s in enumerate(workload.specs)]
         vf, rf = draw_truth(model, self.seed, fps, ids) if n else (np.ones(0), np.ones(0))
         self.jobs: dict[str, _Job] = {}
         self._order: list[str] = []
         # One vectorised pass for the predictor's host memory estimates (the live client does
         # the same at submit).
-        host_floors = host_floor_gib(workload.specs)
-        syncs = gradient_syncs(workload.specs)
-        for i, spec in enumerate(workload.specs):
-            req = PlacementRequest.from_table(
-                spec,
-                predictions,
-                i,
-                submit_time_s=float(workload.arrival_s[i]),
-                host_memory_floor_gib=host_floors[i],
-                sync=syncs[i],
-            )
-            req.requested_gpu = requested_type(
-                req.vram_upper_gib, req.n_gpus, workload.requested_gpu[i], pool
-            )
+        specs = workload.specs
+        reqs = requests_from_table(
+            specs,
+            predictions,
+            submit_time_s=workload.arrival_s.tolist(),
+            requested_gpu=lambda i, upper: requested_type(
+                upper, specs[i].n_gpus, workload.requested_gpu[i], pool
+            ),
+            host_memory_floor_gib=host_floor_gib(specs),
+            sync=gradient_syncs(specs),
+        )
+        for i, (spec, req) in enumerate(zip(specs, reqs, strict=True)):
             jid = req.job_id
             if jid in self.jobs:
                 raise SimulationError(f"duplicate job id {jid!r} in the workload")
@@ -379,48 +378,40 @@ class Simulator:
         """(job id, reserved GiB per GPU, predicted upper GiB on that type) per placement."""
         return list(self._placement_log)
 
-    def _smallest_fit(self, job: _Job) -> bool:
-        """Whether the job's final option is the cheapest one that holds its TRUE peak."""
-        if job.option is None and not np.isfinite(job.end_s):
-            return False
-        assert job.base is not None
-        truth = job.base.vram_gib * job.vram_factor
-        probe = PlacementRequest(
-            job_id=job.request.job_id,
-            vram_gib=truth,
-            vram_upper_gib=truth,
-            runtime_s=job.base.runtime_s * job.runtime_factor,
-            runtime_upper_s=job.base.runtime_s * job.runtime_factor,
-            n_gpus=job.request.n_gpus,
-            tensor_parallel=job.request.tensor_parallel,
-            pipeline_parallel=job.request.pipeline_parallel,
-            gpu=job.request.gpu,
-            busy_frac=job.request.busy_frac,
-        )
-        table = option_table(probe, self._empty)
-        c = table.cheapest(now=False)
-        if c is None or job.option is None:
-            return False
-        pool, got = self.pool, job.option
-        return bool(
-            GPU_NAMES[int(pool.class_type[c])] == got.gpu_type
-            and KIND_NAMES[int(pool.class_kind[c])] == got.kind
-            and pool.class_profile[c] == got.mig_profile
-        )
+    def _smallest_fit(self, rows: Sequence[_Job]) -> np.ndarray:
+        """Per job, whether its final option is the cheapest one that holds its TRUE peak on
+        an empty pool (the probes go through :class:`OptionBatch` in chunks: one vectorised
+        enumeration per chunk, the same answer as one option table per job)."""
+        out = np.zeros(len(rows), bool)
+        pool = self.pool
+        for lo in range(0, len(rows), _SMALLEST_FIT_CHUNK):
+            chunk = rows[lo : lo + _SMALLEST_FIT_CHUNK]
+            cheapest = OptionBatch([_truth_probe(j) for j in chunk], pool)._cheapest_empty
+            for k, (job, c) in enumerate(zip(chunk, cheapest, strict=True)):
+                got = job.option
+                out[lo + k] = bool(
+                    c >= 0
+                    and got is not None
+                    and GPU_NAMES[int(pool.class_type[c])] == got.gpu_type
+                    and KIND_NAMES[int(pool.class_kind[c])] == got.kind
+                    and pool.class_profile[c] == got.mig_profile
+                )
+        return out
 
     def _metrics(self) -> SimulationMetrics:
-        self._empty = self.pool.state()
         rows = [self.jobs[j] for j in self._order]
         n = len(rows)
         reserved = np.full(n, np.nan)
         peak = np.full(n, np.nan)
         smallest = np.zeros(n, bool)
+        done: list[int] = []
         for i, job in enumerate(rows):
             if job.option is not None and np.isfinite(job.end_s):
                 reserved[i] = job.option.reserved_gib
                 peak[i] = job.true_peak_gib(job.option.gpu_type)
-                if self.smallest_fit:
-                    smallest[i] = self._smallest_fit(job)
+                done.append(i)
+        if self.smallest_fit and done:
+            smallest[done] = self._smallest_fit([rows[i] for i in done])
         jobs = JobRecords(
             arrival_s=np.array([j.arrival_s for j in rows]),
             first_start_s=np.array([j.first_start_s for j in rows]),
@@ -433,13 +424,15 @@ class Simulator:
         )
         a = np.asarray(self._attempts, float).reshape(-1, 5)
         attempts = AttemptRecords(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4])
-        return compute_metrics(
+        metrics = compute_metrics(
             jobs,
             attempts,
             pool_gpus=self.pool.n_gpus,
             placement_seconds=self.core.counters.placement_seconds,
             n_placements=self._placed,
         )
+        # Not computed is not 0%: the rate is NaN (null in JSON, "-" in tables).
+        return metrics if self.smallest_fit else replace(metrics, smallest_fit_rate=math.nan)
 
 
 def simulate(
@@ -479,6 +472,53 @@ def simulate(
         )
         out.append(sim.run())
     return out
+
+
+#: Jobs per vectorised smallest-fit probe (bounds the (jobs, classes) arrays' memory).
+_SMALLEST_FIT_CHUNK = 20_000
+
+
+def _truth_probe(job: _Job) -> PlacementRequest:
+    """The job as if the predictor knew its true peak and runtime (smallest-fit's question)."""
+    assert job.base is not None
+    truth = job.base.vram_gib * job.vram_factor
+    runtime = job.base.runtime_s * job.runtime_factor
+    r = job.request
+    return PlacementRequest(
+        job_id=r.job_id,
+        vram_gib=truth,
+        vram_upper_gib=truth,
+        runtime_s=runtime,
+        runtime_upper_s=runtime,
+        n_gpus=r.n_gpus,
+        tensor_parallel=r.tensor_parallel,
+        pipeline_parallel=r.pipeline_parallel,
+        gpu=r.gpu,
+        busy_frac=r.busy_frac,
+    )
+
+
+def _fingerprints(workload: Workload) -> tuple[str, ...]:
+    """:func:`~predictor.history.fingerprint` of every spec. A recurring job's submissions
+    share a workload label and differ only in ``id``: the fingerprint is computed once per
+    label and reused for a spec whose other fields are equal to the first one's (checked, so a
+    label is only a hint)."""
+    labels = workload.fingerprint if len(workload.fingerprint) == len(workload) else ()
+    seen: dict[str, tuple[dict[str, Any], str]] = {}
+    out: list[str] = []
+    for i, spec in enumerate(workload.specs):
+        if not labels:
+            out.append(fingerprint(spec))
+            continue
+        fields = {**spec.__dict__, "id": None}
+        got = seen.get(labels[i])
+        if got is not None and got[0] == fields:
+            out.append(got[1])
+            continue
+        fp = fingerprint(spec)
+        seen.setdefault(labels[i], (fields, fp))
+        out.append(fp)
+    return tuple(out)
 
 
 def _analytical(specs: Sequence[JobSpec]) -> PredictionTable:

@@ -208,6 +208,13 @@ def _spec_dict(
     return d
 
 
+def _cdf(w: np.ndarray) -> np.ndarray:
+    """The cumulative sum ``Generator.choice`` searches for probabilities ``w``."""
+    cdf = np.asarray(w, np.float64).cumsum()
+    cdf /= cdf[-1]
+    return cdf
+
+
 def _zipf_weights(n: int, exponent: float) -> np.ndarray:
     w = 1.0 / np.arange(1, n + 1, dtype=float) ** exponent
     return w / w.sum()
@@ -222,12 +229,19 @@ class _Drawer:
         self.class_names, self.class_w = _weights({k: c.weight for k, c in mix.classes.items()})
         self.model_names, self.model_w = _weights(mix.models)
         self.gpu_names, self.gpu_w = _weights(mix.requested_gpu_weights)
+        self._cdfs = [_cdf(w) for w in (self.class_w, self.model_w, self.gpu_w)]
+
+    def _pick(self, which: int) -> int:
+        """``rng.choice(n, p=w)`` without re-validating ``w`` each draw: numpy's own inversion
+        (one uniform, searched in the normalised cumulative sum), so the same stream and the
+        same picks (a test holds the two equal)."""
+        return int(self._cdfs[which].searchsorted(self.rng.random(), side="right"))
 
     def draw(self, job_id: str) -> tuple[JobSpec, str, str]:
         rng, m = self.rng, self.mix
-        name = self.class_names[int(rng.choice(len(self.class_names), p=self.class_w))]
-        model = self.model_names[int(rng.choice(len(self.model_names), p=self.model_w))]
-        gpu = self.gpu_names[int(rng.choice(len(self.gpu_names), p=self.gpu_w))]
+        name = self.class_names[self._pick(0)]
+        model = self.model_names[self._pick(1)]
+        gpu = self.gpu_names[self._pick(2)]
         cls = m.classes[name]
         # Pre-training from scratch is done on small models here; redraw among those.
         if cls.task == "pretrain" and cls.max_params_b is not None:

@@ -105,16 +105,19 @@ class RequestRecord(BaseModel):
     host_memory_floor_gib: float = Field(
         default=0.0, ge=0, le=MAX_HOST_MEMORY_GIB, allow_inf_nan=False
     )
-    # Data-parallel gradient traffic of a multi-GPU training job (predictor.internode):
-    # [steps, gradient bytes per GPU per step, data-parallel degree, inter-node seconds the
-    # predicted runtime already charges]; absent for the rest and in older records.
-    sync: list[float] | None = Field(default=None, min_length=4, max_length=4)
+    # Inter-node traffic of a multi-GPU training job (predictor.internode): [steps, gradient
+    # bytes per GPU per step, data-parallel degree, inter-node seconds the predicted runtime
+    # already charges, pipeline activation bytes per micro-batch and boundary, micro-batches
+    # per step]; the last two absent in older records, the whole list for inference.
+    sync: list[float] | None = Field(default=None, min_length=4, max_length=6)
 
     @field_validator("sync")
     @classmethod
     def _finite_sync(cls, v: list[float] | None) -> list[float] | None:
-        if v is not None and not all(math.isfinite(x) and 0 <= x <= 1e30 for x in v):
-            raise ValueError(f"sync must be 4 finite non-negative figures; got {v!r}")
+        if v is None:
+            return v
+        if len(v) == 5 or not all(math.isfinite(x) and 0 <= x <= 1e30 for x in v):
+            raise ValueError(f"sync must be 4 or 6 finite non-negative figures; got {v!r}")
         return v
 
     @field_validator("gpu", "requested_gpu")

@@ -200,3 +200,37 @@ def test_the_core_requeues_the_retry_request_in_its_turn() -> None:
     (d2,) = core.tick()
     assert d2.state == "placed" and d2.chosen_option is not None
     assert d2.chosen_option.n_gpus == 2 and d2.chosen_option.reserved_gib >= e.reserved_gib
+
+
+def test_a_multi_node_gang_escalates_to_a_bigger_type_that_holds_the_gang() -> None:
+    def nodes(gpu: str, count: int, k: int) -> list[dict[str, object]]:
+        return [{"name": f"{gpu[:4]}-{i}", "gpu": gpu, "count": count} for i in range(k)]
+
+    spec = parse_spec(
+        {
+            "id": "g",
+            "model": "llama-3.1-8b",
+            "task": "inference",
+            "batch_size": 8,
+            "input_len": 512,
+            "output_len": 128,
+            "num_requests": 10,
+            "n_gpus": 16,
+            "tensor_parallel": 8,
+        }
+    )
+    both = Pool.from_dict(
+        {"name": "p", "nodes": nodes("H100-80GB", 8, 2) + nodes("H200-141GB", 8, 2)}
+    )
+    # 16 GPUs fit no node, but two 8-GPU nodes of either type hold the gang.
+    assert 140 < largest_slot_gib(both, n_gpus=16, tensor_parallel=8) < 142
+    assert largest_slot_gib(both, n_gpus=16, tensor_parallel=16) == 0.0  # TP must fit a node
+    kw = {"label": "H100-80GB x16", "kind": "whole", "reserved_gib": 60.0}
+    e = escalate_oom(capacity_gib=79.6, gpu_type="H100-80GB", pool=both, spec=spec, **kw)
+    assert e.possible and e.bigger_slot and e.reserved_gib > 79.6 and e.tensor_parallel is None
+    # One H200 node cannot hold 16 GPUs and alone is no gang: nothing bigger holds it.
+    one = Pool.from_dict(
+        {"name": "p", "nodes": nodes("H100-80GB", 8, 2) + nodes("H200-141GB", 8, 1)}
+    )
+    e1 = escalate_oom(capacity_gib=79.6, gpu_type="H100-80GB", pool=one, spec=spec, **kw)
+    assert not e1.possible and "nothing bigger exists" in e1.reason

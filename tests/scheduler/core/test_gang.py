@@ -234,3 +234,36 @@ def test_every_policy_places_a_gang_beside_a_node_sized_job(policy: str) -> None
     eight = state.option_of("eight")
     assert big.n_nodes == 2 and not set(big.gpu_indices) & set(eight.gpu_indices)
     state.assert_consistent()
+
+
+def test_gang_runtime_charges_pipeline_activations_between_its_nodes() -> None:
+    from predictor.internode import gradient_sync, internode_pipeline_s
+    from predictor.spec import JobSpec
+
+    spec = JobSpec.model_validate(
+        {
+            "id": "pp",
+            "model": "llama-3.1-8b",
+            "task": "full_finetune",
+            "batch_size": 4,
+            "seq_len": 2048,
+            "steps": 1000,
+            "gradient_accumulation": 8,
+            "n_gpus": 16,
+            "tensor_parallel": 8,
+            "pipeline_parallel": 2,
+        }
+    )
+    sync = gradient_sync([spec])[0]
+    # One data-parallel replica: no gradient all-reduce, only the two stages' activations.
+    assert sync.data_parallel == 1 and sync.charged_s == 0.0
+    pipe = internode_pipeline_s(sync, 8, 2, 400.0)
+    assert pipe > 0.0
+    pool = _pool(("h0", 8, None), ("h1", 8, None))
+    req = _req("pp", 16, tp=8, sync=sync, pipeline_parallel=2)
+    opt = next(o for o in enumerate_options(req, pool.state()) if o.gpu_type == "H100-80GB")
+    assert opt.n_nodes == 2 and opt.runtime_s == pytest.approx(3600.0 + pipe)
+    # The same pipeline inside one 8-GPU node is not a gang: nothing crosses a network.
+    one = _req("pp8", 8, tp=4, sync=sync, pipeline_parallel=2)
+    opt8 = next(o for o in enumerate_options(one, pool.state()) if o.gpu_type == "H100-80GB")
+    assert opt8.n_nodes == 1 and opt8.runtime_s == pytest.approx(3600.0)

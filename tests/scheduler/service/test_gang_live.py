@@ -126,8 +126,10 @@ def test_training_gang_carries_its_gradient_traffic_to_the_leader(store: RedisSt
     }
     h = client.submit(ft)
     request = json.loads(store.get_job("job-ft")["request"])
-    steps, grad, dp, charged = request["sync"]
+    steps, grad, dp, charged, act, micro = request["sync"]
     assert (steps, dp) == (100, 2) and grad > 0 and charged > 0
+    # No pipeline here, but the activation figures travel for every training gang.
+    assert act == 4 * 2048 * 4096 * 2 and micro == 1
     # Inference records stay as they were.
     client.submit(spec("inf"))
     assert "sync" not in json.loads(store.get_job("job-inf")["request"])
@@ -138,6 +140,53 @@ def test_training_gang_carries_its_gradient_traffic_to_the_leader(store: RedisSt
     predicted = json.loads(store.get_job("job-ft")["predictions"])["H100-80GB"]["runtime_s"]
     # One 400 Gb/s link per node (the default) is slower than the predictor's link per GPU.
     assert p.runtime_s > predicted
+
+
+def test_pipeline_gang_pays_its_activations_and_old_records_still_decode(
+    store: RedisStore,
+) -> None:
+    from predictor.internode import GradientSync, internode_pipeline_s
+    from scheduler.service._intake import InvalidRecord, decode_request
+
+    pool = Pool.from_dict(POOL)
+    pp = {
+        "id": "job-pp",
+        "model": "llama-3.1-8b",
+        "task": "full_finetune",
+        "batch_size": 4,
+        "seq_len": 2048,
+        "steps": 100,
+        "gradient_accumulation": 8,
+        "n_gpus": 16,
+        "tensor_parallel": 8,
+        "pipeline_parallel": 2,
+        "gpu": "H100-80GB",
+    }
+    h = Client(store=store).submit(pp)
+    rec = store.get_job("job-pp")
+    request = json.loads(rec["request"])
+    # What the leader reads back is what the client computed: the spec's layout and figures.
+    got = decode_request(pool, "job-pp", "pending", "0", "0", None, rec["request"]).sync
+    steps, _, dp, charged, act, micro = request["sync"]
+    assert got == GradientSync(steps, request["sync"][1], dp, charged, 2, 8, act, micro)
+    SchedulerService(store, pool).step()
+    p = h.placement
+    assert p is not None and p.n_nodes == 2 and p.runtime_s is not None
+    predicted = json.loads(rec["predictions"])["H100-80GB"]["runtime_s"]
+    # One data-parallel replica (no all-reduce): the runtime is the prediction plus the two
+    # stages' activations over one 400 Gb/s link.
+    assert dp == 1 and charged == 0.0
+    pipe = internode_pipeline_s(got, 8, 2, 400.0)
+    assert pipe > 1.0  # seconds, over 100 steps
+    # (the stored prediction is rounded to the millisecond)
+    assert p.runtime_s == pytest.approx(predicted + pipe, abs=2e-3)
+    # A record written before the activation figures existed decodes with none of them.
+    old = json.dumps(request | {"sync": request["sync"][:4]})
+    legacy = decode_request(pool, "job-pp", "pending", "0", "0", None, old).sync
+    assert legacy.activation_bytes == 0.0 and legacy.pipeline_parallel == 2
+    five = json.dumps(request | {"sync": [1] * 5})
+    with pytest.raises(InvalidRecord, match="sync must be 4 or 6"):
+        decode_request(pool, "x", "pending", "0", "0", None, five)
 
 
 def test_snugfit_explain_and_pool_show_the_gang(store: RedisStore, redis_url: str) -> None:

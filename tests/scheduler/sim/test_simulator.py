@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from predictor.analytical import predict_table
+from predictor.gpus import GPU_NAMES
 from scheduler.core.decision import Decision
 from scheduler.core.loop import SchedulerCore
 from scheduler.core.pool import Pool, load_pool
@@ -305,3 +306,114 @@ def test_simulator_runs_multi_node_gangs_and_keeps_every_node_consistent() -> No
     # Gangs of 2 and 3 nodes (TP=8 keeps a node's eight GPUs together); the 8-GPU job one node.
     assert len(spans["ft-0"]) == len(spans["ft-1"]) == 2
     assert len(spans["ft-3"]) == 3 and len(spans["ft-2"]) == 1
+
+
+def test_smallest_fit_rate_is_each_jobs_cheapest_true_fit_or_null_when_not_computed() -> None:
+    from scheduler.core.options import option_table
+    from scheduler.core.pool import KIND_NAMES
+    from scheduler.core.requests import PlacementRequest
+    from scheduler.sim import simulator as sim_mod
+
+    pool = load_pool(MIXED)
+    wl = _small_workload(3, days=0.5)
+    table = predict_table(list(wl.specs))
+    sim = Simulator(pool, get_policy("rightsize"), wl, table, seed=3)
+    got = sim.run().to_dict()["smallest_fit_rate"]
+    # The definition, one option table per finished job on the empty pool (the chunked
+    # vectorised enumeration must agree with it).
+    empty = pool.state()
+    hits = []
+    for job in sim.jobs.values():
+        if job.option is None or not np.isfinite(job.end_s):
+            continue
+        assert job.base is not None
+        truth = job.base.vram_gib * job.vram_factor
+        rt = job.base.runtime_s * job.runtime_factor
+        probe = PlacementRequest(
+            job.request.job_id,
+            truth,
+            truth,
+            rt,
+            rt,
+            n_gpus=job.request.n_gpus,
+            tensor_parallel=job.request.tensor_parallel,
+            gpu=job.request.gpu,
+            busy_frac=job.request.busy_frac,
+        )
+        c = option_table(probe, empty).cheapest(now=False)
+        o = job.option
+        hits.append(
+            c is not None
+            and GPU_NAMES[int(pool.class_type[c])] == o.gpu_type
+            and KIND_NAMES[int(pool.class_kind[c])] == o.kind
+            and pool.class_profile[c] == o.mig_profile
+        )
+    assert len(hits) > 40 and 0.0 < got < 1.0
+    assert got == pytest.approx(round(float(np.mean(hits)), 6))
+    # Chunk boundaries do not matter.
+    old = sim_mod._SMALLEST_FIT_CHUNK
+    try:
+        sim_mod._SMALLEST_FIT_CHUNK = 7
+        again = Simulator(pool, get_policy("rightsize"), wl, table, seed=3).run().to_dict()
+    finally:
+        sim_mod._SMALLEST_FIT_CHUNK = old
+    assert again["smallest_fit_rate"] == got
+    # Not computed is reported as missing, never as 0%.
+    off = Simulator(pool, get_policy("rightsize"), wl, table, seed=3, smallest_fit=False)
+    assert off.run().to_dict()["smallest_fit_rate"] is None
+
+
+def test_a_simulated_gang_oom_is_requeued_by_the_single_node_rule_on_a_bigger_type() -> None:
+    from predictor.spec import JobSpec
+
+    nodes = [{"name": f"h{k}", "gpu": "H100-80GB", "count": 8} for k in range(2)]
+    nodes += [{"name": f"g{k}", "gpu": "H200-141GB", "count": 8} for k in range(2)]
+    pool = Pool.from_dict({"nodes": nodes})
+    spec = JobSpec.model_validate(
+        {
+            "id": "ft-gang",
+            "model": "llama-3.1-8b",
+            "task": "full_finetune",
+            "batch_size": 4,
+            "seq_len": 2048,
+            "steps": 50,
+            "n_gpus": 16,
+            "tensor_parallel": 8,
+        }
+    )
+    wl = Workload(
+        specs=(spec,),
+        arrival_s=np.array([0.0]),
+        requested_gpu=("H100-80GB",),
+        job_class=("train",),
+        fingerprint=("once-0",),
+    )
+    table = predict_table([spec])
+    peaks = dict(zip(table.gpu_names, table.peak_vram_gib[0], strict=True))
+    # The true peak is 100 GiB per GPU on an H100 (all of its 80 GiB is not enough) and fits
+    # an H200.
+    factor = 100.0 / float(peaks["H100-80GB"])
+    assert float(peaks["H200-141GB"]) * factor < 135.0
+    placed: list[tuple[str, int]] = []
+
+    def observe(core: SchedulerCore, decisions: list[Decision], now: float) -> None:
+        core.state.assert_consistent()
+        for d in decisions:
+            if d.state == "placed" and d.chosen_option is not None:
+                o = d.chosen_option
+                placed.append((o.gpu_type, len({int(pool.gpu_node[g]) for g in o.gpu_indices})))
+
+    sim = Simulator(
+        pool,
+        get_policy("rightsize"),
+        wl,
+        table,
+        seed=0,
+        residuals=_constant_residuals(factor),
+        observer=observe,
+    )
+    out = sim.run().to_dict()
+    # Before: the gang failed at once (no single node holds 16 GPUs, so "nothing bigger").
+    assert out["n_finished"] == 1 and out["oom_kills"] == 1
+    assert placed == [("H100-80GB", 2), ("H200-141GB", 2)]
+    assert not sim.jobs["ft-gang"].failed

@@ -35,3 +35,19 @@ def test_mix_shape_and_diurnal_arrivals() -> None:
 def test_bad_days_rejected() -> None:
     with pytest.raises(SimulationError, match="positive"):
         generate_workload(0, seed=0)
+
+
+def test_the_drawers_pick_is_numpys_choice_draw_for_draw() -> None:
+    import numpy as np
+
+    from scheduler.sim.workload import _Drawer, load_mix
+
+    mix = load_mix()
+    a, b = np.random.default_rng(7), np.random.default_rng(7)
+    d = _Drawer(mix, a)
+    weights = (d.class_w, d.model_w, d.gpu_w)
+    for k in range(3000):
+        which = k % 3
+        assert d._pick(which) == int(b.choice(len(weights[which]), p=weights[which]))
+    # The two streams stayed in step.
+    assert a.random() == b.random()
