@@ -248,6 +248,10 @@ class PoolState:
         self._summary = other._summary
         self._summary_version = other._summary_version
         self._dirty = other._dirty
+        # The summary's incremental recount state goes with it: a summary taken over without
+        # the nodes touched since it was counted would keep their stale idle counts.
+        self._touched = None if other._touched is None else set(other._touched)
+        self._over_changed = other._over_changed
 
     def fenced(
         self, gpu_indices: Iterable[int], holds: Iterable[tuple[int, int, int]] = ()

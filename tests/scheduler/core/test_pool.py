@@ -176,6 +176,27 @@ def test_free_by_type_and_copy_independence() -> None:
     assert state.free_by_type()["H100-80GB"].idle_gpus == 10
 
 
+def test_adopt_keeps_the_summary_equal_to_a_recount() -> None:
+    """adopt() takes over the copy's incremental summary with the nodes it touched: a summary
+    taken over without them kept stale idle counts (a whole-GPU option read as free)."""
+    pool = load_pool(POOLS / "mixed.toml")
+    state = pool.state()
+    state.summary()  # counted once, so the next one is incremental
+    trial = state.copy()
+    for k in range(6):
+        o = next(o for o in enumerate_options(_req(f"j{k}", 20.0, n=2), trial) if o.fits_now)
+        trial.allocate(o, f"j{k}")
+    trial.summary()  # the trial counts its touched nodes, then allocates once more
+    o = next(o for o in enumerate_options(_req("last", 20.0, n=2), trial) if o.fits_now)
+    trial.allocate(o, "last")
+    state.adopt(trial)
+    fresh = state.copy()
+    fresh._summary, fresh._touched = None, None  # a full recount from the arrays
+    got, want = state.summary(), fresh.summary()
+    for f in ("node_free", "type_max_node_free", "class_supply", "class_avail"):
+        assert np.array_equal(getattr(got, f), getattr(want, f)), f
+
+
 def test_synthetic_pool_is_seeded_and_sized() -> None:
     a = synthetic_pool(1024, seed=3)
     b = synthetic_pool(1024, seed=3)
