@@ -102,6 +102,19 @@ def _whole_nodes_by_type(pool: Pool) -> dict[int, np.ndarray]:
     return cached  # type: ignore[no-any-return]
 
 
+#: PoolState's per-GPU and per-node arrays (copied by copy(), taken over by adopt()).
+_STATE_ARRAYS = (
+    "used_mib",
+    "reserved_mib",
+    "busy",
+    "mig_occ",
+    "shared_count",
+    "node_cpu_milli",
+    "node_host_mib",
+    "node_over",
+)
+
+
 class PoolState:
     """What is taken on every GPU right now. Cheap to copy; ``release`` undoes ``allocate``.
 
@@ -209,21 +222,9 @@ class PoolState:
     def copy(self) -> PoolState:
         new = PoolState.__new__(PoolState)
         new.pool = self.pool
-        new.used_mib = self.used_mib.copy()
-        new.reserved_mib = self.reserved_mib.copy()
-        new.busy = self.busy.copy()
-        new.mig_occ = self.mig_occ.copy()
-        new.shared_count = self.shared_count.copy()
-        new.node_cpu_milli = self.node_cpu_milli.copy()
-        new.node_host_mib = self.node_host_mib.copy()
-        new.node_over = self.node_over.copy()
-        new._allocs = dict(self._allocs)
-        new.version = self.version
-        new._summary = self._summary
-        new._summary_version = self._summary_version
-        new._dirty = self._dirty
-        new._touched = None if self._touched is None else set(self._touched)
-        new._over_changed = self._over_changed
+        for name in _STATE_ARRAYS:
+            setattr(new, name, getattr(self, name).copy())
+        new._take_bookkeeping(self)
         return new
 
     def adopt(self, other: PoolState) -> None:
@@ -232,24 +233,19 @@ class PoolState:
         one again (they were checked on ``other``)."""
         if other.pool is not self.pool or len(other._allocs) < len(self._allocs):
             raise PlacementError("adopt() takes a copy of this state that only added allocations")
-        for name in (
-            "used_mib",
-            "reserved_mib",
-            "busy",
-            "mig_occ",
-            "shared_count",
-            "node_cpu_milli",
-            "node_host_mib",
-            "node_over",
-        ):
+        for name in _STATE_ARRAYS:
             np.copyto(getattr(self, name), getattr(other, name))
+        self._take_bookkeeping(other)
+
+    def _take_bookkeeping(self, other: PoolState) -> None:
+        """``other``'s allocations, version and summary with its incremental-recount state
+        (one list for copy and adopt: a summary taken over without the nodes touched since it
+        was counted keeps their stale idle counts)."""
         self._allocs = dict(other._allocs)
         self.version = other.version
         self._summary = other._summary
         self._summary_version = other._summary_version
         self._dirty = other._dirty
-        # The summary's incremental recount state goes with it: a summary taken over without
-        # the nodes touched since it was counted would keep their stale idle counts.
         self._touched = None if other._touched is None else set(other._touched)
         self._over_changed = other._over_changed
 
