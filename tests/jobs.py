@@ -72,3 +72,22 @@ def submit_stream(
         i += 1
         if pause_s:
             time.sleep(pause_s)
+
+
+def one_waiting_for_capacity(store: Any) -> str:
+    """On a one-H100 pool, a first job placed and a second left pending for capacity by a live
+    leader, which stores no decision for it (it re-decides it each step): the second's id."""
+    from scheduler.core.pool import Pool
+    from scheduler.service.client import Client
+    from scheduler.service.leader import SchedulerService
+
+    one = Pool.from_dict({"name": "one", "nodes": [{"name": "h", "gpu": "H100-80GB", "count": 1}]})
+    svc, client = SchedulerService(store, one), Client(store=store)
+    first = client.submit(inference_spec("first"))
+    svc.step()
+    assert first.status() == "placed"
+    waiting = client.submit(inference_spec("waiting"))
+    svc.step()
+    assert waiting.status() == "pending"
+    assert store.get_fields([waiting.id], ["decision"])[0] == [None]  # the leader stores none
+    return waiting.id

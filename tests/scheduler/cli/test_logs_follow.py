@@ -22,6 +22,7 @@ from scheduler.service.client import Client
 from scheduler.service.leader import SchedulerService
 from scheduler.service.store.redis_store import RedisStore
 from tests.jobs import inference_spec as spec
+from tests.jobs import one_waiting_for_capacity
 from tests.workers.test_worker import drain, make_worker
 
 REPO = Path(__file__).resolve().parents[3]
@@ -177,15 +178,7 @@ def test_follow_words_a_capacity_wait_by_the_options_priced_now(store: RedisStor
     read-only (as `explain` does) instead of saying the scheduler has not considered it."""
     from scheduler.cli._follow import _describe, follow_job
 
-    one = Pool.from_dict({"name": "one", "nodes": [{"name": "h", "gpu": "H100-80GB", "count": 1}]})
-    svc, client = SchedulerService(store, one), Client(store=store)
-    first = client.submit(spec("first"))
-    svc.step()
-    assert first.status() == "placed"
-    waiting = client.submit(spec("waiting"))
-    svc.step()
-    assert waiting.status() == "pending"
-    assert store.get_fields([waiting.id], ["decision"])[0] == [None]  # the leader stores none
+    waiting = one_waiting_for_capacity(store)
     lines: list[str] = []
 
     def emit(chunk: object) -> None:
@@ -193,7 +186,7 @@ def test_follow_words_a_capacity_wait_by_the_options_priced_now(store: RedisStor
         raise _Seen
 
     with pytest.raises(_Seen):  # stop at the first state line
-        follow_job(store, waiting.id, emit, describe=lambda f: _describe(store, waiting.id, f))
+        follow_job(store, waiting, emit, describe=lambda f: _describe(store, waiting, f))
     assert lines and "Reason=Resources" in lines[0]
     assert "insufficient free H100-80GB" in lines[0] and "not yet considered" not in lines[0]
 

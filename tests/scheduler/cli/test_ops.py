@@ -309,21 +309,10 @@ def test_parse_record_decodes_fields_and_survives_corruption() -> None:
 def test_explain_a_job_the_live_leader_keeps_pending_prices_its_options_now(
     store: RedisStore, redis_url: str
 ) -> None:
-    from scheduler.service.client import Client
-    from scheduler.service.leader import SchedulerService
-    from tests.jobs import inference_spec
+    from tests.jobs import one_waiting_for_capacity
 
-    one = Pool.from_dict({"name": "one", "nodes": [{"name": "h", "gpu": "H100-80GB", "count": 1}]})
-    svc = SchedulerService(store, one)
-    client = Client(store=store)
-    first = client.submit(inference_spec("first"))
-    svc.step()
-    assert first.status() == "placed"
-    waiting = client.submit(inference_spec("waiting"))
-    svc.step()
-    assert waiting.status() == "pending"
-    assert store.get_fields([waiting.id], ["decision"])[0] == [None]  # the leader stores none
-    res = CliRunner().invoke(explain_command, [waiting.id, "--url", redis_url, "--width", "200"])
+    waiting = one_waiting_for_capacity(store)
+    res = CliRunner().invoke(explain_command, [waiting, "--url", redis_url, "--width", "200"])
     assert res.exit_code == 0, res.output
     assert "Reason=Resources" in res.stdout and "insufficient free H100-80GB" in res.stdout
     assert "not yet considered" not in res.stdout
