@@ -15,7 +15,6 @@ from pathlib import Path
 
 import redis
 
-from scheduler.core.pool import Pool
 from scheduler.service.client import Client
 from scheduler.service.leader import SchedulerService
 from scheduler.service.store.redis_store import RedisStore
@@ -26,15 +25,9 @@ from tests.scheduler.service.test_faults import (  # noqa: F401 (fixtures)
     snugfit,
     write_pool,
 )
+from tests.workers.gang_helpers import NODES, POOL, node_worker
 from tests.workers.test_process import alive
 from tests.workers.test_worker import drain
-from workers.worker import NodeWorker
-
-NODES = [
-    {"name": "n1", "gpu": "H100-80GB", "count": 2, "rack": "r0"},
-    {"name": "n2", "gpu": "H100-80GB", "count": 2, "rack": "r0"},
-]
-POOL = Pool.from_dict({"name": "two", "nodes": NODES})
 
 # Records its pid in <out>/<attempt>-<NODE_RANK>.json; attempt 1 sleeps (a rank waiting at a
 # collective for its dead peer), attempt 2 ends at once.
@@ -101,19 +94,7 @@ def test_a_gang_with_a_rank_on_a_dead_node_is_requeued_and_its_survivor_stopped(
     # One node up: the gang waits; n2 back: it runs again as attempt 2 and finishes.
     svc.step()
     assert h.status() == "pending"
-    back = [
-        NodeWorker(
-            store,
-            str(n["name"]),
-            heartbeat_s=0.05,
-            pool=POOL,
-            simulate=False,
-            nvml=None,
-            history_path=tmp_path / f"h-{n['name']}.jsonl",
-            log_path=tmp_path / f"log-{n['name']}.jsonl",
-        )
-        for n in NODES
-    ]
+    back = [node_worker(store, tmp_path, str(n["name"])) for n in NODES]
     for w in back:
         w.register()
     svc.step()

@@ -24,9 +24,9 @@ from tests.scheduler.service.test_faults import (  # noqa: F401 (fixtures)
     snugfit,
     write_pool,
 )
+from tests.workers.gang_helpers import node_worker
 from tests.workers.test_process import alive
 from tests.workers.test_worker import drain
-from workers.worker import NodeWorker
 
 H100 = [{"name": f"h{k}", "gpu": "H100-80GB", "count": 2, "rack": "r0"} for k in (1, 2)]
 H200 = [{"name": f"g{k}", "gpu": "H200-141GB", "count": 2, "rack": "r1"} for k in (1, 2)]
@@ -48,19 +48,6 @@ JOB = textwrap.dedent(
         time.sleep(60)
     """
 )
-
-
-def _worker(store: RedisStore, tmp_path: Path, node: str, pool: Pool) -> NodeWorker:
-    return NodeWorker(
-        store,
-        node,
-        heartbeat_s=0.05,
-        pool=pool,
-        simulate=False,
-        nvml=None,
-        history_path=tmp_path / f"h-{node}.jsonl",
-        log_path=tmp_path / f"log-{node}.jsonl",
-    )
 
 
 def _gang(command: list[str], **kw: Any) -> dict[str, Any]:
@@ -93,7 +80,7 @@ def test_a_gang_rank_oom_requeues_the_gang_on_a_bigger_type_and_it_finishes(
     wait_for(started.exists, 60, "rank 0 of attempt 1 to start")
     wait_for(lambda: b"}" in started.read_bytes(), 10, "rank 0's record")
     pid0 = json.loads(started.read_text())["pid"]
-    drain(_worker(store, tmp_path, rank1, pool))
+    drain(node_worker(store, tmp_path, rank1, pool))
     rec = h.record()
     assert h.status() == "pending" and rec["ooms"] == "1", h.reason
     # The single-node rule: all of an H100's 80 GiB was not enough, so the retry reserves
@@ -113,7 +100,7 @@ def test_a_gang_rank_oom_requeues_the_gang_on_a_bigger_type_and_it_finishes(
     assert p2 is not None and p2.attempt == 2 and p2.n_nodes == 2
     assert p2.gpu_type == "H200-141GB" and p2.reserved_gib > 80.0
     for r in p2.gang or []:
-        drain(_worker(store, tmp_path, r.node, pool))
+        drain(node_worker(store, tmp_path, r.node, pool))
     assert h.status() == "succeeded", h.reason
     assert (tmp_path / "2-0.json").exists() and (tmp_path / "2-1.json").exists()
 
@@ -127,7 +114,7 @@ def test_a_gang_oom_on_the_largest_type_fails_at_once(redis_url: str, tmp_path: 
     p = h.placement
     assert p is not None and p.gang is not None
     # Rank 1 OOMs first; nothing in this pool is bigger than an H100, so no retry is burnt.
-    drain(_worker(store, tmp_path, p.gang[1].node, pool))
+    drain(node_worker(store, tmp_path, p.gang[1].node, pool))
     assert h.status() == "failed", h.reason
     assert "nothing bigger exists" in h.reason and h.reason.startswith("gang rank 1 of 2")
     assert store.alloc_ids() == []

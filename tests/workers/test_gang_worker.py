@@ -12,7 +12,6 @@ from typing import Any
 
 import redis
 
-from scheduler.core.pool import Pool
 from scheduler.service.client import Client
 from scheduler.service.leader import SchedulerService
 from scheduler.service.store.redis_store import RedisStore
@@ -23,15 +22,9 @@ from tests.scheduler.service.test_faults import (  # noqa: F401 (fixtures)
     snugfit,
     write_pool,
 )
+from tests.workers.gang_helpers import NODES, POOL, node_worker
 from tests.workers.test_process import alive
 from tests.workers.test_worker import drain
-from workers.worker import NodeWorker
-
-NODES = [
-    {"name": "n1", "gpu": "H100-80GB", "count": 2, "rack": "r0"},
-    {"name": "n2", "gpu": "H100-80GB", "count": 2, "rack": "r0"},
-]
-POOL = Pool.from_dict({"name": "two", "nodes": NODES})
 
 # Writes its rendezvous environment to <out>/<attempt>-<NODE_RANK>.json, then: attempt 1 of
 # rank 1 fails at once and attempt 1 of rank 0 sleeps (until its worker stops it); every
@@ -55,23 +48,6 @@ JOB = textwrap.dedent(
 )
 
 
-def _worker(store: RedisStore, tmp_path: Path, node: str, **kw: Any) -> NodeWorker:
-    kw.setdefault("simulate", False)
-    if not kw["simulate"]:
-        kw.setdefault("nvml", None)
-    else:
-        kw.setdefault("time_scale", 1e-4)
-    return NodeWorker(
-        store,
-        node,
-        heartbeat_s=0.05,
-        pool=POOL,
-        history_path=tmp_path / f"h-{node}.jsonl",
-        log_path=tmp_path / f"log-{node}.jsonl",
-        **kw,
-    )
-
-
 def _gang(i: str, command: list[str] | None = None) -> dict[str, Any]:
     return spec(i, command, gpu="H100-80GB", n_gpus=4, tensor_parallel=2)
 
@@ -85,9 +61,9 @@ def test_each_rank_gets_torchrun_rendezvous_env_and_its_share(
     p = h.placement
     assert p is not None and p.gang is not None and p.n_nodes == 2
     # Each node's worker runs its own RQ job; the first rank to end waits for the other.
-    drain(_worker(store, tmp_path, "n1"))
+    drain(node_worker(store, tmp_path, "n1"))
     assert h.status() == "running"
-    drain(_worker(store, tmp_path, "n2"))
+    drain(node_worker(store, tmp_path, "n2"))
     assert h.status() == "succeeded", h.reason
     envs = {r: json.loads((tmp_path / f"1-{r}.json").read_text()) for r in (0, 1)}
     for r in p.gang:
@@ -110,9 +86,9 @@ def test_simulated_workers_run_a_gang(redis_url: str, tmp_path: Path) -> None:
     h = Client(store=store).submit(_gang("sim"))
     SchedulerService(store, POOL).step()
     assert h.placement is not None and h.placement.n_nodes == 2
-    drain(_worker(store, tmp_path, "n2", simulate=True))
+    drain(node_worker(store, tmp_path, "n2", simulate=True))
     assert h.status() == "running"
-    drain(_worker(store, tmp_path, "n1", simulate=True))
+    drain(node_worker(store, tmp_path, "n1", simulate=True))
     assert h.status() == "succeeded", h.reason
     assert h.outcome is not None and h.outcome.simulated
     assert store.alloc_ids() == []
@@ -147,7 +123,7 @@ def test_a_failing_rank_stops_the_gang_and_requeues_it(
     pid0 = json.loads(started.read_text())["pid"]
     assert alive(pid0)
     # Rank 1 fails here: the gang is requeued and every node's capacity comes back at once.
-    drain(_worker(store, tmp_path, rank1))
+    drain(node_worker(store, tmp_path, rank1))
     assert h.status() == "pending"
     assert h.reason == (
         f"gang rank 1 of 2 on {rank1} failed (exit code 3); every rank was stopped and the "
@@ -164,6 +140,6 @@ def test_a_failing_rank_stops_the_gang_and_requeues_it(
     p2 = h.placement
     assert p2 is not None and p2.attempt == 2 and p2.n_nodes == 2
     for node in ("n1", "n2"):
-        drain(_worker(store, tmp_path, node))
+        drain(node_worker(store, tmp_path, node))
     assert h.status() == "succeeded", h.reason
     assert (tmp_path / "2-0.json").exists() and (tmp_path / "2-1.json").exists()
