@@ -91,3 +91,19 @@ def one_waiting_for_capacity(store: Any) -> str:
     assert waiting.status() == "pending"
     assert store.get_fields([waiting.id], ["decision"])[0] == [None]  # the leader stores none
     return waiting.id
+
+
+def gang_finetune_spec(job_id: str, *, steps: int = 1000, **kw: Any) -> dict[str, Any]:
+    """Llama-3.1-8B full fine-tune over 16 GPUs at TP 8 (two 8-GPU nodes): the multi-node gang
+    the inter-node runtime tests price; ``kw`` adds or overrides fields (PP, accumulation)."""
+    return {
+        "id": job_id,
+        "model": "llama-3.1-8b",
+        "task": "full_finetune",
+        "batch_size": 4,
+        "seq_len": 2048,
+        "steps": steps,
+        "n_gpus": 16,
+        "tensor_parallel": 8,
+        **kw,
+    }

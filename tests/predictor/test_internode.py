@@ -9,6 +9,7 @@ from predictor.efficiency import default_efficiencies
 from predictor.internode import GradientSync, gradient_sync, internode_pipeline_s
 from predictor.models import resolve_model
 from predictor.spec import JobSpec
+from tests.jobs import gang_finetune_spec
 
 # One micro-batch of 4 x 2048 tokens at hidden 4096 in bf16 crosses a stage boundary.
 ACT = 4 * 2048 * 4096 * 2.0
@@ -57,18 +58,7 @@ def test_pipeline_inside_one_node_or_no_pipeline_charges_nothing() -> None:
 
 def test_gradient_sync_carries_the_pipeline_figures_of_the_spec() -> None:
     spec = JobSpec.model_validate(
-        {
-            "id": "pp",
-            "model": "llama-3.1-8b",
-            "task": "full_finetune",
-            "batch_size": 4,
-            "seq_len": 2048,
-            "steps": 100,
-            "gradient_accumulation": 8,
-            "n_gpus": 16,
-            "tensor_parallel": 8,
-            "pipeline_parallel": 2,
-        }
+        gang_finetune_spec("pp", steps=100, gradient_accumulation=8, pipeline_parallel=2)
     )
     (s,) = gradient_sync([spec])
     assert resolve_model("llama-3.1-8b").hidden_size == 4096

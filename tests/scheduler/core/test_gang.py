@@ -17,6 +17,7 @@ from scheduler.core.requests import PlacementRequest
 from scheduler.core.state import PoolState
 from scheduler.exceptions import PlacementError
 from scheduler.policies.registry import get_policy
+from tests.jobs import gang_finetune_spec
 from tests.placement import flat_request
 
 
@@ -161,18 +162,7 @@ def test_gang_runtime_charges_the_gradient_all_reduce_over_the_node_network() ->
     from predictor.internode import gradient_sync, internode_allreduce_s
     from predictor.spec import JobSpec
 
-    spec = JobSpec.model_validate(
-        {
-            "id": "ft",
-            "model": "llama-3.1-8b",
-            "task": "full_finetune",
-            "batch_size": 4,
-            "seq_len": 2048,
-            "steps": 1000,
-            "n_gpus": 16,
-            "tensor_parallel": 8,
-        }
-    )
+    spec = JobSpec.model_validate(gang_finetune_spec("ft"))
     sync = gradient_sync([spec])[0]
     assert sync.data_parallel == 2 and sync.steps == 1000 and sync.charged_s > 0
     # At 8 x 400 Gb/s per node the placement's charge is the predictor's own (a link per GPU);
@@ -241,18 +231,7 @@ def test_gang_runtime_charges_pipeline_activations_between_its_nodes() -> None:
     from predictor.spec import JobSpec
 
     spec = JobSpec.model_validate(
-        {
-            "id": "pp",
-            "model": "llama-3.1-8b",
-            "task": "full_finetune",
-            "batch_size": 4,
-            "seq_len": 2048,
-            "steps": 1000,
-            "gradient_accumulation": 8,
-            "n_gpus": 16,
-            "tensor_parallel": 8,
-            "pipeline_parallel": 2,
-        }
+        gang_finetune_spec("pp", gradient_accumulation=8, pipeline_parallel=2)
     )
     sync = gradient_sync([spec])[0]
     # One data-parallel replica: no gradient all-reduce, only the two stages' activations.

@@ -13,6 +13,7 @@ from scheduler.core.pool import Pool
 from scheduler.service.client import Client
 from scheduler.service.leader import SchedulerService
 from scheduler.service.store.redis_store import RedisStore
+from tests.jobs import gang_finetune_spec
 from tests.jobs import inference_spec as spec
 
 POOL = {
@@ -149,19 +150,9 @@ def test_pipeline_gang_pays_its_activations_and_old_records_still_decode(
     from scheduler.service._intake import InvalidRecord, decode_request
 
     pool = Pool.from_dict(POOL)
-    pp = {
-        "id": "job-pp",
-        "model": "llama-3.1-8b",
-        "task": "full_finetune",
-        "batch_size": 4,
-        "seq_len": 2048,
-        "steps": 100,
-        "gradient_accumulation": 8,
-        "n_gpus": 16,
-        "tensor_parallel": 8,
-        "pipeline_parallel": 2,
-        "gpu": "H100-80GB",
-    }
+    pp = gang_finetune_spec(
+        "job-pp", steps=100, gradient_accumulation=8, pipeline_parallel=2, gpu="H100-80GB"
+    )
     h = Client(store=store).submit(pp)
     rec = store.get_job("job-pp")
     request = json.loads(rec["request"])
