@@ -142,6 +142,7 @@ class Decision:
         "_options",
         "_reason",
         "_reason_thunk",
+        "_runner",
         "_thunk",
         "chosen",
         "job_id",
@@ -184,6 +185,9 @@ class Decision:
         self._committed = committed
         self._option_thunk = option_thunk if options is None else None
         self._columns_thunk = columns_thunk if options is None else None
+        # The runner-up, once built from the arrays: the placement record, the RQ meta and the
+        # stored decision all read it.
+        self._runner: Option | None = None
 
     @property
     def options(self) -> list[Option]:
@@ -228,7 +232,11 @@ class Decision:
             if i == self.chosen and self._committed is not None:
                 return self._committed
             if self._option_thunk is not None:
-                return self._option_thunk(i)
+                if i != self.runner_up:
+                    return self._option_thunk(i)
+                if self._runner is None:
+                    self._runner = self._option_thunk(i)
+                return self._runner
         return self.options[i]
 
     def __eq__(self, other: object) -> bool:

@@ -272,9 +272,7 @@ class OptionTable:
             what = f"MIG {profile}" if kind == KIND_MIG else f"shared {tname}"
             return f"{what}: takes 1-GPU jobs only (job needs {n})"
         if not cap_ok[c]:
-            what = {KIND_MIG: f"{tname} MIG {profile}", KIND_SHARED: f"shared {tname}"}.get(
-                kind, tname
-            )
+            what = _pool_columns(pool)["slot_name"][c]
             return f"{what}: needs {gib(need):.1f} GiB > {gib(int(self.capacity_mib[c])):.1f} GiB"
         if gang[c]:
             return self._gang_reason(c, empty=not room[c])
@@ -532,9 +530,19 @@ def _pool_columns(pool: Pool) -> dict[str, tuple[Any, ...]]:
             "gpu_type": tuple(GPU_NAMES[t] for t in pool.class_type.tolist()),
             "mig_profile": tuple(pool.class_profile),
             "n_gpus_whole": tuple((pool.class_kind == KIND_WHOLE).tolist()),
+            # What a too-small slot is called in its reason ("A100-40GB MIG 1g.5gb").
+            "slot_name": tuple(_slot_name(pool, c) for c in range(pool.n_classes)),
         }
         pool._empty["table_columns"] = cached
     return cached  # type: ignore[no-any-return]
+
+
+def _slot_name(pool: Pool, c: int) -> str:
+    tname = GPU_NAMES[int(pool.class_type[c])]
+    kind = int(pool.class_kind[c])
+    if kind == KIND_MIG:
+        return f"{tname} MIG {pool.class_profile[c]}"
+    return f"shared {tname}" if kind == KIND_SHARED else tname
 
 
 def _finite_list(a: np.ndarray) -> list[float | None]:
