@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import Any, Literal
 
+from scheduler.core.reasons import encode_reasons, word_reasons
 from scheduler.exceptions import SchedulerError
 
 __all__ = ["Decision", "DecisionState", "Option", "OptionKind"]
@@ -142,6 +143,7 @@ class Decision:
         "_options",
         "_reason",
         "_reason_thunk",
+        "_runner",
         "_thunk",
         "chosen",
         "job_id",
@@ -184,6 +186,9 @@ class Decision:
         self._committed = committed
         self._option_thunk = option_thunk if options is None else None
         self._columns_thunk = columns_thunk if options is None else None
+        # The runner-up, once built from the arrays: the placement record, the RQ meta and the
+        # stored decision all read it.
+        self._runner: Option | None = None
 
     @property
     def options(self) -> list[Option]:
@@ -228,7 +233,11 @@ class Decision:
             if i == self.chosen and self._committed is not None:
                 return self._committed
             if self._option_thunk is not None:
-                return self._option_thunk(i)
+                if i != self.runner_up:
+                    return self._option_thunk(i)
+                if self._runner is None:
+                    self._runner = self._option_thunk(i)
+                return self._runner
         return self.options[i]
 
     def __eq__(self, other: object) -> bool:
@@ -272,6 +281,7 @@ class Decision:
                     if i is not None and 0 <= i < len(opts):
                         options[i] = opts[i].to_dict()
                 columns = _columns(opts)
+                encode_reasons(columns, self.chosen)
         out: dict[str, Any] = {
             "job_id": self.job_id,
             "policy": self.policy,
@@ -299,7 +309,8 @@ class Decision:
             raise SchedulerError(f"decision state must be one of {sorted(_STATES)}; got {state!r}")
         columns = data.get("option_columns")
         if columns is not None:
-            options = _from_columns(columns)
+            chosen = data.get("chosen")
+            options = _from_columns(columns, chosen if type(chosen) is int else None)
         else:
             options = [Option.from_dict(o) for o in data.get("options", [])]
         for key in ("chosen", "runner_up"):
@@ -354,7 +365,7 @@ def _columns(opts: list[Option]) -> dict[str, list[Any]]:
     return out
 
 
-def _from_columns(columns: Any) -> list[Option]:
+def _from_columns(columns: Any, chosen: int | None) -> list[Option]:
     if not isinstance(columns, Mapping):
         raise SchedulerError(
             f"decision option_columns must be an object of lists; got {type(columns).__name__}"
@@ -370,5 +381,7 @@ def _from_columns(columns: Any) -> list[Option]:
             f"option_columns must be lists of one length; got lengths {sorted(lengths)}"
         )
     n = lengths.pop() if lengths else 0
+    if n:
+        columns = word_reasons(columns, chosen)
     names = list(columns)
     return [Option.from_dict({k: columns[k][i] for k in names}) for i in range(n)]

@@ -33,6 +33,13 @@ from scheduler.core.pool import (
     MILLI_PER_CPU,
     Pool,
 )
+from scheduler.core.reasons import (
+    REASON_COSTLIER,
+    REASON_TOO_SMALL,
+    costlier_reason,
+    slot_name,
+    too_small_reason,
+)
 from scheduler.core.requests import PlacementRequest
 from scheduler.core.state import PoolState, Summary
 from scheduler.exceptions import PlacementError
@@ -251,6 +258,16 @@ class OptionTable:
 
     def reason(self, c: int) -> str:
         """Why class ``c`` cannot run this job now ("" when it can)."""
+        why = self._why(c)
+        if why == REASON_TOO_SMALL:
+            slot = _pool_columns(self.pool)["slot_name"][c]
+            need, cap = gib(int(self.need_mib[c])), gib(int(self.capacity_mib[c]))
+            return too_small_reason(slot, need, cap)
+        return str(why)
+
+    def _why(self, c: int) -> str | int:
+        """:meth:`reason`, with a reason its row's columns word kept as its code
+        (:mod:`scheduler.core.reasons`)."""
         (fits, ctype, ckind, need_mib, finite, pinned, allowed, kind_ok, cap_ok, gang, room,
          host_empty, host_short) = self._lists()  # fmt: skip
         if fits[c]:
@@ -272,10 +289,7 @@ class OptionTable:
             what = f"MIG {profile}" if kind == KIND_MIG else f"shared {tname}"
             return f"{what}: takes 1-GPU jobs only (job needs {n})"
         if not cap_ok[c]:
-            what = {KIND_MIG: f"{tname} MIG {profile}", KIND_SHARED: f"shared {tname}"}.get(
-                kind, tname
-            )
-            return f"{what}: needs {gib(need):.1f} GiB > {gib(int(self.capacity_mib[c])):.1f} GiB"
+            return REASON_TOO_SMALL
         if gang[c]:
             return self._gang_reason(c, empty=not room[c])
         if not room[c]:
@@ -440,7 +454,7 @@ class OptionTable:
             return ""
         extra = float(self.cost[c]) - float(self.cost[chosen])
         if rule.by_cost and extra >= 0.005:
-            return f"costs ${extra:.2f} more than chosen"
+            return costlier_reason(extra)
         return rule.reason
 
     def options(
@@ -466,8 +480,9 @@ class OptionTable:
     ) -> dict[str, list[Any]]:
         """:meth:`options` as the compact decision's ``option_columns``, built from the arrays.
 
-        Equal to ``Decision._columns(self.options(...))`` without an Option per class: the
-        service stores one of these per placed job, thousands per second.
+        Equal to ``Decision._columns(self.options(...))`` with its reasons coded
+        (:func:`~scheduler.core.reasons.encode_reasons`), without an Option per class or a
+        reason worded: the service stores one of these per placed job, thousands per second.
         """
         pool = self.pool
         k = len(self)
@@ -475,23 +490,25 @@ class OptionTable:
         req = self.request
         fits = self.fits_now.tolist()
         cost = self.cost.tolist()
-        # loser_reason(c) for every class, with the arrays read once as lists.
+        # loser_reason(c) for every class, with the arrays read once as lists, and the
+        # reasons a row's own columns word kept as codes (scheduler.core.reasons).
         c_cost = cost[chosen] if chosen is not None else 0.0
-        reasons: list[str] = []
+        reasons: list[str | int] = []
         for c in range(k):
             if not fits[c]:
-                reasons.append(self.reason(c))
+                reasons.append(self._why(c))
             elif rule.override is not None:
                 reasons.append(rule.override)
             elif chosen is None:
                 reasons.append("")
             else:
                 extra = cost[c] - c_cost
-                reasons.append(
-                    f"costs ${extra:.2f} more than chosen"
-                    if rule.by_cost and extra >= 0.005
-                    else rule.reason
-                )
+                if not (rule.by_cost and extra >= 0.005):
+                    reasons.append(rule.reason)
+                else:
+                    reasons.append(
+                        REASON_COSTLIER if math.isfinite(extra) else costlier_reason(extra)
+                    )
         const = _pool_columns(pool)
         n_whole = const["n_gpus_whole"]
         cols: dict[str, list[Any]] = {
@@ -532,6 +549,16 @@ def _pool_columns(pool: Pool) -> dict[str, tuple[Any, ...]]:
             "gpu_type": tuple(GPU_NAMES[t] for t in pool.class_type.tolist()),
             "mig_profile": tuple(pool.class_profile),
             "n_gpus_whole": tuple((pool.class_kind == KIND_WHOLE).tolist()),
+            # What a too-small slot is called in its reason ("A100-40GB MIG 1g.5gb").
+            "slot_name": tuple(
+                slot_name(KIND_NAMES[k], GPU_NAMES[t], p)
+                for k, t, p in zip(
+                    pool.class_kind.tolist(),
+                    pool.class_type.tolist(),
+                    pool.class_profile,
+                    strict=True,
+                )
+            ),
         }
         pool._empty["table_columns"] = cached
     return cached  # type: ignore[no-any-return]

@@ -22,6 +22,7 @@ import orjson
 import redis
 
 from scheduler.exceptions import UnknownDependencyError
+from scheduler.service.store._resp import packer_kwargs
 from scheduler.service.store.durability import Durability, NotDurableError
 from scheduler.service.store.embedded import connect
 from scheduler.service.store.keys import DEFAULT_PREFIX, EVENTS_MAXLEN, LOG_CAP_BYTES, Keys
@@ -90,10 +91,13 @@ class RedisStore:
         # Anyone who can write to Redis can store non-UTF-8 bytes (pickles): decode them to
         # U+FFFD so they fail validation as what they are instead of crashing the reader.
         kwargs["encoding_errors"] = "replace"
+        # The store's calls carry thousands of arguments: pack them in one join (_resp).
+        packer = packer_kwargs(kwargs)
+        kwargs.update(packer)
         # Typed Any: redis-py's stubs cannot express decode_responses=True (str replies).
         # A Sentinel-managed client needs a twin pool that keeps discovering the master.
         self.r: Any = decoded_twin(
-            redis_client, decode_responses=True, encoding_errors="replace"
+            redis_client, decode_responses=True, encoding_errors="replace", **packer
         ) or redis.Redis(
             connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
         )

@@ -1,0 +1,47 @@
+"""The store's RESP packer writes exactly redis-py's bytes and refuses what redis-py refuses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from redis.connection import PythonRespSerializer
+from redis.exceptions import DataError
+
+from scheduler.service.store._resp import FastRespPacker
+from scheduler.service.store.redis_store import RedisStore
+
+
+def _redis_py(*args: Any) -> bytes:
+    from redis._parsers.encoders import Encoder
+
+    return b"".join(
+        PythonRespSerializer(6000, Encoder("utf-8", "replace", False).encode).pack(*args)
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("EVALSHA", "abc", 0, "P", "job-ü", 7, 1.5, -3, 1e308, b"\x00raw"),
+        ("SCRIPT LOAD", "return 1"),
+        (b"CLIENT SETNAME", "x"),
+        ("SET", "k", "v" * 20_000),  # past redis-py's buffer cutoff
+        ("HSET", "k", bytearray(b"ab"), memoryview(b"cd"), np.float64(0.25)),
+        ("EVALSHA", *[str(i) for i in range(5000)]),
+    ],
+)
+def test_same_bytes_as_redis_py(args: tuple[Any, ...]) -> None:
+    assert b"".join(FastRespPacker("utf-8", "replace").pack(*args)) == _redis_py(*args)
+
+
+def test_refuses_what_redis_py_refuses() -> None:
+    for bad in (True, None, object(), np.int64(3)):
+        with pytest.raises(DataError):
+            FastRespPacker().pack("SET", "k", bad)
+
+
+def test_store_round_trips_through_the_packer(store: RedisStore) -> None:
+    store.set_fields("j1", {"a": "ü" * 3, "b": "1"})
+    assert store.get_fields(["j1"], ["a", "b", "c"]) == [["ü" * 3, "1", None]]
