@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from predictor.gpus import GPU_NAMES
+from scheduler.core._slot_checks import checked_gpus, slot_use
 from scheduler.core.host import class_nodes, fmt_cpus, option_share
 from scheduler.core.pool import (
     MIB_PER_GIB,
     MILLI_PER_CPU,
-    MODE_CODES,
     MODE_MIG,
     MODE_SHARED,
     MODE_WHOLE,
@@ -379,75 +379,9 @@ class PoolState:
         """Commit ``option`` for ``job_id``; PlacementError (and no change) if it is not free."""
         if job_id in self._allocs:
             raise PlacementError(f"job {job_id!r} already holds GPUs; release it first")
-        p = self.pool
-        gpus = tuple(int(g) for g in option.gpu_indices)
-        if not gpus:
-            raise PlacementError(
-                f"job {job_id!r}: option {option.label} names no GPUs (it does not fit now)"
-            )
-        idx = np.array(gpus, np.int64)
-        if idx.min() < 0 or idx.max() >= p.n_gpus or len(set(gpus)) != len(gpus):
-            raise PlacementError(f"job {job_id!r}: GPU indices {gpus} are invalid for this pool")
-        type_name = GPU_NAMES[int(p.gpu_type[gpus[0]])]
-        if (p.gpu_type[idx] != p.gpu_type[gpus[0]]).any() or type_name != option.gpu_type:
-            raise PlacementError(
-                f"job {job_id!r}: GPUs {gpus} are not all {option.gpu_type}; pool has "
-                f"{[GPU_NAMES[int(t)] for t in p.gpu_type[idx]]}"
-            )
+        gpus, idx, mode = checked_gpus(self.pool, option, job_id)
         res = gib_to_mib_ceil(option.reserved_gib)
-        mode = MODE_CODES[option.kind]
-        # Shared nodes with whole_gpus take whole-GPU options too.
-        on_mode = p.gpu_mode[idx] == mode
-        if mode == MODE_WHOLE:
-            on_mode |= p.node_whole[p.gpu_node[idx]]
-        if not on_mode.all():
-            node = p.nodes[int(p.gpu_node[gpus[0]])]
-            raise PlacementError(
-                f"job {job_id!r}: a {option.kind} option cannot go on node {node.name!r} "
-                f"(mode {node.mode!r})"
-            )
-        mask = 0
-        if mode == MODE_WHOLE:
-            if self.busy[idx].any() or self.used_mib[idx].any():
-                raise PlacementError(f"job {job_id!r}: GPUs {gpus} are not all idle")
-            cap = int(p.capacity_mib[gpus[0]])
-            if res > cap:
-                raise PlacementError(
-                    f"job {job_id!r}: reservation {res} MiB exceeds a {type_name} ({cap} MiB)"
-                )
-            used = cap
-        elif mode == MODE_MIG:
-            if len(gpus) != 1 or option.mig_profile is None or option.mig_start is None:
-                raise PlacementError(
-                    f"job {job_id!r}: a MIG option needs one GPU, a profile and a start slot"
-                )
-            k, used = p.mig_instance(gpus[0], option.mig_profile, option.mig_start)
-            mask = int(p.cand_mask[k])
-            if int(self.mig_occ[gpus[0]]) & mask:
-                raise PlacementError(
-                    f"job {job_id!r}: MIG {option.mig_profile}@{option.mig_start} on GPU "
-                    f"{gpus[0]} overlaps a slice in use"
-                )
-            if res > used:
-                raise PlacementError(
-                    f"job {job_id!r}: reservation {res} MiB exceeds MIG {option.mig_profile} "
-                    f"({used} MiB)"
-                )
-        else:
-            g = gpus[0]
-            if len(gpus) != 1:
-                raise PlacementError(f"job {job_id!r}: a shared option takes exactly one GPU")
-            if self.shared_count[g] >= p.max_shared[g]:
-                raise PlacementError(
-                    f"job {job_id!r}: shared GPU {g} already runs {int(self.shared_count[g])} "
-                    f"jobs (max_shared_jobs = {int(p.max_shared[g])})"
-                )
-            free = int(p.capacity_mib[g] - self.used_mib[g])
-            if res > free:
-                raise PlacementError(
-                    f"job {job_id!r}: shared GPU {g} has {free} MiB free, needs {res} MiB"
-                )
-            used = res
+        used, mask = slot_use(self, option, job_id, gpus, idx, mode, res)
         # GPUs first, then the node's CPUs and memory; nothing changes until both fit.
         k_node, cpu, host, over = self._host_take(option, job_id, gpus, mode, res)
         if mode == MODE_WHOLE:
