@@ -38,6 +38,7 @@ from scheduler.service.store.records import OutcomeRecord, PlacementRecord, dump
 from scheduler.service.store.redis_store import RedisStore, open_store
 
 if TYPE_CHECKING:
+    from predictor.internode import GradientSync
     from scheduler.service.deployments import Deployments
 
 __all__ = ["DEFAULT_MAX_OOM_RETRIES", "DEFAULT_MAX_RETRIES", "Client", "JobHandle"]
@@ -102,23 +103,11 @@ def build_records(
     for k, row in enumerate(table.iter_dicts()):
         per_job[k // len(table.gpu_names)][row["gpu"]] = row
     out: list[dict[str, str]] = []
-
-    def columns(a: np.ndarray) -> list[list[float | None]]:
-        # One vectorised pass per array; missing types and inf/NaN become null.
-        full = np.full((a.shape[0], len(cols)), np.nan)
-        for k, c in enumerate(cols):
-            if c >= 0:
-                full[:, k] = a[:, c]
-        rows: list[list[float | None]] = full.tolist()
-        if not np.isfinite(full).all():
-            rows = [[x if math.isfinite(x) else None for x in r] for r in rows]  # type: ignore[arg-type]
-        return rows
-
-    vram = columns(table.peak_vram_gib)
-    upper = columns(table.peak_vram_upper_gib)
-    runtime = columns(table.runtime_s)
-    runtime_up = columns(table.runtime_upper_s)
-    busy = columns(table.busy_frac) if table.busy_frac is not None else None
+    vram = _catalogue_columns(table.peak_vram_gib, cols)
+    upper = _catalogue_columns(table.peak_vram_upper_gib, cols)
+    runtime = _catalogue_columns(table.runtime_s, cols)
+    runtime_up = _catalogue_columns(table.runtime_upper_s, cols)
+    busy = _catalogue_columns(table.busy_frac, cols) if table.busy_frac is not None else None
     host_floor = host_floor_gib(specs)
     syncs = gradient_syncs(specs)
 
@@ -142,15 +131,7 @@ def build_records(
             "host_memory_floor_gib": round(host_floor[i], 3),
         }
         if syncs[i].steps > 0:
-            g = syncs[i]
-            request["sync"] = [
-                g.steps,
-                g.grad_bytes_per_gpu,
-                g.data_parallel,
-                g.charged_s,
-                g.activation_bytes,
-                g.micro_batches,
-            ]
+            request["sync"] = _sync_figures(syncs[i])
         ts = repr(t + i * 1e-6)  # keeps submit order inside one batch
         rec = {
             "id": spec.id,
@@ -164,17 +145,48 @@ def build_records(
             "max_retries": str(max_retries),
             "max_oom_retries": str(max_oom_retries),
         }
-        # Identity and workflow fields are plain hash fields so filters read them with HMGET.
-        if spec.user is not None:
-            rec["user"] = spec.user
-        if spec.team is not None:
-            rec["team"] = spec.team
-        if spec.depends_on:
-            rec["deps"] = dumps(list(spec.depends_on))
-        if hold:
-            rec["hold"] = "1"
+        rec.update(_workflow_fields(spec, hold))
         out.append(rec)
     return out
+
+
+def _catalogue_columns(a: np.ndarray, cols: Sequence[int]) -> list[list[float | None]]:
+    """``a`` (jobs, the table's GPU types) as one list per job over the whole catalogue, in
+    one vectorised pass: types the table lacks and inf/NaN become null."""
+    full = np.full((a.shape[0], len(cols)), np.nan)
+    for k, c in enumerate(cols):
+        if c >= 0:
+            full[:, k] = a[:, c]
+    rows: list[list[float | None]] = full.tolist()
+    if not np.isfinite(full).all():
+        rows = [[x if math.isfinite(x) else None for x in r] for r in rows]  # type: ignore[arg-type]
+    return rows
+
+
+def _sync_figures(g: GradientSync) -> list[float | None]:
+    """The request's ``sync`` list: what a multi-node placement needs to price its traffic."""
+    return [
+        g.steps,
+        g.grad_bytes_per_gpu,
+        g.data_parallel,
+        g.charged_s,
+        g.activation_bytes,
+        g.micro_batches,
+    ]
+
+
+def _workflow_fields(spec: JobSpec, hold: bool) -> dict[str, str]:
+    """Identity and workflow fields, plain hash fields so filters read them with HMGET."""
+    rec: dict[str, str] = {}
+    if spec.user is not None:
+        rec["user"] = spec.user
+    if spec.team is not None:
+        rec["team"] = spec.team
+    if spec.depends_on:
+        rec["deps"] = dumps(list(spec.depends_on))
+    if hold:
+        rec["hold"] = "1"
+    return rec
 
 
 class Client:
