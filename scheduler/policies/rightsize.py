@@ -24,16 +24,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from predictor.gpus import GPU_NAMES
 from scheduler.core.backfill import earliest_fit
-from scheduler.core.decide import place
 from scheduler.core.decision import Decision, Option
 from scheduler.core.options import OptionBatch
-from scheduler.core.pool import Pool
 from scheduler.core.requests import PlacementRequest, RunningJob
 from scheduler.core.state import PoolState
 from scheduler.core.table import OptionTable
 from scheduler.exceptions import PolicyError
+from scheduler.policies._local_search import LocalSearch
 from scheduler.policies.base import Tick
 from scheduler.policies.greedy import GreedyPolicy
 from scheduler.policies.registry import PolicyName
@@ -133,7 +131,8 @@ class RightSizePolicy(GreedyPolicy):
         win_ids = [pending[k].job_id for k in window]
         placed = {j for j in win_ids if chosen[j].state == "placed"}
         if len(window) <= self.improve_max_jobs:
-            moved = self._improve({r.job_id: r for r in pending}, chosen, placed, trial, now_s)
+            search = LocalSearch({r.job_id: r for r in pending}, chosen, placed, trial)
+            moved = search.run(self.name.value, now_s)
             repacked = repacked or moved
         if not repacked:
             # Nothing beat queue order: plain greedy with backfill, as without lookahead.
@@ -184,92 +183,6 @@ class RightSizePolicy(GreedyPolicy):
             fits = batch.fits_empty[: len(rows)] & (now.class_supply >= batch.demand[: len(rows)])
             cheapest = np.where(fits, batch.cost[: len(rows)], np.inf).min(axis=1)
         return bool((batch.cost[rows, chosen] == cheapest).all())
-
-    def _improve(
-        self,
-        requests: dict[str, PlacementRequest],
-        decisions: dict[str, Decision],
-        placed: set[str],
-        trial: PoolState,
-        now_s: float,
-    ) -> bool:
-        """Local search on a placed window: move a job to a cheaper free option, or swap it
-        with a holder of its cheapest option when the pair then costs less. Returns whether
-        anything moved; ``decisions`` and ``trial`` are updated in place."""
-        pool = trial.pool
-        moved = False
-        # One batch for the window (what OptionTable(request, trial) sizes, row by row).
-        jobs = sorted(placed)
-        batch = OptionBatch([requests[j] for j in jobs], pool)
-        row = {j: i for i, j in enumerate(jobs)}
-
-        def table_of(job: str) -> OptionTable:
-            return batch.table(row[job], trial)
-
-        def cost_of(job: str) -> float:
-            return trial.option_of(job).cost_usd or 0.0
-
-        def put(job: str) -> Decision | None:
-            table = table_of(job)
-            c = table.cheapest()
-            if c is None:
-                return None
-            return place(
-                table,
-                c,
-                trial,
-                policy=self.name.value,
-                now_s=now_s,
-                reason=(
-                    f"cheapest option that fits now: {pool.class_label(c)} at "
-                    f"${float(table.cost[c]):.2f} (after repacking the queue head)"
-                ),
-            )
-
-        for _ in range(2):
-            changed = False
-            for job in sorted(placed, key=lambda j: (-cost_of(j), j)):
-                old = trial.option_of(job)
-                old_cost = old.cost_usd or 0.0
-                trial.release(job)
-                table = table_of(job)
-                c = table.cheapest()
-                if c is not None and float(table.cost[c]) < old_cost - 1e-9:
-                    d = put(job)
-                    assert d is not None
-                    decisions[job], changed = d, True
-                    continue
-                target = table.cheapest_empty
-                if target is None or float(table.cost[target]) >= old_cost - 1e-9:
-                    trial.allocate(old, job)
-                    continue
-                holders = [
-                    h
-                    for h in sorted(placed)
-                    if h != job and _class_of(pool, trial.option_of(h)) == target
-                ][:8]
-                swapped = False
-                for h in holders:
-                    h_old = trial.option_of(h)
-                    trial.release(h)
-                    dj = put(job)
-                    if dj is not None:
-                        dh = put(h)
-                        if dh is not None:
-                            new = cost_of(job) + cost_of(h)
-                            if new < old_cost + (h_old.cost_usd or 0.0) - 1e-9:
-                                decisions[job], decisions[h] = dj, dh
-                                swapped = changed = True
-                                break
-                            trial.release(h)
-                        trial.release(job)
-                    trial.allocate(h_old, h)
-                if not swapped:
-                    trial.allocate(old, job)
-            moved = moved or changed
-            if not changed:
-                break
-        return moved
 
     @staticmethod
     def _commit(decisions: list[Decision], trial: PoolState, state: PoolState) -> list[Decision]:
@@ -337,14 +250,3 @@ def _regret(cost: np.ndarray, ok: np.ndarray) -> list[float]:
     with np.errstate(invalid="ignore"):
         r = np.where(np.isfinite(best), second - best, -np.inf)
     return [float(x) for x in r]
-
-
-def _class_of(pool: Pool, option: Option) -> int:
-    """The pool's option class an Option belongs to."""
-    key = (option.kind, option.gpu_type, option.mig_profile)
-    cache = pool._empty.setdefault("class_by_key", {})
-    if not cache:
-        for c in range(pool.n_classes):
-            kind = ("whole", "mig", "shared")[int(pool.class_kind[c])]
-            cache[(kind, GPU_NAMES[int(pool.class_type[c])], pool.class_profile[c])] = c
-    return int(cache[key])
