@@ -264,11 +264,16 @@ class TracedPredictor:
             )
             return [o.summary for o in outs]
         out: list[dict[str, Any] | None] = []
-        memo: dict[int, dict[str, Any] | None] = {}
+        # By fingerprint, not by object: the jobs of one batch share a few setups, and a miss
+        # (no trace yet) is a file-system lookup that a second job of the setup need not repeat.
+        memo: dict[str, dict[str, Any] | None] = {}
         for s in specs:
-            k = id(s)
+            if unsupported_reason(s) is not None:
+                out.append(None)
+                continue
+            k = fingerprint(s)
             if k not in memo:
-                hit = self.cache.get(fingerprint(s)) if unsupported_reason(s) is None else None
+                hit = self.cache.get(k)
                 memo[k] = hit.get("summary") if hit and hit.get("status") == "ok" else None
             out.append(memo[k])
         return out
