@@ -299,6 +299,20 @@ def _job_row(spec: JobSpec) -> tuple[float, ...]:
 _FIELDS = tuple(f.name for f in fields(JobArrays))
 
 
+#: The last batch's arrays, with the specs they came from: one ``predict`` builds them for the
+#: analytical table and again for each learned correction's features, for the same specs.
+_last: tuple[tuple[int, ...], list[JobSpec], JobArrays] | None = None
+
+
 def job_arrays(specs: Sequence[JobSpec]) -> JobArrays:
+    """The specs' numeric fields as arrays, one row per spec (read-only; the same object for
+    the same spec objects in a row: specs are frozen, and the held list keeps their ids)."""
+    global _last
+    key = tuple(map(id, specs))
+    if _last is not None and _last[0] == key:
+        return _last[2]
     rows = np.array([_job_row(s) for s in specs], dtype=np.float64).reshape(len(specs), -1)
-    return JobArrays(**{name: rows[:, k] for k, name in enumerate(_FIELDS)})
+    rows.flags.writeable = False
+    out = JobArrays(**{name: rows[:, k] for k, name in enumerate(_FIELDS)})
+    _last = (key, list(specs), out)
+    return out
