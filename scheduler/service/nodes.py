@@ -239,18 +239,10 @@ def move_off(
             continue
         reason = f"moved before it started: {statuses[p.node].reason}"
         got = store.requeue(jid, p.attempt, reason=reason, counter="moved", from_states="placed")
-        if got in ("requeued", "failed", "cancelled"):
+        if got in _REQUEUE_ENDS:
             moved.append(jid)
-            events.append(
-                event(
-                    "requeued" if got == "requeued" else "finished",
-                    jid,
-                    attempt=p.attempt,
-                    node=p.node,
-                    reason=f"{reason}; job {got} (no retry used)",
-                    policy=policy,
-                )
-            )
+            why = f"{reason}; job {got} (no retry used)"
+            events.append(_requeue_event(got, jid, p.attempt, p.node, why, policy))
     if moved:
         log.warning("moved %d unstarted jobs off %s", len(moved), ", ".join(sorted(nodes)))
     return moved, events
@@ -278,19 +270,23 @@ def requeue_dead_gangs(
             f"{statuses[r.node].reason}; every rank stopped, gang requeued"
         )
         got = store.requeue(jid, p.attempt, reason=reason, counter="gang")
-        if got not in ("requeued", "failed", "cancelled"):
+        if got not in _REQUEUE_ENDS:
             continue
         out.append(jid)
-        events.append(
-            event(
-                "requeued" if got == "requeued" else "finished",
-                jid,
-                attempt=p.attempt,
-                node=r.node,
-                reason=reason if got == "requeued" else f"{reason}: {got}",
-                policy=policy,
-            )
-        )
+        why = reason if got == "requeued" else f"{reason}: {got}"
+        events.append(_requeue_event(got, jid, p.attempt, r.node, why, policy))
     if out:
         log.warning("requeued %d gangs with a rank on %s", len(out), ", ".join(sorted(down)))
     return out, events
+
+
+#: What ``Store.requeue`` answers when it moved the job (requeued, or ended it: no retry left).
+_REQUEUE_ENDS = ("requeued", "failed", "cancelled")
+
+
+def _requeue_event(
+    got: str, job_id: str, attempt: int, node: str, reason: str, policy: str
+) -> dict[str, Any]:
+    """The placement-log event of a leader-side requeue that ``Store.requeue`` answered ``got``."""
+    kind = "requeued" if got == "requeued" else "finished"
+    return event(kind, job_id, attempt=attempt, node=node, reason=reason, policy=policy)
