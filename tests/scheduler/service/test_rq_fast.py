@@ -84,9 +84,11 @@ def test_a_cached_template_stamps_each_enqueue_with_its_own_time(
     assert first is not None and cache.cacheable
     recorded = []
     monkeypatch.setattr(_rq_fast, "job_template", lambda *a, **k: recorded.append(1))
-    import time
+    # The next enqueue happens a minute later (the clock the cache stamps with, not a sleep).
+    from datetime import timedelta
 
-    time.sleep(0.01)
+    later = _rq_fast.now() + timedelta(minutes=1)
+    monkeypatch.setattr(_rq_fast, "now", lambda: later)
     again = cache.get(store.raw)
     assert recorded == [] and again is not None  # not recorded again
     times = [
