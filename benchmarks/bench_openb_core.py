@@ -96,9 +96,54 @@ def _run(nodes: str, pods: Path, policy: str, seeds: list[int], legacy_run: bool
     return row
 
 
+def _agrees(row: dict[str, Any]) -> str:
+    """Whether the core's figure equals the legacy replay's on every seed, and how that was
+    checked (run here, or the stored openb.json figures)."""
+    if "equal_per_seed" in row:
+        return "yes (run)" if row["equal_per_seed"] else "**no** (run)"
+    if "equal_per_seed_legacy_stored" in row:
+        return "yes (stored)" if row["equal_per_seed_legacy_stored"] else "**no** (stored)"
+    return "—"
+
+
+def markdown_table(out: dict[str, Any]) -> str:
+    """The README table of an --all-pods run: per list, lookahead (ours; what rightsize runs on
+    openb pools), FGD and BestFit through the core (mean ± std), ours − FGD, and whether each
+    policy's per-seed figures equal the legacy replay's."""
+    cols = ["lookahead", "fgd", "bestfit"]
+    lines = [
+        "| pod list | lookahead (ours) | FGD | BestFit | ours − FGD | core = legacy per seed "
+        "(lookahead / FGD / BestFit) | core s/seed (wall, CPU) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in sorted(out["lists"], key=lambda n: (n != "default", n)):
+        entry = out["lists"][name]
+        cells, agree, speed = [], [], []
+        for p in cols:
+            r = entry.get(p)
+            if r is None:
+                cells.append("—")
+                continue
+            c = r["core"]
+            txt = f"{c['unallocated_gpu_pct_at_130']:.2f}% ± {c['unallocated_gpu_pct_std']:.2f}"
+            cells.append(f"**{txt}**" if p == "lookahead" else txt)
+            agree.append(_agrees(r))
+            speed.append(f"{c['wall_s_per_seed']:.1f}, {c['cpu_s_per_seed']:.1f}")
+        gap = out.get("lookahead_minus_fgd_pct", {}).get(name)
+        label = f"`{name}`" + (" (paper: FGD 4.61%, BestFit 6.92%)" if name == "default" else "")
+        gap_txt = "—" if gap is None else f"{gap:+.2f}"
+        lines.append(
+            f"| {label} | "
+            + " | ".join(cells)
+            + f" | {gap_txt} | {' / '.join(agree)} | {' / '.join(speed)} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = openb_arguments(argparse.ArgumentParser())
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--table", action="store_true", help="print --out as the README table only")
     ap.add_argument("--all-pods", action="store_true", help="every openb_pod_list_*.csv")
     ap.add_argument(
         "--legacy-for",
@@ -107,6 +152,9 @@ def main() -> None:
         help="with --all-pods: lists the legacy replay runs on too (others: stored figures)",
     )
     args = ap.parse_args()
+    if args.table:
+        print(markdown_table(json.loads(args.out.read_text())))
+        return
     policies = args.policy or ["fgd", "bestfit", "fgdstrand"]
     seeds = list(range(42, 42 + args.seeds))
     if args.all_pods:

@@ -273,6 +273,7 @@ class PlacementRequest:
                 else float(host_memory_floor_gib)
             ),
             sync=gradient_syncs([spec])[0] if sync is None else sync,
+            node_selector=spec.node_selector,
         )
 
 
@@ -327,6 +328,7 @@ def requests_from_table(
                 host_memory_gib=spec.host_memory_gib,
                 host_memory_floor_gib=float(host_memory_floor_gib[i]),
                 sync=sync[i],
+                node_selector=spec.node_selector,
             )
         )
     return out

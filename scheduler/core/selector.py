@@ -19,18 +19,27 @@ enumeration (:class:`~scheduler.core.options.OptionBatch`) uses it three ways:
   and the binding only consider matching nodes;
 - the mask itself, which binding and the node-scoring policies AND into their candidates.
 
-A multi-node gang spans matching nodes only.
+A multi-node gang spans matching nodes only; a job no larger than the type's largest node stays a
+one-node job, so if no matching node is that large it is refused (named), not spread as a gang.
+
+The syntax of keys, values and selectors is :mod:`predictor._node_selector` (what
+``JobSpec.node_selector`` checks, so a spec the client accepts is placeable).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from predictor._node_selector import (
+    LABEL_KEY_RE,
+    LABEL_VALUE_RE,
+    NodeSelector,
+    canonical_selector,
+)
 from scheduler.exceptions import PlacementError
 
 if TYPE_CHECKING:
@@ -51,56 +60,15 @@ __all__ = [
     "selector_text",
 ]
 
-#: A label key: Kubernetes' syntax (an optional DNS-style ``prefix/`` and a name of letters,
-#: digits, ``-``, ``_`` and ``.``, starting and ending alphanumeric).
-LABEL_KEY_RE = re.compile(
-    r"^([a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$"
-)
-#: A label value: up to 63 letters, digits, ``-``, ``_`` and ``.``, alphanumeric at both ends.
-LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
-
-#: A selector in canonical form: (key, accepted values) pairs sorted by key, values sorted.
-NodeSelector = tuple[tuple[str, tuple[str, ...]], ...]
-
 
 def node_selector(raw: Any, where: str = "node_selector") -> NodeSelector | None:
     """``raw`` (a mapping of label key to one value or an iterable of values, or None) in
-    canonical form; None or an empty mapping: no selector. PlacementError names the bad key or
-    value and the expected form."""
-    if raw is None:
-        return None
-    if not isinstance(raw, Mapping):
-        raise PlacementError(
-            f"{where} must be a mapping of label key to accepted values, such as "
-            f'{{"gpu-model": ["V100M16", "V100M32"]}}; got {raw!r}'
-        )
-    out: list[tuple[str, tuple[str, ...]]] = []
-    for key, values in raw.items():
-        if not isinstance(key, str) or not LABEL_KEY_RE.match(key):
-            raise PlacementError(
-                f"{where}: label key {key!r} is not a label key (letters, digits, '-', '_', "
-                "'.', alphanumeric at both ends, optional 'prefix/')"
-            )
-        vals = (values,) if isinstance(values, str) else values
-        if not isinstance(vals, Iterable):
-            raise PlacementError(
-                f"{where}[{key!r}]: accepted values must be a string or a list of strings; "
-                f"got {values!r}"
-            )
-        got = tuple(sorted(set(vals)))
-        if not got:
-            raise PlacementError(
-                f"{where}[{key!r}]: needs at least one accepted value (an empty list matches "
-                "no node); drop the key to accept any node"
-            )
-        for v in got:
-            if not isinstance(v, str) or not LABEL_VALUE_RE.match(v):
-                raise PlacementError(
-                    f"{where}[{key!r}]: value {v!r} is not a label value (up to 63 letters, "
-                    "digits, '-', '_', '.', alphanumeric at both ends)"
-                )
-        out.append((key, got))
-    return tuple(sorted(out)) or None
+    canonical form (:func:`predictor._node_selector.canonical_selector`); None or an empty
+    mapping: no selector. PlacementError names the bad key or value and the expected form."""
+    try:
+        return canonical_selector(raw, where)
+    except ValueError as exc:
+        raise PlacementError(str(exc)) from None
 
 
 def selector_text(sel: NodeSelector) -> str:

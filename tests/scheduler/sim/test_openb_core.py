@@ -4,7 +4,6 @@ scorers as live policies, and the core replay against the legacy one."""
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import replace
 from pathlib import Path
 
