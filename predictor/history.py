@@ -56,6 +56,8 @@ _NOT_IDENTITY = (
     "user",
     "team",
     "depends_on",
+    # Where it may run, not what it is: the same job on any node uses the same memory.
+    "node_selector",
 )
 #: An OOM'd run's peak was at least its limit; the next reservation is this much above it.
 CENSORED_FLOOR_MARGIN = 0.10

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from ._execution import MAX_TIME_LIMIT_S, check_env, check_workdir
+from ._node_selector import canonical_selector
 from ._resources import check_cpus, check_host_memory_gib
 from ._spec_array import INDEX_PLACEHOLDER, expand_array, parse_array
 from ._spec_fields import check_allowed_weight_dtypes, check_raw_spec
@@ -156,6 +157,9 @@ class JobSpec(BaseModel):
     # Host resources (predictor/_resources.py): unset, the node's share per GPU the job uses.
     cpus: float | None = None
     host_memory_gib: float | None = None
+    # Nodes the job may run on (predictor/_node_selector.py): per label key, the accepted
+    # values, e.g. {"gpu-model": ["V100M16", "V100M32"]}; unset: any node.
+    node_selector: dict[str, tuple[str, ...]] | None = None
 
     @field_validator("env", mode="before")
     @classmethod
@@ -171,6 +175,15 @@ class JobSpec(BaseModel):
     @classmethod
     def _cpus(cls, v: Any) -> float | None:
         return check_cpus(v)
+
+    @field_validator("node_selector", mode="before")
+    @classmethod
+    def _node_selector(cls, v: Any) -> dict[str, tuple[str, ...]] | None:
+        try:
+            sel = canonical_selector(v, "`node_selector`")
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+        return None if sel is None else dict(sel)
 
     @field_validator("host_memory_gib", mode="before")
     @classmethod

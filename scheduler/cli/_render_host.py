@@ -1,5 +1,6 @@
 """``snugfit pool``'s CPU and host-memory view: per node, cores and RAM taken against what the
-node has (each job holds its own figures or its node's share, :mod:`scheduler.core.host`)."""
+node has (each job holds its own figures or its node's share, :mod:`scheduler.core.host`), and
+the node's labels (what a job's node selector matches, :mod:`scheduler.core.selector`)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ __all__ = ["host_by_node", "host_line", "host_rows", "host_table"]
 
 
 def host_rows(pool: Pool, state: PoolState) -> list[dict[str, Any]]:
-    """One dict per node: CPUs and host memory (GiB) of the node, taken and free."""
+    """One dict per node: CPUs and host memory (GiB) of the node, taken and free; its labels."""
     out: list[dict[str, Any]] = []
     jobs: dict[int, int] = {}
     for option in state.allocations().values():
@@ -42,6 +43,7 @@ def host_rows(pool: Pool, state: PoolState) -> list[dict[str, Any]]:
                 "host_memory_gib": round(host_cap / MIB_PER_GIB, 3),
                 "host_used_gib": round(host_used / MIB_PER_GIB, 3),
                 "host_free_gib": round((host_cap - host_used) / MIB_PER_GIB, 3),
+                "labels": dict(node.labels),
             }
         )
     return out
@@ -61,16 +63,22 @@ def _num(x: float) -> str:
 def host_table(pool: Pool, state: PoolState) -> Table:
     """The "CPU and host memory by node" table of ``snugfit pool``."""
     table = Table(title="CPU and host memory by node", title_justify="left")
-    for col in ("node", "GPUs", "jobs", "CPUs used/cap", "host GiB used/cap"):
-        table.add_column(col, justify="left" if col == "node" else "right")
+    # The labels column only where some node has labels (most pools have none).
+    labelled = any(n.labels for n in pool.nodes)
+    cols = ("node", "GPUs", "jobs", "CPUs used/cap", "host GiB used/cap")
+    for col in (*cols, "labels") if labelled else cols:
+        table.add_column(col, justify="left" if col in ("node", "labels") else "right")
     for r in host_rows(pool, state):
-        table.add_row(
+        cells = [
             r["node"],
             str(r["gpus"]),
             str(r["jobs"]),
             f"{_num(r['cpus_used'])}/{_num(r['cpus'])}",
             f"{_num(r['host_used_gib'])}/{_num(r['host_memory_gib'])}",
-        )
+        ]
+        if labelled:
+            cells.append(",".join(f"{k}={v}" for k, v in r["labels"].items()))
+        table.add_row(*cells)
     return table
 
 

@@ -36,13 +36,8 @@ def simulate_command() -> None:
     default="auto",
     show_default=True,
     help="core: snugfit's SchedulerCore and live policies on a pool built from the node list "
-    "(every pod but gpu_spec ones); replay: the vectorised reference replay (every pod); auto: "
-    "core when every pod of the list maps onto it, else replay.",
-)
-@click.option(
-    "--core-pods-only",
-    is_flag=True,
-    help="Drop the pods the core path cannot place yet (gpu_spec ones) first.",
+    "(a pod's gpu_spec is its node selector on the nodes' gpu-model label); replay: the "
+    "vectorised reference replay; auto: core.",
 )
 @output_options(table=False, json_help="Print one JSON object.")
 def openb_command(
@@ -51,18 +46,14 @@ def openb_command(
     policies: tuple[str, ...],
     seeds: int,
     engine: str,
-    core_pods_only: bool,
     out: Output,
 ) -> None:
     """Replay the Alibaba openb trace to 130% arrived GPU demand (FGD paper protocol).
 
     Simulated: no pod runs; unallocated GPU % is of the simulated cluster.
     """
-    import numpy as np
-
     from scheduler.exceptions import SchedulerError
     from scheduler.sim.openb.core_replay import CORE_POLICY, replay_core
-    from scheduler.sim.openb.pool import core_supported
     from scheduler.sim.openb.replay import replay_seeds
     from scheduler.sim.openb.trace import DEFAULT_NODES_CSV, DEFAULT_PODS_CSV, load_nodes, load_pods
 
@@ -71,11 +62,7 @@ def openb_command(
     try:
         cluster = load_nodes(nodes or DEFAULT_NODES_CSV)
         workload = load_pods(pods or DEFAULT_PODS_CSV)
-        ok = core_supported(workload)
-        if core_pods_only:
-            workload = workload.take(np.flatnonzero(ok))
-            ok = ok[ok]
-        use_core = engine == "core" or (engine == "auto" and bool(ok.all()))
+        use_core = engine in ("core", "auto")
         seed_list = list(range(42, 42 + seeds))
         results = []
         for p in policies:
@@ -86,8 +73,6 @@ def openb_command(
                 run_as = CORE_POLICY[p].value if p == "rightsize" else p
                 r = replay_seeds(cluster, workload, run_as, seed_list)
                 r["policy"], r["delegated_to"] = p, run_as
-                if not ok.all():
-                    r["core_unsupported_pods"] = int((~ok).sum())
             r["simulated"] = True
             results.append(r)
     except SchedulerError as exc:

@@ -10,8 +10,12 @@ saturated pool answers "nothing fits" for thousands of queued jobs without resca
 Host resources: each option also needs its node's CPUs and host memory (the job's own figures,
 or the node's share of the slot, :mod:`scheduler.core.host`). Jobs within their share on nodes
 where every job is within its share pass on the GPU test alone; the rest are checked node by
-node, and an option that loses only on CPU or memory says which ("needs 24 CPUs, 16 free on
-b200-0").
+node (:mod:`scheduler.core._host_fit`), and an option that loses only on CPU or memory says
+which ("needs 24 CPUs, 16 free on b200-0").
+
+Node selectors (:mod:`scheduler.core.selector`): a job's selector is one mask over the nodes;
+classes no matching node hosts lose naming it, and classes it narrows take the node-by-node
+check above, so "fits now" and the binding only see matching nodes.
 
 Gangs: a job that fits one node of a type keeps all its GPUs in one node there (its tensor- and
 pipeline-parallel groups on NVLink). A job larger than the largest node of a type becomes a
@@ -40,17 +44,11 @@ import numpy as np
 
 from predictor.gpus import GPU_NAMES
 from scheduler.core._classes import class_masks
+from scheduler.core._host_fit import asks, host_masks, host_refine, no_short
 from scheduler.core.binding import Select
 from scheduler.core.decision import Option
 from scheduler.core.gang import gang_mask, gang_network_s, plan_gang
-from scheduler.core.host import (
-    HostAsk,
-    demand,
-    fit_nodes,
-    gpu_nodes_empty,
-    gpu_nodes_now,
-    within_share,
-)
+from scheduler.core.host import HostAsk
 from scheduler.core.pool import (
     KIND_NAMES,
     KIND_SHARED,
@@ -59,6 +57,7 @@ from scheduler.core.pool import (
     Pool,
 )
 from scheduler.core.requests import N_TYPES, TYPE_INDEX, PlacementRequest
+from scheduler.core.selector import gang_free, selector_masks
 from scheduler.core.shares import shared_compute_share
 from scheduler.core.state import PoolState, Summary
 from scheduler.core.table import OptionTable
@@ -93,8 +92,10 @@ _ROW_ARRAYS = (
     "kind_ok",
     "n_gpus",
     "need_mib",
+    "node_ok",
     "pinned_ok",
     "runtime",
+    "sel_ok",
     "size_mib",
     "tensor_parallel",
 )
@@ -186,10 +187,13 @@ class OptionBatch:
         empty_room = empty.class_supply >= demand
         # Jobs larger than any node of a type: a multi-node gang there (scheduler.core.gang).
         gang = gang_mask(pool, n) & cap_ok & finite & pinned_ok & allowed
+        # Node selectors (scheduler.core.selector): which classes a matching node can host.
+        sel = selector_masks(requests, pool, gang)
+        self.node_ok, self.sel_ok = sel.nodes, sel.class_ok
         tp = np.fromiter((r.tensor_parallel for r in requests), np.int64, n_jobs)
         for i, c in zip(*np.nonzero(gang), strict=True):
             fits, charged, net = _gang_empty(
-                pool, empty_state, empty, int(c), requests[i], int(need[i, c])
+                pool, empty_state, empty, int(c), requests[i], int(need[i, c]), sel.nodes[i]
             )
             empty_room[i, c] = fits
             # Priced with the gradient all-reduce over the gang's network, not NVLink.
@@ -197,11 +201,11 @@ class OptionBatch:
         share = np.where(is_shared, need / pool.class_capacity_mib, 1.0)
         billed = np.where(is_whole, n[:, None], 1)
         cost = pool.class_price_usd_per_hour * billed * share * runtime / 3600.0
-        gpu_empty = finite & cap_ok & kind_ok & pinned_ok & allowed & empty_room
-        self.ask_cpu, self.ask_host, self.ask_floor = _asks(requests)
+        gpu_empty = finite & cap_ok & kind_ok & pinned_ok & allowed & empty_room & sel.class_ok
+        self.ask_cpu, self.ask_host, self.ask_floor = asks(requests)
         # A gang's plan already checked each node's CPUs and memory.
-        self.host_exact, self.host_empty = _host_masks(
-            pool, n, need, self.ask_cpu, self.ask_host, self.ask_floor, gpu_empty & ~gang
+        self.host_exact, self.host_empty = host_masks(
+            pool, n, need, self.ask_cpu, self.ask_host, self.ask_floor, gpu_empty & ~gang, sel
         )
         if gang.any():
             self.host_exact = self.host_exact & ~gang
@@ -298,13 +302,16 @@ class OptionBatch:
         t.ask = t.request.host_ask
         t.host_exact = self.host_exact[i]
         t.host_empty = self.host_empty[i]
+        t.node_ok, t.sel_ok = self.node_ok[i], self.sel_ok[i]
         if self._exact_any or now.any_tight:
-            short = _host_refine(pool, now, t.fits_now, t.host_exact, need, t.ask, t.request)
-            if short is not _no_short(pool):
+            short = host_refine(
+                pool, now, t.fits_now, t.host_exact, need, t.ask, t.request, t.node_ok
+            )
+            if short is not no_short(pool):
                 t.fits_now = t.fits_now & ~short
             t.host_short = short
         else:
-            t.host_short = _no_short(pool)
+            t.host_short = no_short(pool)
         t.gang = self.gang[i]
         if i in self._gang_rows:
             t.fits_now = t.fits_now | self.gang_now(i, now)
@@ -325,6 +332,7 @@ class OptionBatch:
     def gang_now(self, i: int, now: Summary) -> np.ndarray:
         """Per class, whether job ``i``'s multi-node gang fits ``now`` (False off gang classes)."""
         out = np.zeros(self.pool.n_classes, bool)
+        free = gang_free(now.node_free, self.node_ok[i])
         for c in np.flatnonzero(self.gang[i] & self.fits_empty[i]).tolist():
             out[c] = (
                 plan_gang(
@@ -334,7 +342,7 @@ class OptionBatch:
                     int(self.tensor_parallel[i]),
                     int(self.need_mib[i, c]),
                     self.requests[i].host_ask,
-                    now.node_free,
+                    free,
                     now.node_cpu_free,
                     now.node_host_free,
                 )
@@ -390,7 +398,7 @@ class OptionBatch:
         classes that need it, then a multi-node gang plan."""
         fits = False
         if ok.any():
-            short = _host_refine(
+            short = host_refine(
                 self.pool,
                 now,
                 ok,
@@ -398,6 +406,7 @@ class OptionBatch:
                 self.need_mib[i],
                 self.ask(i),
                 self.requests[i],
+                self.node_ok[i],
             )
             fits = bool((ok & ~short).any())
         if not fits and i in self._gang_rows:
@@ -412,11 +421,12 @@ def _gang_empty(
     c: int,
     r: PlacementRequest,
     need_mib: int,
+    node_ok: np.ndarray | None,
 ) -> tuple[bool, float, float]:
-    """Whether a gang of class ``c`` fits the empty pool, and the (already charged, gang)
-    inter-node seconds of its runtime; cached per pool (a queued gang is re-enumerated every
-    tick, and none of this depends on the state)."""
-    key = (c, r.n_gpus, r.tensor_parallel, need_mib, r.host_ask, r.sync)
+    """Whether a gang of class ``c`` fits the empty pool (on the nodes in ``node_ok``, None:
+    any), and the (already charged, gang) inter-node seconds of its runtime; cached per pool
+    (a queued gang is re-enumerated every tick, and none of this depends on the state)."""
+    key = (c, r.n_gpus, r.tensor_parallel, need_mib, r.host_ask, r.sync, r.node_selector)
     cache: dict[Any, tuple[bool, float, float]] = pool._empty.setdefault("gang_empty", {})
     got = cache.get(key) if empty_state is None else None
     if got is None:
@@ -427,7 +437,7 @@ def _gang_empty(
             r.tensor_parallel,
             need_mib,
             r.host_ask,
-            empty.node_free,
+            gang_free(empty.node_free, node_ok),
             empty.node_cpu_free,
             empty.node_host_free,
         )
@@ -438,84 +448,6 @@ def _gang_empty(
                 cache.clear()
             cache[key] = got
     return got
-
-
-def _asks(requests: Sequence[PlacementRequest]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per job: asked millicores and MiB (``SHARE``: the node's share) and the host floor MiB."""
-    if not requests:
-        empty = np.zeros(0, np.int64)
-        return empty, empty, empty
-    a = np.array([r.host_ask for r in requests], np.int64)
-    return a[:, 0], a[:, 1], a[:, 2]
-
-
-def _host_masks(
-    pool: Pool,
-    n: np.ndarray,
-    need: np.ndarray,
-    cpu: np.ndarray,
-    host: np.ndarray,
-    floor: np.ndarray,
-    gpu_empty: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(jobs, classes): whether a class needs the per-node host check for the job (it asks for
-    more than its share somewhere), and whether it fits some node's CPUs and memory at all."""
-    n_jobs, k = gpu_empty.shape
-    if not n_jobs or not k:
-        return np.zeros((n_jobs, k), bool), np.ones((n_jobs, k), bool)
-    eff_host = np.where(host >= 0, host, floor)
-    # Only classes whose GPUs could hold the job matter (the others never fit).
-    check = ~within_share(pool, n, need, cpu, eff_host) & gpu_empty
-    if not check.any():
-        # The common case (every job within its share): read-only views, no per-node work.
-        return np.broadcast_to(False, (n_jobs, k)), np.broadcast_to(True, (n_jobs, k))
-    empty = np.ones((n_jobs, k), bool)
-    for i, c in zip(*np.nonzero(check), strict=True):
-        ask = HostAsk(int(cpu[i]), int(host[i]), int(floor[i]))
-        d_cpu, d_host = demand(pool, int(c), int(n[i]), ask, int(need[i, c]))
-        nodes = gpu_nodes_empty(pool, int(c), int(n[i]))
-        empty[i, c] = bool(
-            (nodes & (d_cpu <= pool.node_cpu_milli) & (d_host <= pool.node_host_mib)).any()
-        )
-    return check, empty
-
-
-def _host_refine(
-    pool: Pool,
-    now: Summary,
-    fits_now: np.ndarray,
-    exact: np.ndarray,
-    need: np.ndarray,
-    ask: HostAsk,
-    request: PlacementRequest,
-) -> np.ndarray:
-    """Per class, whether it fits now on GPUs but no node has the job's CPUs and memory free.
-    Only classes that ask more than their share, or sit on tight nodes, are checked."""
-    refine = fits_now & (exact | now.class_tight)
-    if not refine.any():
-        return _no_short(pool)
-    short = np.zeros(fits_now.shape[0], bool)
-    over = now.over_nodes
-    for c in np.flatnonzero(refine).tolist():
-        if not exact[c] and over is not None:
-            # Within its share, the job fits every node whose jobs are all within theirs
-            # (the rule that lets untight classes skip this check): such a node whose GPUs
-            # fit settles it; only the over-share nodes need their CPUs and memory read.
-            gpu_ok = gpu_nodes_now(pool, now, c, request.n_gpus, int(need[c]))
-            if (gpu_ok & ~over).any():
-                continue
-        if not fit_nodes(pool, now, c, request.n_gpus, int(need[c]), ask).any():
-            short[c] = True
-    return short
-
-
-def _no_short(pool: Pool) -> np.ndarray:
-    cached = pool._empty.get("no_short")
-    if cached is None:
-        cached = np.zeros(pool.n_classes, bool)
-        cached.flags.writeable = False
-        pool._empty["no_short"] = cached
-    return cached  # type: ignore[no-any-return]
 
 
 def _class_max_shared(pool: Pool) -> np.ndarray:

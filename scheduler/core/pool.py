@@ -26,6 +26,7 @@ from predictor.gpus import GPU_NAMES, GpuType, gpu_catalogue, with_prices
 from predictor.limits import MAX_CPUS, MAX_HOST_MEMORY_GIB
 from scheduler.core._host_defaults import HOST_PER_GPU
 from scheduler.core.mig import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, mig_mask, static_layout
+from scheduler.core.selector import LABEL_KEY_RE, LABEL_VALUE_RE
 from scheduler.exceptions import PlacementError, PoolError
 
 if TYPE_CHECKING:
@@ -109,6 +110,25 @@ class NodeConfig(BaseModel):
     # inter-node network bandwidth, which the gang's all-reduce runs over.
     rack: str | None = Field(default=None, min_length=1, max_length=100)
     network_gbps: float = Field(default=DEFAULT_NETWORK_GBPS, gt=0, le=100_000, allow_inf_nan=False)
+    # Labels a job's node_selector matches (scheduler/core/selector.py), e.g.
+    # {"gpu-model" = "V100M16"}; Kubernetes' key and value syntax.
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        for key, value in v.items():
+            if not LABEL_KEY_RE.match(key):
+                raise ValueError(
+                    f"label key {key!r} is not a label key: use letters, digits, '-', '_' and "
+                    "'.', alphanumeric at both ends, with an optional DNS 'prefix/'"
+                )
+            if not LABEL_VALUE_RE.match(value):
+                raise ValueError(
+                    f"label {key!r}: value {value!r} is not a label value: use up to 63 "
+                    "letters, digits, '-', '_' and '.', alphanumeric at both ends"
+                )
+        return v
 
 
 class PoolConfig(BaseModel):
@@ -149,6 +169,9 @@ class Node:
     whole_gpus: bool = False
     rack: str | None = None
     network_gbps: float = DEFAULT_NETWORK_GBPS
+    #: (key, value) pairs sorted by key (a tuple, so nodes stay hashable): what a job's
+    #: node_selector matches.
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def gpu_indices(self) -> range:
@@ -264,6 +287,7 @@ class Pool:
                     whole_gpus=nc.whole_gpus,
                     rack=nc.rack,
                     network_gbps=nc.network_gbps,
+                    labels=tuple(sorted(nc.labels.items())),
                 )
             )
             first += nc.count
@@ -300,6 +324,8 @@ class Pool:
                 d["rack"] = n.rack
             if n.network_gbps != DEFAULT_NETWORK_GBPS:
                 d["network_gbps"] = n.network_gbps
+            if n.labels:
+                d["labels"] = dict(n.labels)
             nodes.append(d)
         defaults = gpu_catalogue()
         prices = {

@@ -21,6 +21,7 @@ from scheduler.core._classes import node_max_size
 from scheduler.core.decision import Option
 from scheduler.core.host import HostAsk
 from scheduler.core.pool import Pool
+from scheduler.core.selector import NodeSelector, node_selector
 from scheduler.exceptions import PlacementError
 
 if TYPE_CHECKING:
@@ -69,6 +70,8 @@ class PlacementRequest:
     relative to ``submit_time_s``. ``cpus`` and ``host_memory_gib`` are the job's own host
     figures on its node (None: the node's share of the slot, :mod:`scheduler.core.host`);
     ``host_memory_floor_gib`` is the predictor's host memory estimate, which raises that share.
+    ``node_selector`` keeps the job to nodes whose labels match: per label key, the accepted
+    values (:mod:`scheduler.core.selector`; given as a mapping, kept in canonical form).
     """
 
     job_id: str
@@ -93,6 +96,7 @@ class PlacementRequest:
     #: Data-parallel gradient traffic (predictor.internode): what a multi-node gang's runtime
     #: is priced with; zero for inference and single-GPU jobs.
     sync: GradientSync = field(default_factory=GradientSync)
+    node_selector: NodeSelector | None = None
     # The three figures above in whole millicores / MiB, computed once (placement reads them
     # for the whole queue on every tick).
     host_ask: HostAsk = field(init=False, repr=False, compare=False)
@@ -121,6 +125,7 @@ class PlacementRequest:
         host_memory_gib: float | None = None,
         host_memory_floor_gib: float = 0.0,
         sync: GradientSync | None = None,
+        node_selector: Any = None,
     ) -> None:
         self.job_id = job_id
         self.vram_gib = _type_vector(vram_gib, "vram_gib")
@@ -144,6 +149,7 @@ class PlacementRequest:
         self.host_memory_gib = host_memory_gib
         self.host_memory_floor_gib = host_memory_floor_gib
         self.sync = GradientSync() if sync is None else sync
+        self.node_selector = _selector(node_selector, job_id)
         _check_host(self)
         self.host_ask = HostAsk.of(cpus, host_memory_gib, host_memory_floor_gib)
         for name in ("gpu", "requested_gpu"):
@@ -267,6 +273,7 @@ class PlacementRequest:
                 else float(host_memory_floor_gib)
             ),
             sync=gradient_syncs([spec])[0] if sync is None else sync,
+            node_selector=spec.node_selector,
         )
 
 
@@ -321,6 +328,7 @@ def requests_from_table(
                 host_memory_gib=spec.host_memory_gib,
                 host_memory_floor_gib=float(host_memory_floor_gib[i]),
                 sync=sync[i],
+                node_selector=spec.node_selector,
             )
         )
     return out
@@ -343,6 +351,14 @@ def host_floor_gib(specs: Sequence[JobSpec]) -> list[float]:
     from predictor.host_memory import host_memory_gib
 
     return [float(x) for x in host_memory_gib(specs)]
+
+
+def _selector(raw: Any, job_id: str) -> NodeSelector | None:
+    """A request's selector in canonical form (a mapping, or the canonical pairs that
+    ``dataclasses.replace`` passes back in)."""
+    if isinstance(raw, tuple):
+        raw = dict(raw)
+    return node_selector(raw, f"job {job_id!r}: node_selector")
 
 
 def _check_host(r: PlacementRequest) -> None:

@@ -41,6 +41,7 @@ from scheduler.core.reasons import (
     too_small_reason,
 )
 from scheduler.core.requests import PlacementRequest
+from scheduler.core.selector import gang_free, selector_busy_reason, selector_reason
 from scheduler.core.state import PoolState, Summary
 from scheduler.exceptions import PlacementError
 
@@ -92,11 +93,13 @@ class OptionTable:
         "host_short",
         "kind_ok",
         "need_mib",
+        "node_ok",
         "now",
         "pinned_ok",
         "pool",
         "request",
         "runtime",
+        "sel_ok",
         "select",
         "size",
         "why_excluded",
@@ -122,11 +125,15 @@ class OptionTable:
     host_short: np.ndarray
     kind_ok: np.ndarray
     need_mib: np.ndarray
+    # The job's node selector (scheduler.core.selector): per node whether it matches (None:
+    # no selector), and per class whether a matching node can host the class at all.
+    node_ok: np.ndarray | None
     now: Summary
     pinned_ok: np.ndarray
     pool: Pool
     request: PlacementRequest
     runtime: np.ndarray
+    sel_ok: np.ndarray
     select: Select
     size: np.ndarray
     why_excluded: str
@@ -252,6 +259,7 @@ class OptionTable:
                     self.empty_room,
                     self.host_empty,
                     self.host_short,
+                    self.sel_ok,
                 )
             )
         return self._as_lists
@@ -269,7 +277,7 @@ class OptionTable:
         """:meth:`reason`, with a reason its row's columns word kept as its code
         (:mod:`scheduler.core.reasons`)."""
         (fits, ctype, ckind, need_mib, finite, pinned, allowed, kind_ok, cap_ok, gang, room,
-         host_empty, host_short) = self._lists()  # fmt: skip
+         host_empty, host_short, sel_ok) = self._lists()  # fmt: skip
         if fits[c]:
             return ""
         pool = self.pool
@@ -290,6 +298,8 @@ class OptionTable:
             return f"{what}: takes 1-GPU jobs only (job needs {n})"
         if not cap_ok[c]:
             return REASON_TOO_SMALL
+        if not sel_ok[c]:
+            return selector_reason(pool, c, self.request)
         if gang[c]:
             return self._gang_reason(c, empty=not room[c])
         if not room[c]:
@@ -301,15 +311,22 @@ class OptionTable:
             if kind == KIND_MIG:
                 return f"{tname} MIG {profile}: no such slice in this pool"
             return f"shared {tname}: no shared GPU has {gib(need):.1f} GiB"
+        sel = self.node_ok
         if not host_empty[c]:
             cpu, host = demand(pool, c, n, self.ask, need)
-            nodes = gpu_nodes_empty(pool, c, n)
+            nodes = (
+                gpu_nodes_empty(pool, c, n) if sel is None else gpu_nodes_empty(pool, c, n) & sel
+            )
             return host_reason(
                 pool, c, cpu, host, pool.node_cpu_milli, pool.node_host_mib, nodes, empty=True
             )
         if host_short[c]:
             cpu, host = demand(pool, c, n, self.ask, need)
             nodes = gpu_nodes_now(pool, self.now, c, n, need)
+            if sel is not None:
+                nodes = nodes & sel
+                if not nodes.any():
+                    return f"{pool.class_label(c)}: {selector_busy_reason(self.request)}"
             why = host_reason(
                 pool,
                 c,
@@ -337,6 +354,7 @@ class OptionTable:
             free, cpu, host = pool.node_count, pool.node_cpu_milli, pool.node_host_mib
         else:
             free, cpu, host = self.now.node_free, self.now.node_cpu_free, self.now.node_host_free
+        free = gang_free(free, self.node_ok)
         r = self.request
         return gang_reason(
             pool,
@@ -364,7 +382,7 @@ class OptionTable:
             r.tensor_parallel,
             int(self.need_mib[c]),
             self.ask,
-            now.node_free,
+            gang_free(now.node_free, self.node_ok),
             now.node_cpu_free,
             now.node_host_free,
             self.select,
@@ -399,7 +417,8 @@ class OptionTable:
         if not (self.host_exact[c] or now.class_tight[c]):
             return None
         n = self.request.n_gpus
-        return fit_nodes(self.pool, now, c, n, int(self.need_mib[c]), self.ask)
+        fit = fit_nodes(self.pool, now, c, n, int(self.need_mib[c]), self.ask)
+        return fit if self.node_ok is None else fit & self.node_ok
 
     def option(self, c: int, binding: Binding | None = None, reason: str | None = None) -> Option:
         pool = self.pool

@@ -8,7 +8,8 @@ per GPU a share in milli-GPU (1000 for whole GPUs; a shared GPU's reservation ov
 memory, rounded up). A node shows the scorer its free millicores, free host MiB and each GPU's
 free milli-GPU: a whole-mode GPU is 1000 when idle and 0 when held, a shared GPU its free memory
 over its capacity (rounded down; 0 once it runs ``max_shared_jobs``), a MIG GPU its free memory
-the same way. Candidates are the nodes where the job fits now on every resource, per option
+the same way. Candidates are the nodes where the job fits now on every resource (and that its
+node selector accepts, :mod:`scheduler.core.selector`), per option
 class; the highest score wins, ties go to the node that comes first in the node order (the
 pool's, or a random permutation drawn from ``seed``, as the paper's simulator renames nodes).
 A shared job lands on the GPU the scorer picks; a whole-GPU job on the node's first idle GPUs;
@@ -304,6 +305,8 @@ class NodeScorePolicy(Policy):
             else:
                 cpu_a, host_a = demand(pool, c, req.n_gpus, ask, need)
             ok = gpu_nodes_now(pool, now, c, req.n_gpus, need) & members
+            if table.node_ok is not None:  # the job's node selector
+                ok &= table.node_ok
             ok &= (cpu_a <= now.node_cpu_free) & (host_a <= now.node_host_free)
             if kind == KIND_SHARED:
                 gmax = view.gpu_max if view.gpu_max is not None else view.gpu_free.max(1)

@@ -93,6 +93,7 @@ def decode_request(
             host_memory_gib=rr.host_memory_gib,
             host_memory_floor_gib=rr.host_memory_floor_gib,
             sync=None if rr.sync is None else _sync(rr),
+            node_selector=rr.node_selector,
         )
     except PlacementError as exc:
         raise InvalidRecord(str(exc)) from None

@@ -113,7 +113,7 @@ def build_records(
 
     for i, spec in enumerate(specs):
         assert spec.id is not None
-        request = {
+        request: dict[str, Any] = {
             "vram_gib": vram[i],
             # An engine that cannot be told its reservation takes its default share of the GPU.
             "vram_upper_gib": engine_upper_gib(spec.framework, spec.command, spec.env, upper[i]),
@@ -130,6 +130,8 @@ def build_records(
             "host_memory_gib": spec.host_memory_gib,
             "host_memory_floor_gib": round(host_floor[i], 3),
         }
+        if spec.node_selector:
+            request["node_selector"] = {k: list(v) for k, v in spec.node_selector.items()}
         if syncs[i].steps > 0:
             request["sync"] = _sync_figures(syncs[i])
         ts = repr(t + i * 1e-6)  # keeps submit order inside one batch

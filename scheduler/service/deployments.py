@@ -181,6 +181,8 @@ def _replica_record(
         "cpus": spec.cpus,
         "host_memory_gib": spec.host_memory_gib,
     }
+    if spec.node_selector:
+        request["node_selector"] = {k: list(v) for k, v in spec.node_selector.items()}
     ts = repr(now)
     return {
         "id": rid,

@@ -495,6 +495,7 @@ def _truth_probe(job: _Job) -> PlacementRequest:
         pipeline_parallel=r.pipeline_parallel,
         gpu=r.gpu,
         busy_frac=r.busy_frac,
+        node_selector=r.node_selector,
     )
 
 

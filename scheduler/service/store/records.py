@@ -110,6 +110,8 @@ class RequestRecord(BaseModel):
     # already charges, pipeline activation bytes per micro-batch and boundary, micro-batches
     # per step]; the last two absent in older records, the whole list for inference.
     sync: list[float] | None = Field(default=None, min_length=4, max_length=6)
+    # The spec's node selector (predictor/_node_selector.py); absent: any node.
+    node_selector: dict[str, list[str]] | None = Field(default=None, max_length=64)
 
     @field_validator("sync")
     @classmethod

@@ -12,8 +12,8 @@ not see CPU). ``rightsize`` delegates to ``lookahead`` here: rightsize ranks opt
 price, and an openb pool has one GPU type at one price, so price says nothing; the openb
 objective (GPU capacity allocated) is what ``lookahead``, our best scorer, optimises.
 
-Only pods :func:`~scheduler.sim.openb.pool.core_supported` accepts go through (one GPU, no
-``gpu_spec``); :func:`replay_core` refuses others by name.
+Every pod of every openb pod list goes through: a pod's ``gpu_spec`` (the ``gpuspec`` lists)
+is its node selector on the nodes' ``gpu-model`` label (:mod:`scheduler.sim.openb.pool`).
 """
 
 from __future__ import annotations

@@ -8,8 +8,13 @@ Mapping (each openb node is one pool node):
 - GPUs: ``count = gpu``, in ``shared`` mode with ``whole_gpus`` (idle GPUs also go whole, to
   multi-GPU pods), every GPU of one catalogue type (``gpu_type``, default A100-40GB). The pool
   model knows five GPU types and the trace seven models, and no openb scorer reads the model,
-  so the model is kept beside the pool (:attr:`OpenbPool.models`) rather than mapped onto a
-  type; only the ``gpuspec`` pod lists constrain it.
+  so the model is not mapped onto a type: it is the node's ``gpu-model`` label
+  (:data:`MODEL_LABEL`; also kept as :attr:`OpenbPool.models`).
+- GPU model constraints: a GPU pod's ``gpu_spec`` (``V100M16|V100M32``, the ``gpuspec`` pod
+  lists) becomes its node selector ``gpu-model in {V100M16,V100M32}``
+  (:mod:`scheduler.core.selector`), as the authors' simulator filters nodes by model. A
+  CPU-only pod's ``gpu_spec`` is ignored, as the simulator and the legacy replay do: it uses
+  no GPU.
 - Milli-GPU: a pod asking ``m`` milli-GPU per GPU reserves ``floor(m * capacity / 1000)`` MiB on
   a GPU of ``capacity`` MiB. Rounding down keeps the MiB test exact while one milli-GPU is more
   MiB than the pods that can share a GPU (the trace's smallest share is 50 milli-GPU, so at
@@ -25,34 +30,38 @@ Mapping (each openb node is one pool node):
   8 CPUs, so at most 16 fit a node, and no GPU runs out of slots before its node's CPUs.
 - A pod asking 0 CPU or 0 memory asks 1 millicore or 1 MiB (the core's asks are positive).
 
-What does not map: ``gpu_spec`` constraints (one catalogue type for all models);
-:func:`core_supported` names such pods instead of dropping them.
+Every pod of every openb pod list maps.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from predictor.gpus import GPU_NAMES
 from scheduler.core.pool import MIB_PER_GIB, MILLI_PER_CPU, Pool
 from scheduler.core.requests import PlacementRequest
-from scheduler.exceptions import TraceError
+from scheduler.core.selector import NodeSelector, node_selector
+from scheduler.exceptions import PlacementError, TraceError
 from scheduler.policies._node_scorers import MILLI_PER_GPU
 from scheduler.sim.openb.trace import OpenbCluster, OpenbWorkload
 
 __all__ = [
     "DEFAULT_GPU_TYPE",
     "DEFAULT_MAX_SHARED_JOBS",
+    "MODEL_LABEL",
     "OpenbPool",
-    "core_supported",
     "openb_pool",
     "openb_requests",
 ]
 
 DEFAULT_GPU_TYPE = "A100-40GB"
+
+#: The node label that carries the openb GPU model (a pod's ``gpu_spec`` selects on it).
+MODEL_LABEL = "gpu-model"
 
 # The pool model's most: room for the trace's smallest shares (20 x 50 milli-GPU) beside the
 # CPU-only pods that hold 0 MiB slots on the same GPU.
@@ -95,6 +104,7 @@ def openb_pool(
             "max_shared_jobs": max_shared_jobs,
             "cpus": int(cluster.cpu_milli[k]) / MILLI_PER_CPU,
             "host_memory_gib": int(cluster.memory_mib[k]) / MIB_PER_GIB,
+            "labels": {MODEL_LABEL: cluster.model[k]} if cluster.model[k] else {},
         }
         for k in range(len(cluster.names))
     ]
@@ -105,35 +115,29 @@ def openb_pool(
     return OpenbPool(pool, cluster.model, gpu_type)
 
 
-def core_supported(pods: OpenbWorkload) -> np.ndarray:
-    """Per pod, whether the core path can place it: no GPU model constraint (``gpu_spec``)."""
-    return np.array([not s for s in pods.gpu_spec], bool)
-
-
 def openb_requests(
     pods: OpenbWorkload, opool: OpenbPool, ids: Sequence[str] | None = None
 ) -> list[PlacementRequest]:
-    """One placement request per pod, in order; TraceError names the first pod the core path
-    cannot place (:func:`core_supported`)."""
-    ok = core_supported(pods)
-    if not ok.all():
-        i = int(np.flatnonzero(~ok)[0])
-        raise TraceError(
-            f"pod {i}: gpu_spec={'|'.join(sorted(pods.gpu_spec[i]))!r} cannot go through the "
-            "core yet (the pool carries one GPU type, not the trace's models); filter the list "
-            "with core_supported() or use the legacy replay"
-        )
+    """One placement request per pod, in order (module docstring)."""
     pool = opool.pool
     t = GPU_NAMES.index(opool.gpu_type)
     cap = int(pool.type_capacity_mib[t])
     vram = np.full(len(GPU_NAMES), np.inf)
     out: list[PlacementRequest] = []
     runtime = np.where(np.arange(len(GPU_NAMES)) == t, 1.0, np.inf)
+    # One canonical selector per distinct gpu_spec (the requests share it).
+    selectors: dict[frozenset[str], Any] = {}
     for i in range(len(pods)):
         v = vram.copy()
         num = int(pods.num_gpu[i])
         # Whole MiB, so the core's round-up to a MiB keeps it (module docstring); CPU-only: 0.
         v[t] = (int(pods.gpu_milli[i]) * cap // MILLI_PER_GPU) / MIB_PER_GIB if num else 0.0
+        spec = pods.gpu_spec[i]
+        sel = None
+        if spec and num:
+            sel = selectors.get(spec)
+            if sel is None:
+                sel = selectors[spec] = _model_selector(spec, i)
         out.append(
             PlacementRequest(
                 job_id=ids[i] if ids is not None else f"pod-{i}",
@@ -146,6 +150,17 @@ def openb_requests(
                 requested_gpu=opool.gpu_type,
                 cpus=max(1, int(pods.cpu_milli[i])) / MILLI_PER_CPU,
                 host_memory_gib=max(1, int(pods.memory_mib[i])) / MIB_PER_GIB,
+                node_selector=sel,
             )
         )
     return out
+
+
+def _model_selector(spec: frozenset[str], i: int) -> NodeSelector:
+    """Pod ``i``'s ``gpu_spec`` as a node selector on :data:`MODEL_LABEL`."""
+    try:
+        sel = node_selector({MODEL_LABEL: sorted(spec)})
+    except PlacementError as exc:
+        raise TraceError(f"pod {i}: gpu_spec={'|'.join(sorted(spec))!r}: {exc}") from None
+    assert sel is not None
+    return sel

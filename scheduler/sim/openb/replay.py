@@ -20,8 +20,8 @@ prefix); the GPU inside the node follows each policy's GPU-selection method. The
 :mod:`scheduler.policies._node_scorers`, the same code the live policies
 (:mod:`scheduler.policies.node_score`) and the replay through ``SchedulerCore``
 (:mod:`scheduler.sim.openb.core_replay`) run; this module is the vectorised reference that
-path is checked against (same placements pod for pod), and the only one for the ``gpuspec``
-lists, whose GPU-model constraints the pool does not carry.
+path is checked against (same placements pod for pod; on the ``gpuspec`` lists the core
+carries a pod's GPU-model constraint as a node selector on the ``gpu-model`` label).
 
 ``fgdstrand`` is ours: FGD plus the decrease of stranded GPU capacity
 (:mod:`scheduler.policies._stranding_maths`), GPUs a node will not be able to use because the
@@ -311,5 +311,6 @@ def replay_seeds(
         "failed_pods_mean": float(np.mean(failed)),
         "wall_s_per_seed": round(float(np.mean(walls)), 3),
         "wall_s_max": round(float(np.max(walls)), 3),
+        "wall_s_each_seed": [round(float(w), 3) for w in walls],
         "cpu_s_per_seed": round(float(np.mean(cpu)), 3),
     }

@@ -94,3 +94,29 @@ def test_requested_type_wants_a_node_big_enough_for_the_gang() -> None:
     assert requested_type(_upper(), 2, pool=pool) == "H100-80GB"
     assert requested_type(_upper(), 4, pool=pool) == "B200-180GB"
     assert requested_type(_upper(), 4) == "H100-80GB"  # without a pool, only memory counts
+
+
+def test_the_specs_node_selector_reaches_the_request() -> None:
+    from predictor.analytical import predict_table
+    from scheduler.core.requests import requests_from_table
+
+    sel = {"gpu-model": ["V100M32", "V100M16"]}
+    specs = [
+        parse_spec({"id": "s", "model": "qwen2.5-0.5b", "task": "inference", "node_selector": sel}),
+        parse_spec({"id": "t", "model": "qwen2.5-0.5b", "task": "inference"}),
+    ]
+    table = predict_table(specs)
+    want = (("gpu-model", ("V100M16", "V100M32")),)
+    assert PlacementRequest.from_table(specs[0], table, 0).node_selector == want
+    assert PlacementRequest.from_table(specs[1], table, 1).node_selector is None
+    many = requests_from_table(
+        specs,
+        table,
+        submit_time_s=[0.0, 0.0],
+        requested_gpu=lambda i, upper: HABITUAL_GPU,
+        host_memory_floor_gib=[0.0, 0.0],
+        sync=[
+            r.sync for r in (PlacementRequest.from_table(s, table, i) for i, s in enumerate(specs))
+        ],
+    )
+    assert [r.node_selector for r in many] == [want, None]

@@ -4,7 +4,6 @@ scorers as live policies, and the core replay against the legacy one."""
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from scheduler.core.requests import PlacementRequest
 from scheduler.exceptions import TraceError
 from scheduler.policies.registry import PolicyName, get_policy
 from scheduler.sim.openb.core_replay import CORE_POLICY, replay_core
-from scheduler.sim.openb.pool import OpenbPool, core_supported, openb_pool, openb_requests
+from scheduler.sim.openb.pool import MODEL_LABEL, OpenbPool, openb_pool, openb_requests
 from scheduler.sim.openb.replay import replay
 from scheduler.sim.openb.trace import (
     DEFAULT_NODES_CSV,
@@ -86,6 +85,7 @@ def test_pool_from_the_node_list_keeps_every_node_resource(cluster) -> None:
     assert {n.max_shared_jobs for n in pool.nodes} == {48}
     assert {n.whole_gpus for n in pool.nodes} == {True}
     assert op.models == ("G2", "G2", "T4", "V100M32")
+    assert [dict(n.labels) for n in pool.nodes] == [{MODEL_LABEL: m} for m in op.models]
 
 
 def test_pool_refuses_gpu_less_nodes(tmp_path: Path) -> None:
@@ -119,17 +119,56 @@ def test_milli_gpu_maps_to_whole_mib_and_fits_exactly(cluster, tmp_path: Path) -
     assert d.state == "placed" and state.option_of(reqs[2].job_id).gpu_indices != (g,)
 
 
-def test_pods_the_core_cannot_place_are_named(cluster, tmp_path: Path) -> None:
-    pods = _pods(
+def test_gpu_spec_becomes_a_node_selector_on_the_model_label(cluster, tmp_path: Path) -> None:
+    reqs = _requests(
+        openb_pool(cluster),
         tmp_path,
         "ok,1000,1024,1,500,,LS,Running,0,1,0",
-        "cpu,1000,1024,0,0,,LS,Running,0,1,0",
-        "multi,1000,1024,2,1000,,LS,Running,0,1,0",
+        "cpu,1000,1024,0,0,T4,LS,Running,0,1,0",
         "spec,1000,1024,1,1000,T4|G2,LS,Running,0,1,0",
     )
-    assert core_supported(pods).tolist() == [True, True, True, False]
-    with pytest.raises(TraceError, match=re.escape("pod 3: gpu_spec='G2|T4'")):
-        openb_requests(pods, openb_pool(cluster))
+    # A CPU-only pod uses no GPU, so its gpu_spec constrains nothing (as in the legacy replay).
+    assert [r.node_selector for r in reqs] == [None, None, ((MODEL_LABEL, ("G2", "T4")),)]
+
+
+def test_gpu_spec_pods_land_only_on_their_models(cluster, tmp_path: Path) -> None:
+    # Pods that fit only the two G2 nodes, or the T4 and V100M32 ones; six whole V100M32 asks
+    # fill the 4-GPU node and then find no other node with that model.
+    rows = [f"g{i},1000,1024,1,1000,G2,LS,Running,0,1,0" for i in range(6)]
+    rows += [f"t{i},1000,1024,1,500,T4|V100M32,LS,Running,0,1,0" for i in range(6)]
+    rows += [f"v{i},1000,1024,1,1000,V100M32,LS,Running,0,1,0" for i in range(6)]
+    op = openb_pool(cluster)
+    reqs = openb_requests(_pods(tmp_path, *rows), op, ids=[r.split(",")[0] for r in rows])
+    for name in ("fgd_node", "bestfit_node", "lookahead"):
+        state = op.pool.state()
+        ds = get_policy(PolicyName(name)).schedule(reqs, state, 0.0)
+        on = {d.job_id: d.chosen_option.node for d in ds if d.state == "placed"}
+        assert {on[f"g{i}"] for i in range(6)} <= {"n0", "n1"}, name
+        assert {on[f"t{i}"] for i in range(6)} <= {"n2", "n3"}, name
+        assert all(on.get(f"v{i}") in (None, "n3") for i in range(6)), name
+        lost = [d for d in ds if d.state != "placed"]
+        assert lost and all(d.job_id.startswith("v") for d in lost), name
+
+
+def test_gpuspec_replay_through_the_core_matches_the_legacy_replay(cluster, tmp_path) -> None:
+    # The trace's pod shapes, a third of them constrained to one or two models.
+    rng = np.random.default_rng(3)
+    specs = ["G2", "T4", "V100M32", "G2|T4", "T4|V100M32", "G2|V100M32"]
+    lines = _trace_pods(tmp_path, n=90, seed=4).read_text().splitlines()[1:]
+    rows = []
+    for line in lines:
+        f = line.split(",")
+        if rng.random() < 0.33:
+            f[5] = str(rng.choice(specs))
+        rows.append(",".join(f))
+    pods = _pods(tmp_path, *rows)
+    assert sum(bool(s) for s in pods.gpu_spec) > 20
+    for policy in ("fgd", "bestfit", "lookahead"):
+        old = replay(cluster, pods, policy, seed=7)
+        new = replay_core(cluster, pods, policy, seed=7)
+        assert new.n_failed == old.n_failed > 0, policy
+        assert np.array_equal(new.placed_node, old.placed_node), policy
+        assert np.array_equal(new.allocated_pct, old.allocated_pct), policy
 
 
 def test_cpu_only_and_multi_gpu_pods_take_what_they_ask(cluster, tmp_path: Path) -> None:
@@ -233,12 +272,12 @@ def test_simulate_openb_says_which_engine_ran(cluster, tmp_path) -> None:
     rows = ["a,1000,1024,1,500,,LS,Running,0,1,0", "b,2000,1024,1,1000,G2,LS,Running,0,1,0"]
     pods = write_pods(tmp_path, rows, "mixed.csv")
     base = ["--nodes", str(nodes), "--pods", str(pods), "--policy", "rightsize", "--seeds", "1"]
+    # A gpu_spec pod goes through the core too (as a node selector).
     auto = _cli(base)
-    assert auto["engine"] == "replay" and auto["delegated_to"] == "lookahead"
-    assert auto["core_unsupported_pods"] == 1
-    assert _cli([*base, "--core-pods-only"])["engine"] == "core"
-    res = CliRunner().invoke(simulate_command, ["openb", *base, "--engine", "core"])
-    assert res.exit_code != 0 and "cannot go through the core" in res.output
+    assert auto["engine"] == "core" and auto["registry_policy"] == "lookahead"
+    legacy = _cli([*base, "--engine", "replay"])
+    assert legacy["engine"] == "replay" and legacy["delegated_to"] == "lookahead"
+    assert legacy["unallocated_gpu_pct_per_seed"] == auto["unallocated_gpu_pct_per_seed"]
 
 
 @pytest.mark.slow

@@ -1,0 +1,112 @@
+"""The per-node host (CPU, host memory) and node-selector checks of option enumeration
+(:class:`~scheduler.core.options.OptionBatch`): which (job, class) pairs need a node-by-node
+look, whether they fit some node of an empty pool, and, against a state, which classes fit on
+GPUs but on no node with the job's CPUs and memory free (or none its selector accepts)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from scheduler.core.host import (
+    HostAsk,
+    demand,
+    fit_nodes,
+    gpu_nodes_empty,
+    gpu_nodes_now,
+    within_share,
+)
+from scheduler.core.pool import Pool
+from scheduler.core.requests import PlacementRequest
+from scheduler.core.selector import SelectorMasks
+from scheduler.core.state import Summary
+
+__all__ = ["asks", "host_masks", "host_refine", "no_short"]
+
+
+def asks(requests: Sequence[PlacementRequest]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per job: asked millicores and MiB (``SHARE``: the node's share) and the host floor MiB."""
+    if not requests:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    a = np.array([r.host_ask for r in requests], np.int64)
+    return a[:, 0], a[:, 1], a[:, 2]
+
+
+def host_masks(
+    pool: Pool,
+    n: np.ndarray,
+    need: np.ndarray,
+    cpu: np.ndarray,
+    host: np.ndarray,
+    floor: np.ndarray,
+    gpu_empty: np.ndarray,
+    sel: SelectorMasks,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(jobs, classes): whether a class needs the per-node check for the job (it asks for
+    more than its share somewhere, or its node selector excludes some node of the class), and
+    whether it fits some (matching) node's CPUs and memory at all."""
+    n_jobs, k = gpu_empty.shape
+    if not n_jobs or not k:
+        return np.zeros((n_jobs, k), bool), np.ones((n_jobs, k), bool)
+    eff_host = np.where(host >= 0, host, floor)
+    # Only classes whose GPUs could hold the job matter (the others never fit).
+    check = ~within_share(pool, n, need, cpu, eff_host) & gpu_empty
+    if sel.any_selector:
+        check |= sel.partial & gpu_empty
+    if not check.any():
+        # The common case (every job within its share): read-only views, no per-node work.
+        return np.broadcast_to(False, (n_jobs, k)), np.broadcast_to(True, (n_jobs, k))
+    empty = np.ones((n_jobs, k), bool)
+    for i, c in zip(*np.nonzero(check), strict=True):
+        ask = HostAsk(int(cpu[i]), int(host[i]), int(floor[i]))
+        d_cpu, d_host = demand(pool, int(c), int(n[i]), ask, int(need[i, c]))
+        nodes = gpu_nodes_empty(pool, int(c), int(n[i]))
+        if sel.nodes[i] is not None:
+            nodes = nodes & sel.nodes[i]
+        empty[i, c] = bool(
+            (nodes & (d_cpu <= pool.node_cpu_milli) & (d_host <= pool.node_host_mib)).any()
+        )
+    return check, empty
+
+
+def host_refine(
+    pool: Pool,
+    now: Summary,
+    fits_now: np.ndarray,
+    exact: np.ndarray,
+    need: np.ndarray,
+    ask: HostAsk,
+    request: PlacementRequest,
+    node_ok: np.ndarray | None = None,
+) -> np.ndarray:
+    """Per class, whether it fits now on GPUs but no node (in ``node_ok``, the job's node
+    selector; None: any) has the job's CPUs and memory free. Only classes that ask more than
+    their share, sit on tight nodes, or that the selector narrows, are checked."""
+    refine = fits_now & (exact | now.class_tight)
+    if not refine.any():
+        return no_short(pool)
+    short = np.zeros(fits_now.shape[0], bool)
+    over = now.over_nodes
+    for c in np.flatnonzero(refine).tolist():
+        if not exact[c] and over is not None:
+            # Within its share, the job fits every node whose jobs are all within theirs
+            # (the rule that lets untight classes skip this check): such a node whose GPUs
+            # fit settles it; only the over-share nodes need their CPUs and memory read.
+            gpu_ok = gpu_nodes_now(pool, now, c, request.n_gpus, int(need[c]))
+            if (gpu_ok & ~over).any():
+                continue
+        fit = fit_nodes(pool, now, c, request.n_gpus, int(need[c]), ask)
+        if not (fit.any() if node_ok is None else (fit & node_ok).any()):
+            short[c] = True
+    return short
+
+
+def no_short(pool: Pool) -> np.ndarray:
+    cached = pool._empty.get("no_short")
+    if cached is None:
+        cached = np.zeros(pool.n_classes, bool)
+        cached.flags.writeable = False
+        pool._empty["no_short"] = cached
+    return cached  # type: ignore[no-any-return]
