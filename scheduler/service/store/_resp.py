@@ -20,9 +20,9 @@ from redis.utils import HIREDIS_AVAILABLE
 __all__ = ["FastRespPacker", "packer_kwargs"]
 
 #: The packed command is handed over in pieces of about this size (redis-py sends each in
-#: turn). A 500-job commit is ~5 MB: joined whole, its encoded arguments and the result were
-#: all fresh memory at once (page faults, an mmap per call), and packing it cost 40 us per
-#: job; in 64 KiB pieces the same bytes cost 6 us per job (min of 3 runs, load 6.8).
+#: turn). A 500-job commit is megabytes of arguments (each job's stored decision is kilobytes):
+#: joined whole, every encoded argument and the joined result were fresh memory at once (page
+#: faults, an mmap per call), which cost more than the packing itself; pieces reuse memory.
 _CHUNK_BYTES = 1 << 16
 
 
