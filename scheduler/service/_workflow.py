@@ -11,7 +11,8 @@ state machine, so it holds the job *before* placement.
 
 from __future__ import annotations
 
-import getpass
+import functools
+import os
 from collections.abc import Sequence
 
 from predictor.spec import JobSpec
@@ -26,12 +27,28 @@ UNKNOWN_USER = "unknown"
 
 
 def default_user() -> str:
-    """The submitting OS user (``getpass.getuser()``: $LOGNAME, $USER, ..., then the passwd
-    entry), or ``unknown``."""
+    """The submitting OS user (``getpass.getuser()``: $LOGNAME, $USER, $LNAME, $USERNAME,
+    then the passwd entry), or ``unknown``."""
+    for var in ("LOGNAME", "USER", "LNAME", "USERNAME"):  # getpass.getuser's order
+        name = os.environ.get(var)
+        if name:
+            return _checked_user(name)
+    return _passwd_user(os.getuid())
+
+
+@functools.lru_cache(maxsize=8)
+def _passwd_user(uid: int) -> str:
+    """The passwd entry's name for ``uid`` (looked up once per process and uid: a one-job
+    submit paid a passwd lookup each time)."""
     try:
-        name = getpass.getuser()
-    except (OSError, KeyError):
+        import pwd
+
+        return _checked_user(pwd.getpwuid(uid)[0])
+    except (OSError, KeyError, ImportError):
         return UNKNOWN_USER
+
+
+def _checked_user(name: str) -> str:
     from predictor._spec_workflow import _NAME, MAX_NAME_CHARS
 
     return name if 0 < len(name) <= MAX_NAME_CHARS and _NAME.fullmatch(name) else UNKNOWN_USER

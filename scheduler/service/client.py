@@ -256,7 +256,6 @@ class Client:
         check_parents_exist(self.store, ordered)
         for start in range(0, len(ordered), _SUBMIT_CHUNK):
             chunk = ordered[start : start + _SUBMIT_CHUNK]
-            self._check_resubmits(chunk)
             table = self.table_fn(chunk)
             records = build_records(
                 chunk,
@@ -265,7 +264,11 @@ class Client:
                 max_oom_retries=self.max_oom_retries,
                 hold=hold,
             )
-            added = self.store.add_jobs(records)
+            # New ids (the usual case): one round trip, the resubmit check included.
+            added, stored = self.store.add_new_jobs(records)
+            if added is None:
+                self._check_resubmits(chunk, stored)
+                added = self.store.add_jobs(records)
             for spec, new in zip(chunk, added, strict=True):
                 if not new:
                     log.info("job %s was already submitted; returning the existing job", spec.id)
@@ -305,16 +308,14 @@ class Client:
                 out.extend(self.submit_many([s]))
         return out
 
-    def _check_resubmits(self, chunk: Sequence[JobSpec]) -> None:
+    def _check_resubmits(self, chunk: Sequence[JobSpec], stored: Sequence[str | None]) -> None:
         """Resubmitting an id is idempotent only for the same spec: a different one under an
-        existing id would be silently dropped, so it is an error naming the id."""
-        ids = [s.id for s in chunk if s.id is not None]
+        existing id would be silently dropped, so it is an error naming the id. ``stored``:
+        per spec, the existing record's submitted spec (None for a new id)."""
         # An OOM retry may have re-split the job (``spec`` at a higher tensor_parallel); what
-        # was submitted is then ``submitted_spec``.
-        stored = self.store.get_fields(ids, ["submitted_spec", "spec"])
+        # was submitted is then ``submitted_spec`` (the store answers that one first).
         clash = []
-        for spec, (submitted, current) in zip(chunk, stored, strict=True):
-            raw = submitted or current
+        for spec, raw in zip(chunk, stored, strict=True):
             if raw is None:
                 continue
             try:

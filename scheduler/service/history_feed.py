@@ -113,6 +113,12 @@ class HistoryFeed:
         self.history.record_run(fp, gpu, None if peak is None else peak / peak_pred, rt_ratio)
         return True
 
+    @property
+    def reads_spec(self) -> bool:
+        """Whether :meth:`answer` may read a first attempt's ``spec`` (only once a row is in:
+        before that no fingerprint can match), so the leader reads specs only then."""
+        return self.history.rows > 0
+
     def answer(
         self,
         jid: str,

@@ -283,13 +283,18 @@ class SchedulerService(_Leadership, _Settle):
         if not new:
             return 0, 0
         new = new[: self.batch_size()]
-        fields = ["state", "attempt", "submitted_at", "reserved_gib", "request", "engine", "spec"]
+        fields = ["state", "attempt", "submitted_at", "reserved_gib", "request", "engine"]
         fields.append("history_request")
+        # The spec only where history may answer from it (read, encoded and parsed per job).
+        with_spec = self.history.reads_spec
+        if with_spec:
+            fields.append("spec")
         rows = self.store.get_fields(new, fields)
         events: list[dict[str, Any]] = []
         n_ok = n_bad = 0
         for jid, row in zip(new, rows, strict=True):
-            st, attempt, submitted, reserved, raw, engine_raw, spec, hist_raw = row
+            st, attempt, submitted, reserved, raw, engine_raw, hist_raw = row[:7]
+            spec = row[7] if with_spec else None
             try:
                 req = decode_request(self.pool, jid, st, attempt, submitted, reserved, raw)
                 engine = decode_engine(engine_raw)

@@ -5,8 +5,9 @@ redis-py's ``PythonRespSerializer`` encodes every argument through ``Encoder.enc
 hot calls carry thousands of arguments (a 2,000-job commit, a 1,000-job ``add``, a
 fields read), and packing them cost more CPU than Redis took to run the scripts. This packer
 writes the same bytes: ``str``, ``bytes``, ``int`` and ``float`` arguments are encoded inline
-and joined once; any other type (``bytearray``, ``memoryview``, ``bool``, subclasses such as
-numpy scalars) goes through redis-py's own encoder, so what it accepts or refuses is unchanged.
+and joined in pieces of :data:`_CHUNK_BYTES`; any other type (``bytearray``, ``memoryview``,
+``bool``, subclasses such as numpy scalars) goes through redis-py's own encoder, so what it
+accepts or refuses is unchanged.
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ from redis._parsers.encoders import Encoder
 from redis.utils import HIREDIS_AVAILABLE
 
 __all__ = ["FastRespPacker", "packer_kwargs"]
+
+#: The packed command is handed over in pieces of about this size (redis-py sends each in
+#: turn). A 500-job commit is megabytes of arguments (each job's stored decision is kilobytes):
+#: joined whole, every encoded argument and the joined result were fresh memory at once (page
+#: faults, an mmap per call), which cost more than the packing itself; pieces reuse memory.
+_CHUNK_BYTES = 1 << 16
 
 
 class FastRespPacker:
@@ -37,7 +44,9 @@ class FastRespPacker:
         elif b" " in head:
             args = (*head.split(), *args[1:])
         enc, errors, slow = self.encoding, self.errors, self._encode
+        out: list[bytes] = []
         parts: list[Any] = [b"*%d\r\n" % len(args)]
+        size = 0
         for a in args:
             t = type(a)
             if t is str:
@@ -49,7 +58,13 @@ class FastRespPacker:
             else:
                 b = slow(a)
             parts += (b"$%d\r\n" % len(b), b, b"\r\n")
-        return [b"".join(parts)]
+            size += len(b)
+            if size >= _CHUNK_BYTES:
+                out.append(b"".join(parts))
+                parts, size = [], 0
+        if parts:
+            out.append(b"".join(parts))
+        return out
 
 
 def packer_kwargs(connection_kwargs: dict[str, Any]) -> dict[str, Any]:

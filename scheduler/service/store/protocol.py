@@ -35,6 +35,13 @@ class Store(Protocol):
 
     # jobs
     def add_jobs(self, records: Sequence[Mapping[str, str]]) -> list[bool]: ...
+    def add_new_jobs(
+        self, records: Sequence[Mapping[str, str]]
+    ) -> tuple[list[bool] | None, list[str | None]]:
+        """``add_jobs`` unless an id exists: then nothing is written and the answer is
+        ``(None, stored specs)`` (None for a new id)."""
+        ...
+
     def get_job(self, job_id: str) -> dict[str, str] | None: ...
     def get_fields(
         self, job_ids: Sequence[str], fields: Sequence[str]

@@ -136,36 +136,60 @@ class RedisStore:
     # -- jobs ---------------------------------------------------------------------------------
 
     def add_jobs(self, records: Sequence[Mapping[str, str]]) -> list[bool]:
-        pipe = self.r.pipeline(transaction=False)
+        """Add the jobs whose ids are new, in order, and wake the leader: per record, whether
+        it was added (False: the id exists). One script call for the batch."""
+        added, _ = self._add_batch(records, guard=False)
+        assert added is not None
+        return added
+
+    def add_new_jobs(
+        self, records: Sequence[Mapping[str, str]]
+    ) -> tuple[list[bool] | None, list[str | None]]:
+        """:meth:`add_jobs` unless an id of ``records`` exists already: then nothing is written
+        and the answer is ``(None, stored)``, per record the stored ``submitted_spec`` (else
+        ``spec``) of an existing id and None for a new one, so a caller can tell a resubmit of
+        the same spec from a clash before anything is written. A batch of new ids (the usual
+        case) costs one round trip, the check included."""
+        return self._add_batch(records, guard=True)
+
+    def _add_batch(
+        self, records: Sequence[Mapping[str, str]], *, guard: bool
+    ) -> tuple[list[bool] | None, list[str | None]]:
+        if not records:
+            return [], []
+        args: list[str] = [self.prefix, "1" if guard else "0", "1"]
         for rec in records:
-            args: list[str] = [self.prefix, rec["id"], rec["submitted_at"]]
+            args += [rec["id"], rec["submitted_at"], str(2 * len(rec))]
             for k, v in rec.items():
                 args += [k, v]
-            self._add(args=args, client=pipe)
-        pipe.rpush(self.keys.wakeup, "1")
-        pipe.ltrim(self.keys.wakeup, -1, -1)
         d = self.durability
         if d.replicas:
             # WAIT counts replicas that hold every earlier write of *this* connection, so it
             # rides in the same pipeline as the adds.
+            pipe = self.r.pipeline(transaction=False)
+            self._add(args=args, client=pipe)
             pipe.execute_command("WAIT", d.replicas, d.timeout_ms)
-        out = pipe.execute()
-        if d.replicas and int(out[-1]) < d.replicas:
+            out, acked = pipe.execute()
+        else:
+            out, acked = self._add(args=args), None
+        if out and out[0] == "exists":
+            return None, [None if v is None else str(v) for v in out[1:]]
+        if acked is not None and int(acked) < d.replicas:
             ids = [rec["id"] for rec in records]
             raise NotDurableError(
-                f"{int(out[-1])} of the {d.replicas} replica(s) SNUGFIT_DURABILITY=replica needs "
+                f"{int(acked)} of the {d.replicas} replica(s) SNUGFIT_DURABILITY=replica needs "
                 f"confirmed jobs {', '.join(ids[:5])}{' ...' if len(ids) > 5 else ''} within "
                 f"{d.timeout_ms} ms; they count as not submitted: re-submit them with the same "
                 "ids (idempotent), or check the replicas with `snugfit doctor`",
                 ids,
             )
-        for rec, x in zip(records, out, strict=False):
+        for rec, x in zip(records, out, strict=True):
             if isinstance(x, str) and x.startswith("missing:"):
                 raise UnknownDependencyError(
                     f"job {rec['id']!r}: `depends_on` names job {x[8:]!r}, which does not exist; "
                     "submit the parent first (or in the same batch), or fix the id"
                 )
-        return [bool(x) for x in out[: len(records)]]
+        return [bool(x) for x in out], []
 
     def get_job(self, job_id: str) -> dict[str, str] | None:
         data: dict[str, str] = self.r.hgetall(self.keys.job(job_id))
@@ -417,9 +441,11 @@ class RedisStore:
         if tpl is None:
             self._enqueue_with_rq(by_queue)
             return
-        # A step places on hundreds of nodes: one round trip for all of them, and chunks small
-        # enough that no single script holds Redis for long.
-        pipe = self.raw.pipeline(transaction=False)
+        # A step places on hundreds of nodes: chunks small enough that no single script holds
+        # Redis for long, all in one round trip. The decoded client sends them (its packer is
+        # the fast one; the script answers a count); one chunk, the usual step, is one call,
+        # without the pipeline's SCRIPT EXISTS round trip.
+        calls: list[list[bytes | str]] = []
         groups: list[tuple[str, Sequence[tuple[str, str, int, str, dict[str, Any]]]]] = []
         size = 0
         for name, jobs in by_queue.items():
@@ -428,10 +454,16 @@ class RedisStore:
                 groups.append((name, part))
                 size += len(part)
                 if size >= _ENQUEUE_CHUNK:
-                    self._enqueue_lua(args=tpl.argv(groups), client=pipe)
+                    calls.append(tpl.argv(groups))
                     groups, size = [], 0
         if groups:
-            self._enqueue_lua(args=tpl.argv(groups), client=pipe)
+            calls.append(tpl.argv(groups))
+        if len(calls) == 1:
+            self._enqueue_lua(args=calls[0])
+            return
+        pipe = self.r.pipeline(transaction=False)
+        for args in calls:
+            self._enqueue_lua(args=args, client=pipe)
         pipe.execute()
 
     def _enqueue_with_rq(

@@ -96,6 +96,38 @@ def test_meta_alloc_and_event_are_derived_from_the_one_record(
             assert decision["options"][decision["runner_up"]] == rec.runner_up
 
 
+def test_the_fast_record_forms_equal_pydantic_and_option_forms(
+    store: RedisStore, small: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The leader builds its records without model_construct and writes them with orjson, and
+    the allocation's option without an Option: each must equal what those would build."""
+    import scheduler.service.leader as leader
+    from scheduler.service._commit import option_dict, record_json, record_option
+    from scheduler.service.store.records import PlacementRecord
+
+    built: list[PlacementRecord] = []
+    real = leader.placement_record
+
+    def keep(*args, **kwargs):  # type: ignore[no-untyped-def]
+        rec = real(*args, **kwargs)
+        built.append(rec)
+        return rec
+
+    monkeypatch.setattr(leader, "placement_record", keep)
+    Client(store=store).submit_many([spec(i, batch_size=1 + i % 4) for i in range(12)])
+    assert SchedulerService(store, small).step().placed > 0
+    assert {r.kind for r in built} == {"whole", "mig", "shared"}  # every kind of slot
+    for rec in built:
+        ref = PlacementRecord.model_construct(**rec.__dict__)
+        assert list(rec.__dict__) == list(PlacementRecord.model_fields)
+        assert rec == ref and rec.model_fields_set == ref.model_fields_set
+        assert json.loads(record_json(rec)) == json.loads(ref.model_dump_json())
+        stored = PlacementRecord.model_validate_json(record_json(rec))
+        assert stored == PlacementRecord.model_validate_json(ref.model_dump_json())
+        assert option_dict(rec) == record_option(rec).to_dict()
+        assert list(option_dict(rec)) == list(record_option(rec).to_dict())
+
+
 def _setup(store: RedisStore, data: dict, n_jobs: int) -> SchedulerService:
     """A leader that owns the pool in Redis, and ``n_jobs`` pending jobs job-0.."""
     pool = Pool.from_dict(data)

@@ -16,12 +16,12 @@ local gk = P .. ':gpu'
 local d_used, d_mig, d_shared, seen_job = {}, {}, {}, {}
 local d_cpu, d_host = {}, {}
 
--- 'err:...' when `need` more of node counter `what` ('cpu' or 'host', beside its '_cap') than
--- Redis and the chunk's earlier jobs (`earlier`) hold does not fit; nil when it does.
-local function node_short(node, what, earlier, need, unit)
-  local p = 'n' .. node .. ':'
-  local used = tonumber(redis.call('HGET', gk, p .. what) or '0') + (earlier[node] or 0)
-  local cap = tonumber(redis.call('HGET', gk, p .. what .. '_cap') or '0')
+-- 'err:...' when `need` more of node counter `what` ('cpu' or 'host'; Redis holds `used_raw` of
+-- `cap_raw`) than Redis and the chunk's earlier jobs (`earlier`) hold does not fit; nil when it
+-- does.
+local function node_short(node, what, earlier, need, unit, used_raw, cap_raw)
+  local used = tonumber(used_raw or '0') + (earlier[node] or 0)
+  local cap = tonumber(cap_raw or '0')
   if used + need > cap then
     return 'err:node ' .. node .. ' has ' .. (cap - used) .. ' ' .. unit .. ' free, needs ' .. need
   end
@@ -31,7 +31,7 @@ end
 -- Every node of the allocation (one, or each node of a multi-node gang) has its CPUs and host
 -- memory free; a gang takes an equal share of GPUs on each of its nodes.
 local function check_host(a)
-  local nodes = alloc_nodes(a)
+  local nodes = a.nodes
   if #nodes == 0 then return nil end
   if #a.gpus % #nodes ~= 0 then
     return 'bad:allocation spans ' .. #nodes .. ' nodes with unequal shares of ' .. #a.gpus ..
@@ -39,8 +39,11 @@ local function check_host(a)
   end
   if #nodes > 1 and a.kind ~= 0 then return 'bad:only whole GPUs span nodes' end
   for _, node in ipairs(nodes) do
-    local short = node_short(node, 'cpu', d_cpu, a.cpu_milli, 'millicores') or
-      node_short(node, 'host', d_host, a.host_mib, 'MiB host memory')
+    local p = 'n' .. node .. ':'
+    local cpu, cpu_cap, host, host_cap =
+      unpack(redis.call('HMGET', gk, p .. 'cpu', p .. 'cpu_cap', p .. 'host', p .. 'host_cap'))
+    local short = node_short(node, 'cpu', d_cpu, a.cpu_milli, 'millicores', cpu, cpu_cap) or
+      node_short(node, 'host', d_host, a.host_mib, 'MiB host memory', host, host_cap)
     if short then return short end
   end
   return nil
@@ -49,40 +52,51 @@ end
 local function check(job, expected, raw)
   if seen_job[job] then return 'bad:job listed twice in one commit' end
   local jk = P .. ':job:' .. job
-  local st = redis.call('HGET', jk, 'state')
+  local st, hold, left, attempt = unpack(redis.call('HMGET', jk, 'state', 'hold', 'deps_left',
+                                                   'attempt'))
   if st ~= 'pending' then return 'err:job is ' .. tostring(st) end
   -- Held or waiting on a parent since the scheduler read it (workflow.lua).
-  local hold, left = unpack(redis.call('HMGET', jk, 'hold', 'deps_left'))
   if hold == '1' or tonumber(left or '0') > 0 then return 'err:job is held' end
   local exp = tonumber(expected)
-  if exp == nil or tonumber(redis.call('HGET', jk, 'attempt') or '0') ~= exp then
+  if exp == nil or tonumber(attempt or '0') ~= exp then
     return 'err:stale attempt'
   end
   if redis.call('HEXISTS', P .. ':allocs', job) == 1 then return 'err:already holds capacity' end
   local a = valid_alloc(raw)
   if type(a) == 'string' then return 'bad:' .. a end
   if a.attempt ~= exp + 1 then return 'bad:allocation attempt is not the next attempt' end
+  -- The distinct nodes of the GPUs in GPU order (prelude's alloc_nodes, read with the GPUs'
+  -- counters: one HMGET per GPU), kept on the allocation for the writes.
+  local nodes, seen_node = {}, {}
   for _, g in ipairs(a.gpus) do
     local p = g .. ':'
-    local cap = tonumber(redis.call('HGET', gk, p .. 'cap') or '-1')
+    local cap_raw, mode, used, mig, shared, max_shared, node = unpack(redis.call('HMGET', gk,
+      p .. 'cap', p .. 'mode', p .. 'used', p .. 'mig', p .. 'shared', p .. 'max_shared',
+      p .. 'node'))
+    local cap = tonumber(cap_raw or '-1')
     if cap < 0 then return 'err:unknown GPU ' .. g end
-    if tonumber(redis.call('HGET', gk, p .. 'mode')) ~= a.kind then
+    if tonumber(mode) ~= a.kind then
       return 'err:GPU ' .. g .. ' is not in this mode'
     end
-    local u = tonumber(redis.call('HGET', gk, p .. 'used') or '0') + (d_used[g] or 0)
+    local u = tonumber(used or '0') + (d_used[g] or 0)
     if a.kind == 0 then
       if u ~= 0 or a.used_mib > cap then return 'err:GPU ' .. g .. ' is taken' end
     elseif a.kind == 1 then
-      local m = bit.bor(tonumber(redis.call('HGET', gk, p .. 'mig') or '0'), d_mig[g] or 0)
+      local m = bit.bor(tonumber(mig or '0'), d_mig[g] or 0)
       if bit.band(m, a.mig_mask) ~= 0 or u + a.used_mib > cap then
         return 'err:MIG slices on GPU ' .. g .. ' are taken'
       end
     else
-      local k = tonumber(redis.call('HGET', gk, p .. 'shared') or '0') + (d_shared[g] or 0)
-      local mx = tonumber(redis.call('HGET', gk, p .. 'max_shared') or '0')
+      local k = tonumber(shared or '0') + (d_shared[g] or 0)
+      local mx = tonumber(max_shared or '0')
       if k >= mx or cap - u < a.used_mib then return 'err:shared GPU ' .. g .. ' is full' end
     end
+    if node and not seen_node[node] then
+      seen_node[node] = true
+      nodes[#nodes + 1] = node
+    end
   end
+  a.nodes = nodes
   local why = check_host(a)
   if why then return why end
   return a
@@ -97,7 +111,7 @@ for j = 1, n do
     out[j] = a
   else
     seen_job[job] = true
-    for _, node in ipairs(alloc_nodes(a)) do
+    for _, node in ipairs(a.nodes) do
       d_cpu[node] = (d_cpu[node] or 0) + a.cpu_milli
       d_host[node] = (d_host[node] or 0) + a.host_mib
     end

@@ -39,6 +39,7 @@ local function valid_alloc(raw)
     seen[g] = true
   end
   if a.kind ~= 0 and #a.gpus ~= 1 then return 'a MIG or shared allocation takes one GPU' end
+  a.nodes = nil -- only commit.lua sets it, from P:gpu (never from the stored JSON)
   return a
 end
 -- The distinct nodes of an allocation's GPUs in GPU order: one node, or every node of a
@@ -55,10 +56,11 @@ local function alloc_nodes(a)
   end
   return out
 end
--- Add (sign 1) or take back (sign -1) what a checked allocation holds on its GPUs and nodes.
+-- Add (sign 1) or take back (sign -1) what a checked allocation holds on its GPUs and nodes
+-- (a.nodes when the caller has read them already, as commit.lua does).
 local function add_alloc(a, sign)
   local gk = P .. ':gpu'
-  for _, node in ipairs(alloc_nodes(a)) do
+  for _, node in ipairs(a.nodes or alloc_nodes(a)) do
     redis.call('HINCRBY', gk, 'n' .. node .. ':cpu', string.format('%d', sign * a.cpu_milli))
     redis.call('HINCRBY', gk, 'n' .. node .. ':host', string.format('%d', sign * a.host_mib))
   end

@@ -30,10 +30,20 @@ def _redis_py(*args: Any) -> bytes:
         ("SET", "k", "v" * 20_000),  # past redis-py's buffer cutoff
         ("HSET", "k", bytearray(b"ab"), memoryview(b"cd"), np.float64(0.25)),
         ("EVALSHA", *[str(i) for i in range(5000)]),
+        ("EVALSHA", "abc", 0, *[f"{i}" * 9000 for i in range(40)]),  # several pieces
     ],
 )
 def test_same_bytes_as_redis_py(args: tuple[Any, ...]) -> None:
     assert b"".join(FastRespPacker("utf-8", "replace").pack(*args)) == _redis_py(*args)
+
+
+def test_a_large_command_comes_in_bounded_pieces() -> None:
+    from scheduler.service.store._resp import _CHUNK_BYTES
+
+    args = ("EVALSHA", "abc", 0, *["d" * 9000] * 40)
+    pieces = FastRespPacker().pack(*args)
+    assert len(pieces) > 1 and b"".join(pieces) == _redis_py(*args)
+    assert all(len(p) < _CHUNK_BYTES + 9100 for p in pieces)
 
 
 def test_refuses_what_redis_py_refuses() -> None:
