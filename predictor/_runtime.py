@@ -7,14 +7,19 @@ efficiency from :mod:`predictor.efficiency`:
   weight gradients); activation recompute adds the forward it repeats (``+2·N``). Efficiency
   per architecture and dtype, falling for small matrices (``hidden / TP``) and for few tokens
   per GEMM, with the token knee at the GPU's ridge point (peak FLOP/s over HBM bytes/s: below
-  it a GEMM is bound by reading its weights). A routed expert's GEMMs see only ``tokens·k/E``
-  of the tokens (balanced routing), so fine-grained MoE layers sit lower on that knee.
+  it a GEMM is bound by reading its weights). Around the ridge the GEMM's time is the p-norm
+  of its compute time and its weight-read time (:func:`roofline_share`, ``gemm.roofline_p``):
+  not their sum, which charged a prompt near the ridge for both in full. A routed expert's
+  GEMMs see only ``tokens·k/E`` of the tokens (balanced routing), so fine-grained MoE layers
+  sit lower on that knee.
 * **Attention**: causal ``2·L·s·d`` FLOPs per token forward, 2.5× that backward, at the
   attention kernel's own efficiency (FlashAttention-2, or FA3 / cuDNN on Hopper and Blackwell
   under Megatron and the serving engines), falling for short sequences.
 * **Elementwise** (norms, activations, residuals): bytes over HBM bandwidth.
 * **Fixed costs**: a per-layer launch floor, and the serving engine's per-step and per-request
   CPU work (scheduling, sampling, detokenisation), which does not speed up on a faster GPU.
+  The launch floors and the eager per-collective syncs below are latency-bound: their priors
+  are A100 figures and they scale with ``1 / boost clock`` (:func:`latency_scale`).
 * **Collectives**: ring all-reduce, ``2(p−1)`` hop latencies plus ``2(p−1)/p`` of the bytes
   over the achieved link bandwidth (NVLink 3/4/5 by GPU, PCIe without NVLink, InfiniBand
   between nodes). Stacks without CUDA graphs (HF, research stacks) also pay a host barrier per
@@ -41,7 +46,15 @@ from .efficiency import Efficiencies, default_efficiencies, gpu_architecture
 from .gpus import GpuType
 from .spec import DType, Framework, Task
 
-__all__ = ["RuntimeModel", "decode_step_s", "prefill_s", "runtime_figures"]
+__all__ = [
+    "BOOST_CLOCK_MHZ",
+    "RuntimeModel",
+    "decode_step_s",
+    "latency_scale",
+    "prefill_s",
+    "roofline_share",
+    "runtime_figures",
+]
 
 _IDX_T = {t: TASKS.index(t) for t in Task}
 _IDX_F = {f: FRAMEWORKS.index(f) for f in Framework}
@@ -63,6 +76,38 @@ _FRAMEWORK_TO_ENGINE = np.array(
     [_ENGINE_KEYS.index(ENGINE_KEY.get(f, "other")) for f in FRAMEWORKS], dtype=np.int64
 )
 _NODE_GPUS = 8.0
+#: SM boost clock per architecture, MHz: A100 SXM4 1410, H100 / H200 SXM 1980, B200 1980
+#: (NVIDIA datasheet values as listed by hmc-tech.com's A100-vs-B200 and H100/H200 spec pages).
+BOOST_CLOCK_MHZ: dict[str, float] = {"ampere": 1410.0, "hopper": 1980.0, "blackwell": 1980.0}
+#: The latency priors (launch floors, eager collective syncs) are A100 measurements.
+_REFERENCE_CLOCK_MHZ = BOOST_CLOCK_MHZ["ampere"]
+
+
+def latency_scale(gpu_name: str) -> float:
+    """Factor on the latency-bound fixed costs of ``gpu_name`` relative to an A100.
+
+    The per-layer kernel-launch floors and an eager stack's per-collective synchronisation are
+    chains of short dependent steps (host issue, kernel prologues, barrier waits), bound by
+    clocks rather than by HBM bandwidth or tensor-core peak. Their priors are A100 figures, so
+    they are timed at the A100's boost clock and scale with ``1 / clock``. The hosts that
+    carry the newer GPUs also have faster CPUs (DGX H100: Xeon 8480C; DGX A100: EPYC 7742),
+    which this same factor stands in for: host speed is not modelled on its own. The
+    serving engine's scheduling work (``engine.*``) does not scale.
+    """
+    return _REFERENCE_CLOCK_MHZ / BOOST_CLOCK_MHZ[gpu_architecture(gpu_name)]
+
+
+def roofline_share(tokens: np.ndarray, ridge_tokens: np.ndarray, p: float) -> np.ndarray:
+    """Share of its compute-bound throughput a GEMM over ``tokens`` rows reaches.
+
+    A GEMM over ``T`` tokens takes the p-norm of its compute time (``∝ T``) and its
+    weight-read time (``∝ ridge``, constant): ``t = (t_c^p + t_m^p)^(1/p)``, so its share of
+    the compute-bound rate is ``1 / (1 + (ridge / T)^p)^(1/p)``. ``p = 1`` sums the two times
+    (no overlap), ``p → ∞`` is the ideal roofline (their maximum). Far above the ridge the
+    share tends to 1 (compute-bound); far below it to ``T / ridge`` (time = one weight read).
+    """
+    ratio = np.asarray(ridge_tokens, dtype=np.float64) / np.asarray(tokens, dtype=np.float64)
+    return 1.0 / (1.0 + ratio**p) ** (1.0 / p)
 
 
 @dataclass(frozen=True)
@@ -83,6 +128,7 @@ class _Gpus:
     has_fp8: np.ndarray
     has_fp4: np.ndarray
     peak_by_dtype: np.ndarray  # (n_dtypes, n_gpus) FLOP/s
+    lat: np.ndarray  # latency-bound fixed costs relative to an A100 (1 / boost clock)
     per_job: bool = False  # one GPU per job: every row is (n_jobs, 1) instead of (1, n_gpus)
 
     def arch(self, eff: Efficiencies, prefix: str) -> np.ndarray:
@@ -108,6 +154,7 @@ def _gpus(gpus: Sequence[GpuType], eff: Efficiencies, per_job: bool = False) -> 
         peak_by_dtype=np.array(
             [[g.peak_tflops_for(d.value) * 1e12 for g in gpus] for d in DTYPES], dtype=np.float64
         ),
+        lat=row([latency_scale(g.name) for g in gpus]),
         per_job=per_job,
     )
 
@@ -138,7 +185,7 @@ def _gemm_eff(
     # below the GPU's ridge point (peak FLOP/s over HBM bytes/s, in tokens): the knee is that
     # ridge, not a fixed token count (A100 ~150 tokens, H100 ~300 at bf16).
     ridge = _peak(j, g) * _col(j.weight_bytes) / (2.0 * g.bw)
-    tok = _col(tokens) / (_col(tokens) + eff["gemm.knee_ridge"] * ridge)
+    tok = roofline_share(_col(tokens), eff["gemm.knee_ridge"] * ridge, eff["gemm.roofline_p"])
     fp8 = (j.compute_dtype == _IDX_D[DType.FP8])[:, None] & (g.has_fp8 > 0)
     fp4 = (j.compute_dtype == _IDX_D[DType.FP4])[:, None] & (g.has_fp4 > 0)
     low = np.where(fp8, eff["gemm.fp8_scale"], 1.0) * np.where(fp4, eff["gemm.fp4_scale"], 1.0)
@@ -271,7 +318,9 @@ def _training_step_s(j: JobArrays, g: _Gpus, eff: Efficiencies) -> tuple[np.ndar
     attn_s = _col(attn_flops) / (peak * _attn_eff(j, g, eff, j.seq_len))
     elem_bytes = (3.0 + ck) * j.n_layers * _elem_bytes_per_token(j, eff) * per_gpu
     elem_s = _col(elem_bytes) / (g.bw * eff["mem.stream"])
-    launch_s = _col(eff["launch.train_s"] * (j.n_layers / pp) * j.grad_accum * (1.0 + ck / 3.0))
+    launch_s = (
+        _col(eff["launch.train_s"] * (j.n_layers / pp) * j.grad_accum * (1.0 + ck / 3.0)) * g.lat
+    )
     tp_msgs = (4.0 + 2.0 * ck) * (j.n_layers / pp) * j.grad_accum
     tp_s = (
         eff["comm.tp_exposed_train"]
@@ -316,10 +365,10 @@ def prefill_s(
     busy = np.maximum(gemm_s + attn_s + elem_s, weight_s)
     tp_s = _col(2.0 * j.n_layers) * (
         allreduce_s(_col(tokens * j.hidden * j.compute_bytes), _col(tp), g.link, eff)
-        + _col(_uncaptured_sync_s(j, eff))
+        + _col(_uncaptured_sync_s(j, eff)) * g.lat
     )
-    fixed = _col(eff["launch.prefill_s"] * j.n_layers + _engine_step_s(j, eff, batch))
-    return busy + tp_s + fixed, busy
+    launch_s = _col(eff["launch.prefill_s"] * j.n_layers) * g.lat
+    return busy + tp_s + launch_s + _col(_engine_step_s(j, eff, batch)), busy
 
 
 def _mbu(j: JobArrays, g: _Gpus, eff: Efficiencies) -> np.ndarray:
@@ -366,9 +415,9 @@ def decode_step_s(
     )
     tp_s = _col(2.0 * j.n_layers) * (
         allreduce_s(_col(batch * j.hidden * j.compute_bytes), _col(tp), g.link, eff)
-        + _col(_uncaptured_sync_s(j, eff))
+        + _col(_uncaptured_sync_s(j, eff)) * g.lat
     )
-    fixed = _col(launch * j.n_layers + _engine_step_s(j, eff, batch))
+    fixed = _col(launch * j.n_layers) * g.lat + _col(_engine_step_s(j, eff, batch))
     return busy + tp_s + fixed, busy
 
 

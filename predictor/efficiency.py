@@ -110,6 +110,15 @@ PARAMETERS: tuple[Parameter, ...] = (
         "tokens per GEMM at half efficiency, in units of the GPU's ridge point (roofline: "
         "compute time equals weight-read time there; prior 1)",
     ),
+    _p(
+        "gemm.roofline_p",
+        2.0,
+        1.0,
+        8.0,
+        "shape of a GEMM's transition from weight-read- to compute-bound: p-norm of the two "
+        "times (1 = their sum, no overlap; large = their maximum, the ideal roofline); prior 2, "
+        "chosen among 1, 2 and 4 by the leave-one-source-out CV of benchmarks/bench_eval.py",
+    ),
     _p("gemm.fp8_scale", 0.67, 0.3, 1.0, "dgxc 70B: FP8 MFU 36.2% of FP8 peak vs BF16 54.1%"),
     _p("gemm.fp4_scale", 0.5, 0.2, 1.0, "NVFP4 recipes: scaling and casts (prior)"),
     _p(
@@ -151,12 +160,15 @@ PARAMETERS: tuple[Parameter, ...] = (
     _p("comm.latency_log2_s", 3e-6, 1e-7, 5e-5, _NCCL + ": growth per doubling of the group"),
     _p(
         "comm.uncaptured_latency_s",
-        2e-5,
+        4.2e-5,
         1e-6,
         3e-4,
         "host sync per collective per doubling of the TP group without CUDA graphs / custom "
-        "all-reduce: each rank's host issues eagerly and the all-reduce waits for the slowest "
-        "(prior)",
+        "all-reduce (each rank's host issues eagerly; the all-reduce waits for the slowest), "
+        "at the A100 clock. Quoted: OPT-175B on 8xA100 (TP8) decodes in ~95 ms/token eager vs "
+        "~66 ms with CUDA graphs (facebookresearch/metaseq#270): 302 us per layer; Llama-2-7B "
+        "TP1 eager vs graphs, 1.2 vs 1.05 s for 100 tokens (vllm-project/vllm#1440): 47 us per "
+        "layer; (302 - 47) / (2 all-reduces x log2 8) = 42 us",
     ),
     _p("comm.link_efficiency", 0.75, 0.2, 1.0, "nccl-tests busbw / NVLink peak (prior)"),
     _p("comm.tp_exposed_train", 0.5, 0.05, 1.0, "Megatron overlaps TP comm with GEMMs"),

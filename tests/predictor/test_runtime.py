@@ -10,7 +10,7 @@ from predictor._checks import PAGED_32BIT_NOTE, check_rows
 from predictor._fit import fit_efficiencies
 from predictor._jobarrays import job_arrays
 from predictor._memory import GIB, MemoryModel, memory_breakdown_gib
-from predictor._runtime import RuntimeModel
+from predictor._runtime import BOOST_CLOCK_MHZ, RuntimeModel, latency_scale, roofline_share
 from predictor.analytical import AnalyticalPredictor, predict
 from predictor.efficiency import PARAMETERS, Efficiencies, efficiency_table_text
 from predictor.engine import (
@@ -285,10 +285,46 @@ def test_eager_collectives_are_barriers_that_grow_with_the_group(framework: str)
         return float(a - b)
 
     layers = 80
-    per_call = 1e-4 - base["comm.uncaptured_latency_s"]
+    # The prior is an A100 figure; a faster-clocked GPU pays it scaled by 1 / clock.
+    per_call = (1e-4 - base["comm.uncaptured_latency_s"]) * latency_scale("H100-80GB")
     for tp, depth in ((2, 1.0), (4, 2.0), (8, 3.0)):
         assert extra(framework, tp) == pytest.approx(2 * layers * per_call * depth, rel=1e-6)
     assert extra("vllm", 8) == 0.0
+
+
+def test_roofline_share_limits() -> None:
+    """A GEMM far above its ridge point runs at its compute-bound rate; far below it, its time
+    is one read of the weights (share = tokens / ridge). p = 1 sums the two times, a large p
+    takes their maximum (the ideal roofline), and p in between lies between the two."""
+    ridge = 300.0
+    assert roofline_share(np.array(1e7), ridge, 2.0) == pytest.approx(1.0, rel=1e-4)
+    assert roofline_share(np.array(1.0), ridge, 2.0) == pytest.approx(1.0 / ridge, rel=1e-4)
+    t = np.array([10.0, 300.0, 3000.0])
+    assert np.allclose(roofline_share(t, ridge, 1.0), t / (t + ridge))
+    assert np.allclose(roofline_share(t, ridge, 64.0), np.minimum(1.0, t / ridge), rtol=0.02)
+    s1, s2, s4 = (roofline_share(t, ridge, p) for p in (1.0, 2.0, 4.0))
+    assert np.all(s1 < s2) and np.all(s2 < s4)
+    # At the ridge itself: half the compute rate when the times add, 1/sqrt(2) for p = 2.
+    assert float(roofline_share(np.array(ridge), ridge, 2.0)) == pytest.approx(2**-0.5)
+
+
+def test_latency_bound_decode_follows_the_clock_not_the_bandwidth() -> None:
+    """An eager (no CUDA graphs) TP8 decode of a 7B model is dominated by per-layer launch
+    floors and per-collective syncs, not by its 1.7 GB weight shard: with the engine's CPU work
+    set to its floor, the A100/H100 step ratio approaches the boost-clock ratio (1980/1410),
+    not the HBM-bandwidth ratio (3350/2039) nor 1 (GPU-independent fixed costs)."""
+    eff = efficiency.prior_efficiencies().with_values(
+        {"engine.step_s.other": 1e-5, "engine.seq_step_s.other": 1e-7}
+    )
+    kw = {"tensor_parallel": 8, "framework": "other", "eff": eff}
+    a100 = float(decode_step_time_s(MODEL, "A100-80GB", 1, 128, **kw))
+    h100 = float(decode_step_time_s(MODEL, "H100-80GB", 1, 128, **kw))
+    clock = BOOST_CLOCK_MHZ["hopper"] / BOOST_CLOCK_MHZ["ampere"]
+    bw = get_gpu("H100-80GB").hbm_bandwidth_gbps / get_gpu("A100-80GB").hbm_bandwidth_gbps
+    assert a100 / h100 == pytest.approx(clock, rel=0.08)
+    assert a100 / h100 < bw - 0.15
+    assert latency_scale("A100-40GB") == 1.0
+    assert latency_scale("H200-141GB") == latency_scale("H100-80GB") == pytest.approx(1 / clock)
 
 
 def test_gemm_token_knee_is_the_gpus_ridge_point() -> None:
