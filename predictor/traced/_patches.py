@@ -215,15 +215,18 @@ class AutocastEmulation(TorchFunctionMode):
 class _DequantMatmul(torch.autograd.Function):
     """bitsandbytes' 4-bit/8-bit matmul: dequantise into a transient weight per call.
 
-    Like ``MatMul4Bit`` in the bitsandbytes releases the published QLoRA runs used, it saves
-    its input for backward even though the quantised weight never trains.
+    Like ``MatMul4Bit`` in the bitsandbytes releases the published QLoRA runs used (0.41 and
+    0.42; from 0.44 it keeps only the weight), it keeps its input even though the quantised
+    weight never trains, and keeps it as a ``ctx`` attribute (``ctx.tensors = (A, B)``), not
+    through ``save_for_backward``: autograd does not release it after the node's backward,
+    so it lives as long as the graph does (until the training loop drops the loss).
     """
 
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, qweight: torch.Tensor, shape: Any, dtype: Any) -> Any:
         ctx.shape, ctx.dtype = shape, dtype
         x = x.to(dtype)
-        ctx.save_for_backward(x)
+        ctx.tensors = (x, qweight)
         w = torch.empty(shape, dtype=dtype, device=x.device)
         return x @ w.t()
 
