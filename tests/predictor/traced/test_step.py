@@ -327,3 +327,18 @@ def test_inference_stage_keeps_one_layers_working_set() -> None:
     # the down projection's dequantised bf16 weight is live at the peak on every stage
     assert four * (1 << 30) >= H * FFN * 2
     assert four == pytest.approx(one, rel=0.25)
+
+
+def test_litgpt_sequential_root_holds_both_tables() -> None:
+    """LitGPT's sequential generation puts every block on its device and wte, ln_f and the
+    (untied) head on the root, whose peak it prints: the root holds both tables."""
+    from predictor.traced._run import trace_summary
+
+    arch = {**TINY, "n_layers": 4}
+    job = {"model": arch, "task": "inference", "batch_size": 1, "input_len": 8, "output_len": 2}
+    pp4 = {**job, "n_gpus": 4, "pipeline_parallel": 4}
+    hf = trace_summary(pp4)["breakdown_gib"]["weights"] * (1 << 30)
+    lit = trace_summary({**pp4, "framework": "other"})["breakdown_gib"]["weights"] * (1 << 30)
+    table = V * H * 2
+    # HF's heaviest stage: one full table; LitGPT's root: both
+    assert lit - hf == pytest.approx(table, rel=0.05)
