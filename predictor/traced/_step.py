@@ -83,6 +83,7 @@ def _quantise(model: Any, spec: JobSpec, compute: torch.dtype) -> None:
                 stub = QuantLinearStub(
                     child.in_features, child.out_features, bpw, compute, child.bias
                 )
+                stub.input_in_ctx = is_litgpt(spec)
                 setattr(parent, name, stub)
 
 
