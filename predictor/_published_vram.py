@@ -21,7 +21,7 @@ from ._published_fields import (
 from ._published_models import _resolve_model
 from .measurements import measurement_row
 
-__all__ = ["UNSHARDED_LOAD_QUIRK", "convert_vram_row"]
+__all__ = ["PREALLOCATED_KV_QUIRK", "UNSHARDED_LOAD_QUIRK", "convert_vram_row"]
 
 _VRAM_TASKS = {
     "lora": "lora",
@@ -39,6 +39,28 @@ UNSHARDED_LOAD_QUIRK = (
     "every rank before sharding, so max_memory_allocated includes the unsharded weights "
     "(measured − predicted ≈ full weight bytes on 2 and 4 GPUs)"
 )
+
+
+#: Tag of a torchtune generate row whose peak includes the KV cache its recipe preallocates
+#: (read at the cited commit; no JobSpec field carries the cache's length or head count).
+PREALLOCATED_KV_QUIRK = (
+    "[quirk:preallocated-kv] torchtune @20747cd87 recipes/generate.py calls "
+    "model.setup_caches(max_batch_size=1) before generating: modules/transformer.py sizes each "
+    "layer's KVCache (max_batch_size, num_heads, max_seq_len, head_dim) with the 32 query heads "
+    "(attention.py expands k/v to num_heads before caching) and the builder's max_seq_len "
+    "(llama3_8b: 4096), plus a max_seq_len^2 bool causal mask: 32 layers x 2 x 4096 x 32 x 128 "
+    "x 2 B = 2.0 GiB whatever the prompt and output lengths (the row's note says 8192 and "
+    "~1 GiB; the code at that commit says 4096 and 2.0 GiB). Weights 14.96 GiB + 2.0 + "
+    "0.016 = 16.98 GiB against the measured 17.05"
+)
+_PREALLOCATED_KV_SOURCES = ("recipes/generate.py @20747cd87",)
+
+
+def _preallocated_kv_quirk(r: Mapping[str, Any]) -> bool:
+    source = str(r.get("source") or "")
+    return r.get("workload") == "inference-decode" and any(
+        key in source for key in _PREALLOCATED_KV_SOURCES
+    )
 
 
 def _unsharded_load_quirk(r: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
@@ -114,6 +136,8 @@ def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
         notes.append(str(r["notes"]))
     if _unsharded_load_quirk(r, spec):
         notes.append(UNSHARDED_LOAD_QUIRK)
+    if _preallocated_kv_quirk(r):
+        notes.append(PREALLOCATED_KV_QUIRK)
     if task != "inference":
         _stated_memory_flags(r, spec, notes)
     hardware: dict[str, Any] = {}

@@ -215,22 +215,34 @@ class AutocastEmulation(TorchFunctionMode):
 class _DequantMatmul(torch.autograd.Function):
     """bitsandbytes' 4-bit/8-bit matmul: dequantise into a transient weight per call.
 
-    Like ``MatMul4Bit`` in the bitsandbytes releases the published QLoRA runs used, it saves
-    its input for backward even though the quantised weight never trains.
+    Like ``MatMul4Bit`` in the bitsandbytes releases the published QLoRA runs used (0.41 and
+    0.42; from 0.44 it keeps only the weight), it keeps its input even though the quantised
+    weight never trains. bitsandbytes keeps it as a ``ctx`` attribute (``ctx.tensors = (A,
+    B)``), not through ``save_for_backward``: autograd does not release it after the node's
+    backward, and checkpointing's saved-tensor hooks never see it, so it lives as long as the
+    graph does. ``in_ctx`` does the same (for LitGPT, whose loop keeps the graph past the step,
+    see ``_litgpt.py``); otherwise it is saved, which keeps the tracer's non-reentrant
+    checkpointing as HF's reentrant default behaves (no graph kept in the checkpointed
+    forward).
     """
 
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, qweight: torch.Tensor, shape: Any, dtype: Any) -> Any:
+    def forward(
+        ctx: Any, x: torch.Tensor, qweight: torch.Tensor, shape: Any, dtype: Any, in_ctx: bool
+    ) -> Any:
         ctx.shape, ctx.dtype = shape, dtype
         x = x.to(dtype)
-        ctx.save_for_backward(x)
+        if in_ctx:
+            ctx.tensors = (x, qweight)
+        else:
+            ctx.save_for_backward(x)
         w = torch.empty(shape, dtype=dtype, device=x.device)
         return x @ w.t()
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
         w = torch.empty(ctx.shape, dtype=ctx.dtype, device=grad.device)
-        return grad @ w, None, None, None
+        return grad @ w, None, None, None, None
 
 
 class QuantLinearStub(torch.nn.Linear):
@@ -264,10 +276,12 @@ class QuantLinearStub(torch.nn.Linear):
         self.weight = w
         self.bias = bias  # type: ignore[assignment]
         self.compute_dtype = compute_dtype
+        #: keep the input as bitsandbytes <= 0.43 does, for as long as the graph lives
+        self.input_in_ctx = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = (self.out_features, self.in_features)
-        y = _DequantMatmul.apply(x, self.qweight, shape, self.compute_dtype)
+        y = _DequantMatmul.apply(x, self.qweight, shape, self.compute_dtype, self.input_in_ctx)
         return y + self.bias if self.bias is not None else y
 
 

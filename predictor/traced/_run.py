@@ -5,9 +5,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..spec import parse_spec
+from .._jobarrays import weight_qbytes
+from ..spec import Framework, parse_spec
 
 __all__ = ["trace_summary"]
+
+#: Weight dtypes the tracer stores quantised (``_step._QUANT_BYTES``).
+_QUANTISED = ("nf4", "int4", "fp4", "int8", "fp8")
 
 
 def trace_summary(spec_dict: dict[str, Any]) -> dict[str, Any]:
@@ -36,7 +40,13 @@ def trace_summary(spec_dict: dict[str, Any]) -> dict[str, Any]:
 def _stage_embedding_bytes(spec: Any) -> int:
     """What the heaviest pipeline stage holds beyond an even 1/PP share of the embeddings:
     the first stage keeps the whole input table and the last the whole head (as the
-    analytical tier has it), so that stage holds one full table, not embeddings / PP."""
+    analytical tier has it), so that stage holds one full table, not embeddings / PP.
+
+    LitGPT (framework ``other``) splits only its blocks: ``generate/sequentially.py``
+    (@51d53287) moves each block to its device and then "everything that is not a block in
+    the root" (``wte``, ``ln_f``, ``lm_head``), the device whose peak the script prints. Its
+    root holds both tables (untied, the head quantised with the blocks), less the 1/PP share
+    of them the sharded trace already counts."""
     pp = spec.pipeline_parallel
     if pp <= 1:
         return 0
@@ -44,5 +54,10 @@ def _stage_embedding_bytes(spec: Any) -> int:
     table = arch.vocab_size * arch.hidden_size
     # The tracer keeps embeddings and the head in 16 bits for quantised weights.
     width = 4 if spec.weight_dtype is not None and spec.weight_dtype.value == "fp32" else 2
+    if spec.framework is Framework.OTHER:  # LitGPT (see _litgpt.py)
+        quantised = spec.weight_dtype is not None and spec.weight_dtype.value in _QUANTISED
+        head = table * (weight_qbytes(spec) if quantised else width)
+        both = table * width + head
+        return max(0, int(both * (1.0 - 1.0 / pp) / spec.tensor_parallel))
     per_stage_share = arch.embedding_params() / pp
     return max(0, int((table - per_stage_share) * width / spec.tensor_parallel))

@@ -29,6 +29,7 @@ from .._jobarrays import weight_qbytes
 from ..spec import AttnImplementation, DType, Framework, JobSpec, LoraTarget, Optimizer, Task
 from ._build import build_meta_model
 from ._dispatch import OpCost, StorageTracker
+from ._litgpt import fuse_qkv_outputs, is_litgpt, litgpt_loss, untie_head, uses_litgpt_loss
 from ._patches import (
     ATTN_IMPLEMENTATION,
     AutocastEmulation,
@@ -72,15 +73,17 @@ def _td(d: DType | None) -> torch.dtype:
 
 
 def _quantise(model: Any, spec: JobSpec, compute: torch.dtype) -> None:
-    """Replace every block linear (not the LM head) with a quantised-storage stub."""
+    """Replace every block linear with a quantised-storage stub; the LM head too for LitGPT,
+    whose Fabric bitsandbytes plugin replaces every ``nn.Linear``."""
     bpw = weight_qbytes(spec)
-    head = model.get_output_embeddings()
+    head = None if is_litgpt(spec) else model.get_output_embeddings()
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
             if type(child) is torch.nn.Linear and child is not head:
                 stub = QuantLinearStub(
                     child.in_features, child.out_features, bpw, compute, child.bias
                 )
+                stub.input_in_ctx = is_litgpt(spec)
                 setattr(parent, name, stub)
 
 
@@ -192,7 +195,16 @@ def _step_optimizer(opt: Any, params: list[Any], spec: JobSpec, tr: StorageTrack
                 del tmp
 
 
-def _loss(model: Any, ids: torch.Tensor, spec: JobSpec, tr: StorageTracker) -> torch.Tensor:
+def _loss(
+    model: Any, ids: torch.Tensor, spec: JobSpec, tr: StorageTracker
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The step's loss, and what the training loop keeps alive until backward ends."""
+    if uses_litgpt_loss(spec, model):
+        return litgpt_loss(model, ids, spec, tr)
+    return _loss_tensor(model, ids, spec, tr), []
+
+
+def _loss_tensor(model: Any, ids: torch.Tensor, spec: JobSpec, tr: StorageTracker) -> torch.Tensor:
     if not spec.chunked_loss or model.get_output_embeddings() is None:
         return model(input_ids=ids, labels=ids, use_cache=False).loss
     # torchtune's CEWithChunkedOutputLoss: 16-bit logits of every chunk live, fp32 one at a time.
@@ -218,6 +230,8 @@ def _train_model(spec: JobSpec) -> Any:
     if spec.weight_dtype in (DType.BF16, DType.FP16):
         weight = _td(spec.weight_dtype)
     model = build_meta_model(spec.arch, weight, _attn_impl(spec))
+    if is_litgpt(spec):
+        untie_head(model)
     if spec.task is Task.QLORA or (
         spec.task.is_peft and spec.weight_dtype in (DType.INT8, DType.INT4, DType.NF4)
     ):
@@ -226,6 +240,8 @@ def _train_model(spec: JobSpec) -> Any:
         p.requires_grad_(not spec.task.is_peft)
     if spec.task.is_peft:
         model = _apply_lora(model, spec)
+    if is_litgpt(spec):
+        fuse_qkv_outputs(model)
     return model
 
 
@@ -253,17 +269,26 @@ def _train(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
         if spec.activation_offload
         else nullcontext()
     )
+    # LitGPT's loop rebinds `logits` and `loss` only when the next micro-batch computes them,
+    # so the last graph (and what its nodes keep: bitsandbytes' inputs, the logits chunks)
+    # lives through the optimizer step and the next forward.
+    carry = is_litgpt(spec)
+    prev: Any = None
     start = len(tr.events)
-    for _ in range(micro):
+    fwd_end = start
+    for i in range(micro):
         autocast = AutocastEmulation(compute) if amp else None
         with autocast or nullcontext(), offload:
             with tr.in_phase("forward"):
-                loss = _loss(model, ids, spec, tr)
+                loss, kept = _loss(model, ids, spec, tr)
+            prev = None
+            fwd_end = len(tr.events) if i == 0 else fwd_end
             if autocast is not None:
                 autocast.end_forward()
             with tr.in_phase("logits"):
                 loss.backward()
-        del loss
+        prev = (loss, kept) if carry else None
+        del loss, kept
         for p in params:
             if p.grad is not None:
                 tr.mark(p.grad, "gradients")
@@ -271,9 +296,11 @@ def _train(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
         _step_optimizer(opt, params, spec, tr)
     model.zero_grad(set_to_none=True)
     end = len(tr.events)
+    del prev  # the next step's loss would drop the last graph: after this step's events
+    carried = [h for op, h, _ in tr.events[end:] if not op]
     n_params = sum(p.numel() for p in model.parameters())
     del model, opt, params
-    return _timeline(tr, n_params, second_step=(start, end))
+    return _timeline(tr, n_params, second_step=(start, end), carried=(fwd_end, carried))
 
 
 def _recompute_autocast(dtype: torch.dtype) -> AutocastEmulation:
@@ -286,6 +313,8 @@ def _infer_model(spec: JobSpec) -> Any:
     compute = _td(spec.compute_dtype)
     weight = compute if spec.weight_dtype not in _TORCH_DTYPE else _td(spec.weight_dtype)
     model = build_meta_model(spec.arch, weight, _attn_impl(spec))
+    if is_litgpt(spec):
+        untie_head(model)
     if spec.weight_dtype in _QUANT_BYTES:
         _quantise(model, spec, compute)
     return model
@@ -383,7 +412,10 @@ def _hook_logits(model: Any, tr: StorageTracker) -> None:
 
 
 def _timeline(
-    tr: StorageTracker, n_params: int, second_step: tuple[int, int] | None = None
+    tr: StorageTracker,
+    n_params: int,
+    second_step: tuple[int, int] | None = None,
+    carried: tuple[int, list[int]] = (0, []),
 ) -> Timeline:
     cat: dict[int, str] = {}
     by_phase = {
@@ -398,7 +430,7 @@ def _timeline(
     events = list(tr.events)
     phases = dict(tr.alloc_phase)
     if second_step is not None:
-        events = _with_second_step(events, *second_step, cat, phases)
+        events = _with_second_step(events, *second_step, cat, phases, carried)
     return Timeline(
         events=events,
         category=cat,
@@ -414,6 +446,7 @@ def _with_second_step(
     end: int,
     cat: dict[int, str],
     phase: dict[int, str],
+    carried: tuple[int, list[int]] = (0, []),
 ) -> list[tuple[int, int, int]]:
     """The traced first step followed by a steady-state second one.
 
@@ -423,13 +456,22 @@ def _with_second_step(
     allocations that outlive the step (the states): the program and its shapes are the same,
     so re-running the trace would record the same sequence. The allocated peak is the second
     step's; the reserved one depends on the first step's layout, which is why both are kept.
+
+    ``carried`` is ``(event index where the first micro-batch's loss is computed, handles
+    freed only after the step)``: what a training loop keeps of the step's last graph. The
+    first step's copies are freed where the second step computes its first loss, and the
+    second step's own are replayed (they would live into a third step, which is not traced).
     """
+    fwd_end, held = carried
+    held_set = set(held)
     body = events[start:end]
     freed = {h for op, h, _ in body if not op}
-    persistent = {h for op, h, _ in body if op and h not in freed}
+    persistent = {h for op, h, _ in body if op and h not in freed and h not in held_set}
     offset = 1 + max((h for _, h, _ in events), default=0)
     again: list[tuple[int, int, int]] = []
-    for op, h, n in body:
+    for j, (op, h, n) in enumerate(body):
+        if j == fwd_end - start:
+            again += [(0, x, 0) for x in held]
         if h in persistent:
             continue
         nh = h + offset
@@ -437,7 +479,8 @@ def _with_second_step(
             cat[nh] = cat.get(h, "activations")
             phase[nh] = phase.get(h, "forward")
         again.append((op, nh, n))
-    return events[:end] + again + events[end:]
+    tail = [e for e in events[end:] if e[0] or e[1] not in held_set]
+    return events[:end] + again + tail
 
 
 def run_trace(spec: JobSpec) -> Timeline:

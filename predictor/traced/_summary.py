@@ -6,8 +6,9 @@ category, before the allocator replay (so rounding and segments see per-rank siz
 * weights ÷ (TP·PP), and ÷ DP under ZeRO-3 plus two layers' gather buffers; under PP the
   heaviest stage holds a whole embedding table (input or head), not embeddings ÷ PP;
 * gradients ÷ (TP·PP), and ÷ DP from ZeRO-2; optimizer states ÷ (TP·PP), ÷ DP from ZeRO-1;
-* activations ÷ TP, and × min(PP, grad. accumulation) / PP (1F1B keeps that many
-  micro-batches of its layers in flight); logits ÷ TP; the KV cache ÷ (TP·PP).
+* activations ÷ TP, and in training × min(PP, grad. accumulation) / PP (1F1B keeps that
+  many micro-batches of its layers in flight; inference keeps one layer's working set, the
+  same on every stage); logits ÷ TP; the KV cache ÷ (TP·PP).
 
 No fake process group is traced: the TP collectives' buffers are not modelled (NCCL's own
 buffers are added as overhead, as in the analytical tier).
@@ -59,11 +60,16 @@ def shard_factors(spec: JobSpec) -> dict[str, float]:
     tp, pp, dp = spec.tensor_parallel, spec.pipeline_parallel, spec.data_parallel
     zero = spec.zero_stage or 0 if spec.task.is_training else 0
     ga = spec.gradient_accumulation or 1
+    # Training saves every layer's activations, so a stage holds its 1/PP of the layers for
+    # min(PP, GA) micro-batches in flight. Inference saves nothing across layers: its
+    # activations are one layer's working set (and a quantised layer's dequantised weight),
+    # the same on every stage whatever its number of layers.
+    in_flight = min(pp, ga) / pp if pp > 1 and spec.task.is_training else 1.0
     return {
         "weights": 1.0 / (tp * pp) / (dp if zero >= 3 else 1),
         "gradients": 1.0 / (tp * pp) / (dp if zero >= 2 else 1),
         "optimizer": 1.0 / (tp * pp) / (dp if zero >= 1 else 1),
-        "activations": (min(pp, ga) / pp if pp > 1 else 1.0) / tp,
+        "activations": in_flight / tp,
         "kv_cache": 1.0 / (tp * pp),
         "logits": 1.0 / tp,
     }

@@ -129,6 +129,30 @@ def test_lit_gpt_fsdp_lora_rows_carry_the_unsharded_load_quirk():
     assert not is_quirk(parse_measurement(convert_vram_row(_vram())))
 
 
+def test_torchtune_generate_at_its_preallocating_commit_carries_the_kv_quirk():
+    from predictor._published_vram import PREALLOCATED_KV_QUIRK
+    from predictor.measurements import calibration_exclusion
+
+    gen = {
+        "workload": "inference-decode",
+        "model": "Llama-3-8B",
+        "micro_batch_size": 1,
+        "input_len": 6,
+        "output_len": 206,
+        "num_gpus": 1,
+        "parallelism": "single device",
+        "peft": None,
+        "seq_len": None,
+    }
+    row = _vram(**gen, source="github:pytorch/torchtune recipes/generate.py @20747cd87 line 140")
+    m = parse_measurement(convert_vram_row(row))
+    assert PREALLOCATED_KV_QUIRK in m.notes
+    assert calibration_exclusion(m) == "documented quirk of its source"
+    # another torchtune generate run (a later recipe sizes the cache to prompt + new tokens)
+    later = parse_measurement(convert_vram_row(_vram(**gen, source="torchtune @v0.4.0")))
+    assert calibration_exclusion(later) is None
+
+
 def test_static_batch_throughput_gives_runtime_not_a_prefill_polluted_tpot():
     row = {
         "id": "x",

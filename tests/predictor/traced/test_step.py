@@ -304,3 +304,41 @@ def test_pipeline_stage_holds_a_whole_embedding_table() -> None:
     body = one - 2 * table
     # (an even split would give body / 4 + table / 2, 30% less here; rounding and buffers)
     assert four * (1 << 30) == pytest.approx(body / 4 + table, rel=0.05)
+
+
+def test_inference_stage_keeps_one_layers_working_set() -> None:
+    """Inference saves nothing across layers, so a pipeline stage's activations (here the
+    dequantised weight of an nf4 layer, the largest transient) are those of one layer,
+    whatever its share of the layers; training divides by PP (1F1B in-flight micro-batches)."""
+    from predictor.traced._summary import shard_factors
+
+    arch = {**TINY, "n_layers": 4}
+    job = {"model": arch, "task": "inference", "batch_size": 1, "input_len": 8, "output_len": 2}
+    nf4 = {**job, "weight_dtype": "nf4"}
+    pp4 = {**nf4, "n_gpus": 4, "pipeline_parallel": 4}
+    assert shard_factors(parse_spec(pp4))["activations"] == 1.0
+    train = {"model": arch, "task": "full_finetune", "batch_size": 1, "seq_len": 8}
+    assert shard_factors(parse_spec({**train, "n_gpus": 4, "pipeline_parallel": 4}))[
+        "activations"
+    ] == pytest.approx(1 / 4)
+    tl = run_trace(parse_spec(nf4))
+    one = summarise(tl.events, tl.category, parse_spec(nf4)).breakdown_gib["activations"]
+    four = summarise(tl.events, tl.category, parse_spec(pp4)).breakdown_gib["activations"]
+    # the down projection's dequantised bf16 weight is live at the peak on every stage
+    assert four * (1 << 30) >= H * FFN * 2
+    assert four == pytest.approx(one, rel=0.25)
+
+
+def test_litgpt_sequential_root_holds_both_tables() -> None:
+    """LitGPT's sequential generation puts every block on its device and wte, ln_f and the
+    (untied) head on the root, whose peak it prints: the root holds both tables."""
+    from predictor.traced._run import trace_summary
+
+    arch = {**TINY, "n_layers": 4}
+    job = {"model": arch, "task": "inference", "batch_size": 1, "input_len": 8, "output_len": 2}
+    pp4 = {**job, "n_gpus": 4, "pipeline_parallel": 4}
+    hf = trace_summary(pp4)["breakdown_gib"]["weights"] * (1 << 30)
+    lit = trace_summary({**pp4, "framework": "other"})["breakdown_gib"]["weights"] * (1 << 30)
+    table = V * H * 2
+    # HF's heaviest stage: one full table; LitGPT's root: both
+    assert lit - hf == pytest.approx(table, rel=0.05)
