@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from predictor.gpus import GPU_NAMES
-from predictor.history import CENSORED_FLOOR_MARGIN, HistoryPredictor
+from predictor.history import CENSORED_FLOOR_MARGIN, HistoryFactors, HistoryPredictor
 from scheduler.core.requests import PlacementRequest
 
 __all__ = ["RequestHistory", "history_method"]
@@ -32,6 +32,11 @@ class RequestHistory:
 
     predictor: HistoryPredictor = field(default_factory=HistoryPredictor)
     rows: int = 0  # observations fed so far
+    # Per fingerprint, the last answer's figures with the factors and base figures they came
+    # from: a recurring job's submissions share both until its next observation.
+    _answers: dict[str, tuple[object, bytes, tuple[np.ndarray, ...]]] = field(
+        default_factory=dict, repr=False
+    )
 
     def record_run(
         self, fp: str, gpu: str, vram_ratio: float | None, runtime_ratio: float | None = None
@@ -57,6 +62,22 @@ class RequestHistory:
         f = self.predictor.factors(fp, GPU_NAMES)
         if f is None:
             return None
+        key = b"".join(
+            a.tobytes()
+            for a in (base.vram_gib, base.vram_upper_gib, base.runtime_s, base.runtime_upper_s)
+        )
+        got = self._answers.get(fp)
+        if got is None or got[0] is not f or got[1] != key:
+            figures = self._figures(f, base)
+            for a in figures:
+                a.flags.writeable = False  # shared by every request of this answer
+            got = (f, key, figures)
+            self._answers[fp] = got
+        return base.with_figures(*got[2]), f.n_runs
+
+    @staticmethod
+    def _figures(f: HistoryFactors, base: PlacementRequest) -> tuple[np.ndarray, ...]:
+        """(VRAM, upper VRAM, runtime, upper runtime) per type: ``base`` times ``f``."""
         vram, upper = base.vram_gib.copy(), base.vram_upper_gib.copy()
         runtime, runtime_up = base.runtime_s.copy(), base.runtime_upper_s.copy()
         known = np.isfinite(f.vram_point)
@@ -69,4 +90,4 @@ class RequestHistory:
         rt = np.isfinite(f.runtime_point)
         runtime[rt] = base.runtime_s[rt] * f.runtime_point[rt]
         runtime_up[rt] = base.runtime_s[rt] * f.runtime_upper[rt]
-        return base.with_figures(vram, upper, runtime, runtime_up), f.n_runs
+        return vram, upper, runtime, runtime_up

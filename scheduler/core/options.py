@@ -413,6 +413,24 @@ class OptionBatch:
             fits = bool(self.gang_now(i, now).any())
         return fits
 
+    def fit_key(self, i: int) -> tuple[Any, ...]:
+        """A key equal for two rows of this batch exactly when "fits now" reads the same
+        figures for both (sizes, demands, the host ask and gang layout), so they get the
+        same answer on any state. "Fits now" only gets harder as a state takes allocations,
+        so a row that did not fit a state fits none of its later versions that only added
+        allocations: a queue walk asks once per key, not once per job."""
+        r = self.requests[i]
+        return (
+            self.need_mib[i].tobytes(),
+            self.demand[i].tobytes(),
+            self.fits_empty[i].tobytes(),
+            self.host_exact[i].tobytes(),
+            self.gang[i].tobytes(),
+            r.host_ask,
+            r.n_gpus,
+            r.tensor_parallel,
+        )
+
 
 def _gang_empty(
     pool: Pool,

@@ -130,6 +130,9 @@ class _QueueWalk:
         self.blocked_by: str | None = None
         # The state version the last job's "fits now" was answered at.
         self.seen_version: int | None = None
+        # OptionBatch.fit_key of the jobs that did not fit: the walk's state only takes
+        # allocations, so a later job with the same key does not fit either.
+        self.no_fit: set[tuple[object, ...]] = set()
 
     def pick(self, table: OptionTable) -> int | None:
         return table.best(self.policy.keys(table), table.fits_now)
@@ -151,6 +154,12 @@ class _QueueWalk:
         if self.blocked_by is not None:
             why = f"waiting behind {self.blocked_by} (first in, first out)"
             return pending_from_batch(batch, i, state, policy=name, now_s=now_s, reason=why)
+        key = batch.fit_key(i)
+        if key in self.no_fit and (not self.backfill or self.reserve_tried):
+            # What the check below would answer, without the check (see ``no_fit``).
+            if self.fifo:
+                self.blocked_by = req.job_id
+            return pending_from_batch(batch, i, state, policy=name, now_s=now_s)
         table: OptionTable | None = None
         if state.version != self.seen_version:
             # The state moved since the last job asked (it placed): this job's table answers
@@ -160,6 +169,8 @@ class _QueueWalk:
         else:
             fits = batch.fits_now_any(i, state)
         self.seen_version = state.version
+        if not fits:
+            self.no_fit.add(key)
         if not fits and (not self.backfill or self.reserve_tried):
             if self.fifo:
                 self.blocked_by = req.job_id

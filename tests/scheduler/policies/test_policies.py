@@ -295,3 +295,56 @@ def test_invariants_hold_for_every_policy(
     # Same inputs, same decisions.
     again = pol.schedule(jobs, twin, 5.0, running)
     assert json.dumps([d.to_dict() for d in ds]) == json.dumps([d.to_dict() for d in again])
+
+
+@pytest.mark.parametrize("policy", ["bestfit", "firstfit", "rightsize", "easy_backfill"])
+def test_a_walk_asks_once_per_shape_that_does_not_fit_and_decides_the_same(
+    policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue walk skips the fit check of a job shaped like one that already did not fit
+    (the state only took allocations since): the decisions are those of a walk that checks
+    every job, and the checks are fewer."""
+    from scheduler.core.options import OptionBatch
+
+    pool = synthetic_pool(64, 3)
+    state = pool.state()
+    # Fill most of the pool, then queue repeated shapes: big gangs that cannot start, CPU
+    # hogs that cannot start, and small jobs that can.
+    fill = [_req(f"f{i}", 30.0, 8) for i in range(5)]
+    shapes = [
+        lambda i: _req(f"big{i}", 60.0, 8),
+        lambda i: _req(f"cpu{i}", 10.0, 1, cpus=500),
+        lambda i: _req(f"s{i}", 5.0, 1),
+    ]
+    queue = [*fill, *(shapes[i % 3](i) for i in range(60))]
+
+    def walk(unique: bool) -> tuple[list[tuple[str, str, object]], int]:
+        calls = 0
+        real = OptionBatch.fits_now_any
+        real_table = OptionBatch.table
+
+        def counting(self: OptionBatch, i: int, s: object) -> bool:
+            nonlocal calls
+            calls += 1
+            return real(self, i, s)  # type: ignore[arg-type]
+
+        def counting_table(self: OptionBatch, i: int, s: object) -> object:
+            nonlocal calls
+            calls += 1
+            return real_table(self, i, s)  # type: ignore[arg-type]
+
+        with monkeypatch.context() as m:
+            m.setattr(OptionBatch, "fits_now_any", counting)
+            m.setattr(OptionBatch, "table", counting_table)
+            if unique:
+                m.setattr(OptionBatch, "fit_key", lambda self, i: ("row", id(self), i))
+            s = state.copy()
+            out = get_policy(policy).schedule(queue, s, 0.0)
+        got = [(d.job_id, d.state, d.chosen_option and d.chosen_option.gpu_indices) for d in out]
+        return got, calls
+
+    every, n_every = walk(unique=True)
+    once, n_once = walk(unique=False)
+    assert once == every
+    assert {s for _, s, _ in every} >= {"placed", "pending"}
+    assert n_once < n_every
