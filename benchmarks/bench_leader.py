@@ -5,7 +5,8 @@ figure from a shared machine can be read per CPU-second; the load average is rec
 
 ``--window N`` ingests at most N jobs a step (default 5000: one step places them all); a small
 window (``--window 20``) is the per-step regime of the latency benchmark (a job or a few per
-step), where fixed per-step costs count. Writes ``benchmarks/results/leader.json`` (with
+step), where fixed per-step costs count. ``decision_bytes_mean`` is the mean size of the
+``decision`` field the placed jobs' records keep. Writes ``benchmarks/results/leader.json`` (with
 ``--window``: ``leader_w<N>.json``). Run: ``.venv/bin/python benchmarks/bench_leader.py``.
 A checkout of another commit on ``PYTHONPATH`` compares like with like (same script).
 """
@@ -49,6 +50,8 @@ def main() -> None:
                 break
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         placed = store.count("placed")
+        # What each placed job's record keeps of its decision (Decision.to_dict(compact=True)).
+        stored = [len(row[0]) for row in store.get_fields(store.job_ids(), ["decision"]) if row[0]]
     doc = {
         "benchmark": "leader",
         "command": " ".join([".venv/bin/python", "benchmarks/bench_leader.py", *sys.argv[1:]]),
@@ -60,6 +63,7 @@ def main() -> None:
         "jobs_per_s": round(placed / wall, 1),
         "leader_cpu_s": round(cpu, 3),
         "jobs_per_cpu_s": round(placed / cpu, 1),
+        "decision_bytes_mean": round(sum(stored) / max(len(stored), 1), 1),
         "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
         "cpus": os.cpu_count(),
     }

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from typing import Any, Literal
 
 from scheduler.core.reasons import encode_reasons, word_reasons
+from scheduler.core.stored import encode_runs, expand_runs
 from scheduler.exceptions import SchedulerError
 
 __all__ = ["Decision", "DecisionState", "Option", "OptionKind"]
@@ -37,7 +38,8 @@ class Option:
     None on older records, which take none). ``runtime_s`` is the predicted runtime
     *on this option* (a MIG slice is slower than its whole GPU). ``gpu_indices`` index the pool's
     GPUs and are empty when the option does not fit now. Treat instances as immutable once they
-    are inside a :class:`Decision`.
+    are inside a :class:`Decision`: :meth:`to_dict` keeps its first answer (the leader asks
+    for the chosen and runner-up options' dicts several times per placed job).
     """
 
     kind: OptionKind
@@ -63,6 +65,7 @@ class Option:
     #: ``node`` is the rendezvous master's, ``gpu_indices`` run in rank order, and ``cpus`` /
     #: ``host_memory_gib`` are what each node gives.
     n_nodes: int = 1
+    _dict: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -77,11 +80,14 @@ class Option:
         return f"{self.gpu_type} x{self.n_gpus}"
 
     def to_dict(self) -> dict[str, Any]:
-        out = dict(zip(_OPTION_NAMES, _ROW(self), strict=True))
-        out["gpu_indices"] = list(self.gpu_indices)
-        for key in _FLOAT_FIELDS:
-            out[key] = _finite_or_none(out[key])
-        return out
+        """The record (a new dict each call)."""
+        cached = self._dict
+        if cached is None:
+            cached = dict(zip(_OPTION_NAMES, _ROW(self), strict=True))
+            for key in _FLOAT_FIELDS:
+                cached[key] = _finite_or_none(cached[key])
+            self._dict = cached
+        return {**cached, "gpu_indices": list(self.gpu_indices)}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Option:
@@ -103,7 +109,7 @@ class Option:
 
 
 # Field order, computed once: dataclasses.fields() per option was a third of to_dict's cost.
-_OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Option))
+_OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Option) if f.init)
 _OPTION_FIELDS: frozenset[str] = frozenset(_OPTION_NAMES)
 _FLOAT_FIELDS: tuple[str, ...] = (
     "vram_gib",
@@ -257,12 +263,13 @@ class Decision:
         """The record; ``from_dict`` is its exact inverse in either form.
 
         ``compact`` (what the service stores, thousands per second) keeps every option's numbers
-        as columns under ``option_columns`` (one list per field, no repeated keys), and in
-        ``options`` only the chosen and runner-up options as dicts (``null`` elsewhere), so
+        as columns under ``option_columns`` (one list per field, no repeated keys; the fields
+        that repeat one value over long stretches as runs, :mod:`scheduler.core.stored`), and
+        in ``options`` only the chosen and runner-up options as dicts (``null`` elsewhere), so
         readers that only want those two index ``options`` as before.
         """
         options: list[Any]
-        columns: dict[str, list[Any]] = {}
+        columns: dict[str, Any] = {}
         if compact and self._options is None and self._columns_thunk is not None:
             # The hot path: columns straight from the arrays, two options built as dicts.
             columns = self._columns_thunk()
@@ -280,8 +287,9 @@ class Decision:
                 for i in (self.chosen, self.runner_up):
                     if i is not None and 0 <= i < len(opts):
                         options[i] = opts[i].to_dict()
-                columns = _columns(opts)
-                encode_reasons(columns, self.chosen)
+                listed = _columns(opts)
+                encode_reasons(listed, self.chosen)
+                columns = encode_runs(listed)
         out: dict[str, Any] = {
             "job_id": self.job_id,
             "policy": self.policy,
@@ -375,6 +383,7 @@ def _from_columns(columns: Any, chosen: int | None) -> list[Option]:
         raise SchedulerError(
             f"option_columns has unknown keys {sorted(unknown)}; expected {sorted(_OPTION_FIELDS)}"
         )
+    columns = expand_runs(columns)
     lengths = {len(v) if isinstance(v, list) else -1 for v in columns.values()}
     if len(lengths) > 1 or -1 in lengths:
         raise SchedulerError(

@@ -50,6 +50,7 @@ from scheduler.core.decision import Option
 from scheduler.core.gang import gang_mask, gang_network_s, plan_gang
 from scheduler.core.host import HostAsk
 from scheduler.core.pool import (
+    KIND_MIG,
     KIND_NAMES,
     KIND_SHARED,
     KIND_WHOLE,
@@ -61,6 +62,7 @@ from scheduler.core.selector import gang_free, selector_masks
 from scheduler.core.shares import shared_compute_share
 from scheduler.core.state import PoolState, Summary
 from scheduler.core.table import OptionTable
+from scheduler.core.table_columns import empty_codes
 
 __all__ = [
     "OptionBatch",
@@ -83,6 +85,7 @@ _ROW_ARRAYS = (
     "cap_ok",
     "cost",
     "demand",
+    "empty_code",
     "empty_room",
     "finite",
     "fits_empty",
@@ -224,6 +227,7 @@ class OptionBatch:
         self.allowed = allowed
         self.empty_room = empty_room
         self.fits_empty = gpu_empty & self.host_empty
+        self.empty_code = empty_codes(self, by_kind[KIND_MIG])
         self._exact_any = bool(self.host_exact.any())
         self.demand = demand
         self.cost = np.where(finite, cost, np.inf)
@@ -298,6 +302,7 @@ class OptionBatch:
         t.allowed = self.allowed[i]
         t.empty_room = self.empty_room[i]
         t.fits_empty = fits_empty
+        t.empty_code = self.empty_code[i]
         t.fits_now = fits_empty & (now.class_supply >= self.demand[i])
         t.ask = t.request.host_ask
         t.host_exact = self.host_exact[i]

@@ -2,7 +2,8 @@
 
 The leader stores a compact decision for every placed job, thousands a second, and most of its
 options' reasons are worded from the option's own figures: a costlier option "costs $X more
-than chosen", a slot too small "needs X GiB > Y GiB". ``option_columns["reason"]`` keeps such
+than chosen", a slot too small "needs X GiB > Y GiB", a busy MIG slice or shared GPU names its GPU
+type (and profile). ``option_columns["reason"]`` keeps such
 a reason as a code, and :func:`word_reasons` words it from the row's own columns when the
 record is read (``Decision.from_dict``), so ``snugfit explain``, the dashboard and the client
 read exactly the words they always did. Any other reason is stored in words.
@@ -20,11 +21,17 @@ from scheduler.exceptions import SchedulerError
 
 __all__ = [
     "REASON_COSTLIER",
+    "REASON_NO_FREE_SLICE",
+    "REASON_SHARED_FULL",
     "REASON_TOO_SMALL",
     "costlier_reason",
     "encode_reasons",
+    "no_free_slice_reason",
+    "shared_busy_reason",
+    "shared_full_reason",
     "slot_name",
     "too_small_reason",
+    "whole_busy_reason",
     "word_reasons",
 ]
 
@@ -32,6 +39,12 @@ __all__ = [
 REASON_COSTLIER = 1
 #: A slot smaller than the job: ``<slot>: needs <reserved_gib> GiB > <capacity_gib> GiB``.
 REASON_TOO_SMALL = 2
+#: A MIG slice that exists but none is free: ``insufficient free <type> MIG <profile>: 1 more
+#: needed``.
+REASON_NO_FREE_SLICE = 3
+#: A shared GPU type whose GPUs all run their most jobs: ``shared <type>: every shared GPU is at
+#: max_shared_jobs``.
+REASON_SHARED_FULL = 4
 
 
 def slot_name(kind: str, gpu_type: str, mig_profile: str | None) -> str:
@@ -47,6 +60,24 @@ def costlier_reason(extra_usd: float) -> str:
 
 def too_small_reason(slot: str, need_gib: float, capacity_gib: float) -> str:
     return f"{slot}: needs {need_gib:.1f} GiB > {capacity_gib:.1f} GiB"
+
+
+def no_free_slice_reason(gpu_type: str, mig_profile: str | None) -> str:
+    return f"insufficient free {gpu_type} MIG {mig_profile}: 1 more needed"
+
+
+def shared_full_reason(gpu_type: str) -> str:
+    return f"shared {gpu_type}: every shared GPU is at max_shared_jobs"
+
+
+def whole_busy_reason(gpu_type: str, more: int) -> str:
+    """Too few whole GPUs of a type free in one node now (a job's reason, never coded)."""
+    return f"insufficient free {gpu_type}: {more} more needed"
+
+
+def shared_busy_reason(gpu_type: str, need_gib: float, free_gib: float) -> str:
+    """No shared GPU of a type has the job's memory free now (never coded)."""
+    return f"shared {gpu_type}: needs {need_gib:.1f} GiB > {free_gib:.1f} GiB free"
 
 
 def _number(cols: Mapping[str, list[Any]], name: str, i: int) -> float:
@@ -71,10 +102,17 @@ def _worded(cols: Mapping[str, list[Any]], i: int, code: int, chosen: int | None
         return too_small_reason(
             slot, _number(cols, "reserved_gib", i), _number(cols, "capacity_gib", i)
         )
+    if code == REASON_NO_FREE_SLICE:
+        return no_free_slice_reason(cols["gpu_type"][i], cols["mig_profile"][i])
+    if code == REASON_SHARED_FULL:
+        return shared_full_reason(cols["gpu_type"][i])
     raise SchedulerError(
-        f"option_columns row {i}: unknown reason code {code!r}; expected "
-        f"{REASON_COSTLIER} or {REASON_TOO_SMALL}, or the reason in words"
+        f"option_columns row {i}: unknown reason code {code!r}; expected one of "
+        f"{list(_CODES)}, or the reason in words"
     )
+
+
+_CODES = (REASON_COSTLIER, REASON_TOO_SMALL, REASON_NO_FREE_SLICE, REASON_SHARED_FULL)
 
 
 def word_reasons(cols: Mapping[str, list[Any]], chosen: int | None) -> Mapping[str, list[Any]]:
@@ -105,3 +143,7 @@ def encode_reasons(cols: dict[str, list[Any]], chosen: int | None) -> None:
                 reasons[i] = REASON_COSTLIER
         elif r.endswith(" GiB") and r == _worded(cols, i, REASON_TOO_SMALL, chosen):
             reasons[i] = REASON_TOO_SMALL
+        elif r.endswith(": 1 more needed") and r == _worded(cols, i, REASON_NO_FREE_SLICE, None):
+            reasons[i] = REASON_NO_FREE_SLICE
+        elif r.endswith("max_shared_jobs") and r == _worded(cols, i, REASON_SHARED_FULL, None):
+            reasons[i] = REASON_SHARED_FULL

@@ -33,16 +33,11 @@ from scheduler.core.pool import (
     MILLI_PER_CPU,
     Pool,
 )
-from scheduler.core.reasons import (
-    REASON_COSTLIER,
-    REASON_TOO_SMALL,
-    costlier_reason,
-    slot_name,
-    too_small_reason,
-)
+from scheduler.core.reasons import REASON_TOO_SMALL, costlier_reason, too_small_reason
 from scheduler.core.requests import PlacementRequest
 from scheduler.core.selector import gang_free, selector_busy_reason, selector_reason
 from scheduler.core.state import PoolState, Summary
+from scheduler.core.table_columns import busy_reason, pool_columns, table_columns
 from scheduler.exceptions import PlacementError
 
 __all__ = ["LoserRule", "OptionTable"]
@@ -83,6 +78,7 @@ class OptionTable:
         "capacity_mib",
         "cheapest_empty",
         "cost",
+        "empty_code",
         "empty_room",
         "finite",
         "fits_empty",
@@ -111,6 +107,9 @@ class OptionTable:
     capacity_mib: np.ndarray
     cheapest_empty: int | None
     cost: np.ndarray
+    # Per class, its reason code where it does not fit now, as far as the pool alone says
+    # (scheduler.core.table_columns.empty_codes).
+    empty_code: np.ndarray
     empty_room: np.ndarray
     finite: np.ndarray
     fits_empty: np.ndarray
@@ -268,7 +267,7 @@ class OptionTable:
         """Why class ``c`` cannot run this job now ("" when it can)."""
         why = self._why(c)
         if why == REASON_TOO_SMALL:
-            slot = _pool_columns(self.pool)["slot_name"][c]
+            slot = pool_columns(self.pool)["slot_name"][c]
             need, cap = gib(int(self.need_mib[c])), gib(int(self.capacity_mib[c]))
             return too_small_reason(slot, need, cap)
         return str(why)
@@ -338,15 +337,7 @@ class OptionTable:
                 empty=False,
             )
             return f"{pool.class_label(c)}: {why}"
-        if kind == KIND_WHOLE:
-            more = n - int(self.now.type_max_node_free[t])
-            return f"insufficient free {tname}: {more} more needed"
-        if kind == KIND_MIG:
-            return f"insufficient free {tname} MIG {profile}: 1 more needed"
-        best = int(self.now.type_shared_free_mib[t])
-        if best < 0:
-            return f"shared {tname}: every shared GPU is at max_shared_jobs"
-        return f"shared {tname}: needs {gib(need):.1f} GiB > {gib(best):.1f} GiB free"
+        return busy_reason(self, c)
 
     def _gang_reason(self, c: int, *, empty: bool) -> str:
         pool = self.pool
@@ -496,94 +487,8 @@ class OptionTable:
         chosen: int | None = None,
         chosen_option: Option | None = None,
         rule: LoserRule = _RANKED,
-    ) -> dict[str, list[Any]]:
-        """:meth:`options` as the compact decision's ``option_columns``, built from the arrays.
-
-        Equal to ``Decision._columns(self.options(...))`` with its reasons coded
-        (:func:`~scheduler.core.reasons.encode_reasons`), without an Option per class or a
-        reason worded: the service stores one of these per placed job, thousands per second.
-        """
-        pool = self.pool
-        k = len(self)
-        ct = pool.class_type
-        req = self.request
-        fits = self.fits_now.tolist()
-        cost = self.cost.tolist()
-        # loser_reason(c) for every class, with the arrays read once as lists, and the
-        # reasons a row's own columns word kept as codes (scheduler.core.reasons).
-        c_cost = cost[chosen] if chosen is not None else 0.0
-        reasons: list[str | int] = []
-        for c in range(k):
-            if not fits[c]:
-                reasons.append(self._why(c))
-            elif rule.override is not None:
-                reasons.append(rule.override)
-            elif chosen is None:
-                reasons.append("")
-            else:
-                extra = cost[c] - c_cost
-                if not (rule.by_cost and extra >= 0.005):
-                    reasons.append(rule.reason)
-                else:
-                    reasons.append(
-                        REASON_COSTLIER if math.isfinite(extra) else costlier_reason(extra)
-                    )
-        const = _pool_columns(pool)
-        n_whole = const["n_gpus_whole"]
-        cols: dict[str, list[Any]] = {
-            "kind": list(const["kind"]),
-            "gpu_type": list(const["gpu_type"]),
-            "node": [None] * k,
-            "gpu_indices": [[] for _ in range(k)],
-            "mig_profile": list(const["mig_profile"]),
-            "n_gpus": [req.n_gpus if w else 1 for w in n_whole],
-            "capacity_gib": (self.capacity_mib / MIB_PER_GIB).tolist(),
-            "reserved_gib": (self.need_mib / MIB_PER_GIB).tolist(),
-            "vram_gib": _finite_list(req.vram_gib[ct]),
-            "vram_upper_gib": _finite_list(req.vram_upper_gib[ct]),
-            "runtime_s": _finite_list(self.runtime),
-            "cost_usd": [x if math.isfinite(x) else None for x in cost],
-            "fits_now": fits,
-            "fits_empty": self.fits_empty.tolist(),
-            "reason": reasons,
-            "mig_start": [None] * k,
-            "leftover_gib": [None] * k,
-            "cpus": [None] * k,
-            "host_memory_gib": [None] * k,
-            "n_nodes": [1] * k,
-        }
-        if chosen is not None and chosen_option is not None:
-            row = chosen_option.to_dict()
-            for name, col in cols.items():
-                col[chosen] = row[name]
-        return cols
-
-
-def _pool_columns(pool: Pool) -> dict[str, tuple[Any, ...]]:
-    """The columns of :meth:`OptionTable.columns` that depend on the pool alone (cached)."""
-    cached = pool._empty.get("table_columns")
-    if cached is None:
-        cached = {
-            "kind": tuple(KIND_NAMES[x] for x in pool.class_kind.tolist()),
-            "gpu_type": tuple(GPU_NAMES[t] for t in pool.class_type.tolist()),
-            "mig_profile": tuple(pool.class_profile),
-            "n_gpus_whole": tuple((pool.class_kind == KIND_WHOLE).tolist()),
-            # What a too-small slot is called in its reason ("A100-40GB MIG 1g.5gb").
-            "slot_name": tuple(
-                slot_name(KIND_NAMES[k], GPU_NAMES[t], p)
-                for k, t, p in zip(
-                    pool.class_kind.tolist(),
-                    pool.class_type.tolist(),
-                    pool.class_profile,
-                    strict=True,
-                )
-            ),
-        }
-        pool._empty["table_columns"] = cached
-    return cached  # type: ignore[no-any-return]
-
-
-def _finite_list(a: np.ndarray) -> list[float | None]:
-    if np.isfinite(a).all():
-        return a.tolist()  # type: ignore[no-any-return]
-    return [x if math.isfinite(x) else None for x in a.tolist()]
+    ) -> dict[str, Any]:
+        """:meth:`options` as the compact decision's ``option_columns``, built from the arrays
+        (:func:`~scheduler.core.table_columns.table_columns`): the service stores one of these
+        per placed job, thousands per second."""
+        return table_columns(self, chosen, chosen_option, rule)

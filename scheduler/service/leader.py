@@ -40,7 +40,8 @@ Each :meth:`SchedulerService.step`:
    ``workers.execute.run_job``, args ``[job id, attempt]``) with the decision in ``job.meta``.
 8. **Log** placed/rejected/reclaimed/requeued events to ``P:events`` and a JSON-lines file.
    The job's ``decision`` is stored compactly (``Decision.to_dict(compact=True)``: every
-   option's numbers as columns), which ``snugfit explain`` reads back losslessly.
+   option's numbers as columns, repeating ones as runs, reasons as codes where the row words
+   them), which ``snugfit explain`` reads back losslessly.
 
 **Retrain** (optional, ``retrain=RetrainPolicy(...)``): after the history poll, every N new
 real history rows or T hours the leader starts a retraining *process* and only polls it

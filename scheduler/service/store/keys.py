@@ -113,9 +113,10 @@ Job record (``P:job:{id}`` fields; JSON values marked ``json``)
                      ``history_request`` and keeps the spec as submitted in
                      ``submitted_spec`` (written once), all in its requeue
 ``decision``         json: ``Decision.to_dict(compact=True)`` of the latest placement or
-                     rejection (every option as columns in ``option_columns``; ``options``
-                     spells out only the chosen and runner-up, null elsewhere; a reason
-                     its row words is a code, :mod:`scheduler.core.reasons`)
+                     rejection (every option as columns in ``option_columns``, those that
+                     repeat one value over stretches as runs, :mod:`scheduler.core.stored`;
+                     ``options`` spells out only the chosen and runner-up, null elsewhere; a
+                     reason its row words is a code, :mod:`scheduler.core.reasons`)
 ``placement``        json: :class:`PlacementRecord` (node, queue, option, env ...)
 ``worker``           the worker that runs / ran it (a multi-node gang: the first rank's)
 ``rank:<a>:<r>``     a multi-node gang: the worker that runs node rank ``r`` of attempt ``a``

@@ -1,0 +1,229 @@
+"""A placed job's stored ``option_columns``, straight from its option table's arrays.
+
+The leader stores one compact decision per placed job, thousands a second. This builds its
+columns equal to the ones a decision built from Options stores (``Decision._columns`` of
+:meth:`OptionTable.options`, reasons coded by :func:`~scheduler.core.reasons.encode_reasons`,
+runs by :func:`~scheduler.core.stored.encode_runs`), without an Option per class: the runs
+columns come from the pool's class layout (cached per pool) and the chosen option, and the
+reasons of classes that do not fit are coded with numpy over the classes; only the reasons a
+row's own columns cannot word are worded, one class at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import groupby
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from predictor.gpus import GPU_NAMES
+from scheduler.core._host_fit import no_short
+from scheduler.core.pool import KIND_MIG, KIND_NAMES, KIND_SHARED, KIND_WHOLE, MIB_PER_GIB, Pool
+from scheduler.core.reasons import (
+    REASON_COSTLIER,
+    REASON_NO_FREE_SLICE,
+    REASON_SHARED_FULL,
+    REASON_TOO_SMALL,
+    costlier_reason,
+    no_free_slice_reason,
+    shared_busy_reason,
+    shared_full_reason,
+    slot_name,
+    whole_busy_reason,
+)
+from scheduler.core.stored import merged, runs
+
+if TYPE_CHECKING:
+    from scheduler.core.decision import Option
+    from scheduler.core.options import OptionBatch
+    from scheduler.core.table import LoserRule, OptionTable
+
+__all__ = ["busy_reason", "empty_codes", "pool_columns", "table_columns"]
+
+# The binding fields: null (n_nodes 1, gpu_indices empty) on every row but the chosen one.
+_BOUND: tuple[tuple[str, Any], ...] = (
+    ("node", None),
+    ("gpu_indices", []),
+    ("mig_start", None),
+    ("leftover_gib", None),
+    ("cpus", None),
+    ("host_memory_gib", None),
+    ("n_nodes", 1),
+)
+# The list columns the chosen row's own option overrides (its reason is "", not a loser's).
+_CHOSEN_ROW = ("mig_profile", "capacity_gib", "runtime_s", "cost_usd", "fits_now", "reason")
+
+
+def table_columns(
+    table: OptionTable, chosen: int | None, chosen_option: Option | None, rule: LoserRule
+) -> dict[str, Any]:
+    """:meth:`OptionTable.columns`: the compact decision's ``option_columns``."""
+    pool = table.pool
+    k = len(table)
+    req = table.request
+    const = pool_columns(pool)
+    n = req.n_gpus
+    by_type = const["type_runs"]
+    cols: dict[str, Any] = {
+        "kind": list(const["kind"]),
+        "gpu_type": {"runs": [list(r) for r in const["gpu_type_runs"]]},
+        "node": None,
+        "gpu_indices": None,
+        "mig_profile": list(const["mig_profile"]),
+        "n_gpus": {
+            "runs": [[1, k]]
+            if n == 1
+            else merged([(n if w else 1, m) for w, m in const["whole_runs"]])
+        },
+        "capacity_gib": (table.capacity_mib / MIB_PER_GIB).tolist(),
+        "reserved_gib": {"runs": runs((table.need_mib / MIB_PER_GIB).tolist())},
+        "vram_gib": {"runs": _by_type(req.vram_gib.tolist(), by_type)},
+        "vram_upper_gib": {"runs": _by_type(req.vram_upper_gib.tolist(), by_type)},
+        "runtime_s": _finite_list(table.runtime),
+        "cost_usd": _finite_list(table.cost),
+        "fits_now": table.fits_now.tolist(),
+        "fits_empty": table.fits_empty.tolist(),
+        "reason": _reasons(table, chosen, rule),
+    }
+    row = chosen_option.to_dict() if chosen is not None and chosen_option is not None else None
+    for name, default in _BOUND:
+        v = default if row is None else row[name]
+        fill = [] if name == "gpu_indices" else default
+        if chosen is None or (type(v) is type(default) and v == default):
+            cols[name] = {"runs": [[fill, k]]}
+            continue
+        # Unbound on every row but the chosen one (merged() of three runs, unrolled).
+        spots = [[fill, chosen]] if chosen else []
+        spots.append([v, 1])
+        if chosen + 1 < k:
+            spots.append([[] if name == "gpu_indices" else default, k - chosen - 1])
+        cols[name] = {"runs": spots}
+    if row is not None and chosen is not None:
+        for name in _CHOSEN_ROW:
+            cols[name][chosen] = row[name]
+    return cols
+
+
+def _by_type(values: list[float], by_type: tuple[tuple[int, int], ...]) -> list[list[Any]]:
+    """The runs of a per-GPU-type column (non-finite: null) over the pool's type runs."""
+    out: list[list[Any]] = []
+    for t, m in by_type:
+        v: float | None = values[t]
+        if not math.isfinite(v):  # type: ignore[arg-type]
+            v = None
+        if out and out[-1][0] == v and type(out[-1][0]) is type(v):
+            out[-1][1] += m
+        else:
+            out.append([v, m])
+    return out
+
+
+def empty_codes(batch: OptionBatch, is_mig: np.ndarray) -> np.ndarray:
+    """Per (job, class), the start of the reason code a class that does not fit now gets,
+    from what the pool alone says (the checks of :meth:`OptionTable._why` in its order, for
+    the whole batch at once): too small; busy (it would fit the empty pool; only the state
+    keeps it out), coded for a MIG slice and -1 for the rest (the state words it); 0 where
+    the reason needs words."""
+    checked = batch.finite & batch.pinned_ok & batch.allowed & batch.kind_ok
+    code = np.where(checked & ~batch.cap_ok, REASON_TOO_SMALL, 0).astype(np.int8)
+    busy = batch.fits_empty & ~batch.gang
+    code[busy] = -1
+    code[busy & is_mig] = REASON_NO_FREE_SLICE
+    return code
+
+
+def _reasons(table: OptionTable, chosen: int | None, rule: LoserRule) -> list[str | int]:
+    """:meth:`OptionTable.loser_reason` of every class, with the reasons a row's own columns
+    word kept as codes (:mod:`scheduler.core.reasons`), from the batch's
+    :func:`empty_codes` and a few array operations; only the rest are worded one by one."""
+    fits = table.fits_now
+    code = np.where(fits, 0, table.empty_code)
+    short = table.host_short
+    if short is not no_short(table.pool):
+        # Busy, but short of CPUs or memory on the nodes with the GPUs: worded by _why.
+        code[short & (code != REASON_TOO_SMALL)] = 0
+    by_cost = rule.override is None and chosen is not None and rule.by_cost
+    if by_cost:
+        assert chosen is not None
+        extra = table.cost - table.cost[chosen]
+        code[fits & (extra >= 0.005) & np.isfinite(extra)] = REASON_COSTLIER
+    out: list[str | int] = code.tolist()
+    for c in np.flatnonzero(code <= 0).tolist():
+        if fits[c]:
+            out[c] = _ranked(table, c, chosen, rule, by_cost)
+        elif out[c]:
+            out[c] = _busy(table, c)
+        else:
+            out[c] = table._why(c)
+    return out
+
+
+def _ranked(table: OptionTable, c: int, chosen: int | None, rule: LoserRule, by_cost: bool) -> str:
+    """A class that fits now but lost, where no code says it."""
+    if rule.override is not None:
+        return rule.override
+    if chosen is None:
+        return ""
+    if by_cost:
+        # An infinite extra cost is worded, not coded (its row cannot word it).
+        extra = float(table.cost[c]) - float(table.cost[chosen])
+        if extra >= 0.005:
+            return costlier_reason(extra)
+    return rule.reason
+
+
+def _busy(table: OptionTable, c: int) -> str | int:
+    """:func:`busy_reason` of a whole or shared class, coded where its row words it."""
+    pool = table.pool
+    shared = int(pool.class_kind[c]) == KIND_SHARED
+    if shared and table.now.type_shared_free_mib[pool.class_type[c]] < 0:
+        return REASON_SHARED_FULL
+    return busy_reason(table, c)
+
+
+def busy_reason(table: OptionTable, c: int) -> str:
+    """Why class ``c``, which would fit an emptier pool, does not fit now: too few GPUs or
+    slices free, or no shared GPU with the memory (the last of :meth:`OptionTable._why`)."""
+    pool = table.pool
+    t = int(pool.class_type[c])
+    tname = GPU_NAMES[t]
+    kind = int(pool.class_kind[c])
+    if kind == KIND_WHOLE:
+        return whole_busy_reason(tname, table.request.n_gpus - int(table.now.type_max_node_free[t]))
+    if kind == KIND_MIG:
+        return no_free_slice_reason(tname, pool.class_profile[c])
+    best = int(table.now.type_shared_free_mib[t])
+    if best < 0:
+        return shared_full_reason(tname)
+    return shared_busy_reason(tname, int(table.need_mib[c]) / MIB_PER_GIB, best / MIB_PER_GIB)
+
+
+def pool_columns(pool: Pool) -> dict[str, Any]:
+    """What the stored columns take from the pool alone (cached on the pool)."""
+    cached = pool._empty.get("table_columns")
+    if cached is None:
+        kinds, types = pool.class_kind.tolist(), pool.class_type.tolist()
+        cached = {
+            "kind": tuple(KIND_NAMES[x] for x in kinds),
+            "gpu_type_runs": tuple(tuple(r) for r in runs(GPU_NAMES[t] for t in types)),
+            "mig_profile": tuple(pool.class_profile),
+            # (GPU type index, classes) and (whole GPU?, classes), in class order.
+            "type_runs": tuple((t, len(list(g))) for t, g in groupby(types)),
+            "whole_runs": tuple(
+                (w, len(list(g))) for w, g in groupby(k == KIND_WHOLE for k in kinds)
+            ),
+            # What a too-small slot is called in its reason ("A100-40GB MIG 1g.5gb").
+            "slot_name": tuple(
+                slot_name(KIND_NAMES[k], GPU_NAMES[t], p)
+                for k, t, p in zip(kinds, types, pool.class_profile, strict=True)
+            ),
+        }
+        pool._empty["table_columns"] = cached
+    return cached  # type: ignore[no-any-return]
+
+
+def _finite_list(a: np.ndarray) -> list[float | None]:
+    if np.isfinite(a).all():
+        return a.tolist()  # type: ignore[no-any-return]
+    return [x if math.isfinite(x) else None for x in a.tolist()]
