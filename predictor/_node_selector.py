@@ -13,7 +13,13 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["LABEL_KEY_RE", "LABEL_VALUE_RE", "NodeSelector", "canonical_selector"]
+__all__ = [
+    "LABEL_KEY_RE",
+    "LABEL_VALUE_RE",
+    "NodeSelector",
+    "canonical_selector",
+    "check_labels",
+]
 
 #: A label key: an optional DNS-style ``prefix/`` and a name of up to 63 letters, digits,
 #: ``-``, ``_`` and ``.``, alphanumeric at both ends.
@@ -27,6 +33,21 @@ LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
 NodeSelector = tuple[tuple[str, tuple[str, ...]], ...]
 
 _EXAMPLE = '{"gpu-model": ["V100M16", "V100M32"]}'
+
+
+def check_labels(labels: Mapping[str, str]) -> None:
+    """A node's labels: ValueError names the first key or value outside the label syntax."""
+    for key, value in labels.items():
+        if not LABEL_KEY_RE.match(key):
+            raise ValueError(
+                f"label key {key!r} is not a label key: use letters, digits, '-', '_' and "
+                "'.', alphanumeric at both ends, with an optional DNS 'prefix/'"
+            )
+        if not LABEL_VALUE_RE.match(value):
+            raise ValueError(
+                f"label {key!r}: value {value!r} is not a label value: use up to 63 "
+                "letters, digits, '-', '_' and '.', alphanumeric at both ends"
+            )
 
 
 def canonical_selector(raw: Any, where: str = "node_selector") -> NodeSelector | None:

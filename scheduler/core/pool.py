@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from predictor._node_selector import check_labels
 from predictor.exceptions import UnknownGpuError
 from predictor.gpus import GPU_NAMES, GpuType, gpu_catalogue, with_prices
 from predictor.limits import MAX_CPUS, MAX_HOST_MEMORY_GIB
 from scheduler.core._host_defaults import HOST_PER_GPU
 from scheduler.core.mig import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, mig_mask, static_layout
-from scheduler.core.selector import LABEL_KEY_RE, LABEL_VALUE_RE
 from scheduler.exceptions import PlacementError, PoolError
 
 if TYPE_CHECKING:
@@ -117,17 +117,7 @@ class NodeConfig(BaseModel):
     @field_validator("labels")
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
-        for key, value in v.items():
-            if not LABEL_KEY_RE.match(key):
-                raise ValueError(
-                    f"label key {key!r} is not a label key: use letters, digits, '-', '_' and "
-                    "'.', alphanumeric at both ends, with an optional DNS 'prefix/'"
-                )
-            if not LABEL_VALUE_RE.match(value):
-                raise ValueError(
-                    f"label {key!r}: value {value!r} is not a label value: use up to 63 "
-                    "letters, digits, '-', '_' and '.', alphanumeric at both ends"
-                )
+        check_labels(v)
         return v
 
 
