@@ -150,37 +150,7 @@ class OptionBatch:
         by_kind = class_masks(pool)[1]
         is_whole = by_kind[KIND_WHOLE]
         is_shared = by_kind[KIND_SHARED]
-        if n_jobs:
-            upper = np.stack([r.vram_upper_gib for r in requests])
-            rt = np.stack([r.runtime_s for r in requests])
-        else:
-            upper = rt = np.empty((0, N_TYPES))
-        n = np.fromiter((r.n_gpus for r in requests), np.int64, n_jobs)
-        floor = np.fromiter(
-            (0.0 if r.reserved_gib is None else r.reserved_gib for r in requests), float, n_jobs
-        )
-        pin = np.fromiter(
-            (-1 if r.gpu is None else TYPE_INDEX[r.gpu] for r in requests), np.int64, n_jobs
-        )
-        need_gib = np.maximum(upper, floor[:, None])[:, ct]
-        busy = np.stack([r.busy_frac for r in requests]) if n_jobs else rt
-        runtime = rt[:, ct] * (1.0 + busy[:, ct] * (pool.class_runtime_scale - 1.0))
-        finite = np.isfinite(need_gib) & np.isfinite(runtime)
-        # Capped far above any GPU, so a forged 1e308 GiB stays a "needs more than the slot"
-        # refusal instead of overflowing the MiB cast into a negative reservation.
-        need_gib = np.minimum(np.where(finite, need_gib, 0.0), _MAX_NEED_GIB)
-        need = np.ceil(need_gib * MIB_PER_GIB).astype(np.int64)
-        cap_ok = need <= pool.class_capacity_mib
-        if reserve_whole:
-            # The job must still fit; it then holds the whole GPU, as users do today.
-            need = np.where(is_whole & cap_ok, pool.class_capacity_mib, need)
-        if is_shared.any():
-            # On a shared GPU the job gets its compute share of the SMs (MPS active-thread
-            # percentage): its saturating part stretches by 1 / share, like on a MIG slice.
-            compute = shared_compute_share(need, pool.class_capacity_mib, _class_max_shared(pool))
-            scale = pool.class_runtime_scale / np.where(is_shared, compute, 1.0)
-            stretched = rt[:, ct] * (1.0 + busy[:, ct] * (scale - 1.0))
-            runtime = np.where(is_shared, stretched, runtime)
+        n, pin, need, finite, cap_ok, runtime = _sizes(requests, pool, by_kind, reserve_whole)
         allowed = _allowed(n_jobs, pool, types, kinds)
         pinned_ok = (pin[:, None] < 0) | (ct[None, :] == pin[:, None])
         kind_ok = is_whole[None, :] | (n[:, None] == 1)
@@ -236,14 +206,7 @@ class OptionBatch:
         self.select: Select = select
         self.why_excluded = why_excluded
         self.size_mib = pool.class_capacity_mib * np.where(is_whole, n[:, None], 1)
-        # Cheapest option on an empty pool per job (ties: smaller, then class order); -1: none.
-        masked = np.where(self.fits_empty, self.cost, np.inf)
-        order = np.lexsort(
-            (np.broadcast_to(np.arange(k), (n_jobs, k)), self.size_mib, masked), axis=-1
-        )
-        first = order[:, 0] if k else np.zeros(n_jobs, np.int64)
-        ok = self.fits_empty[np.arange(n_jobs), first] if k else np.zeros(n_jobs, bool)
-        self._cheapest_empty: list[int] = np.where(ok, first, -1).tolist()
+        self._cheapest_empty: list[int] = _cheapest(self.fits_empty, self.cost, self.size_mib)
         self._any_empty: list[bool] = self.fits_empty.any(axis=1).tolist()
         self._ck: tuple[int, int] = (0, -1)
         self._lo = self._hi = 0
@@ -487,6 +450,64 @@ def _class_max_shared(pool: Pool) -> np.ndarray:
             out[c] = float(pool.max_shared[mine].max())
     pool._empty["class_max_shared"] = out
     return out
+
+
+def _sizes(
+    requests: Sequence[PlacementRequest],
+    pool: Pool,
+    by_kind: np.ndarray,
+    reserve_whole: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per job and class: GPU count, pinned type (-1: none), MiB reserved, whether the
+    prediction is finite, whether one slot holds it, and the runtime there (MPS share and
+    slice speed applied). Gangs are re-priced later over their network."""
+    n_jobs = len(requests)
+    ct = pool.class_type
+    is_whole = by_kind[KIND_WHOLE]
+    is_shared = by_kind[KIND_SHARED]
+    if n_jobs:
+        upper = np.stack([r.vram_upper_gib for r in requests])
+        rt = np.stack([r.runtime_s for r in requests])
+    else:
+        upper = rt = np.empty((0, N_TYPES))
+    n = np.fromiter((r.n_gpus for r in requests), np.int64, n_jobs)
+    floor = np.fromiter(
+        (0.0 if r.reserved_gib is None else r.reserved_gib for r in requests), float, n_jobs
+    )
+    pin = np.fromiter(
+        (-1 if r.gpu is None else TYPE_INDEX[r.gpu] for r in requests), np.int64, n_jobs
+    )
+    need_gib = np.maximum(upper, floor[:, None])[:, ct]
+    busy = np.stack([r.busy_frac for r in requests]) if n_jobs else rt
+    runtime = rt[:, ct] * (1.0 + busy[:, ct] * (pool.class_runtime_scale - 1.0))
+    finite = np.isfinite(need_gib) & np.isfinite(runtime)
+    # Capped far above any GPU, so a forged 1e308 GiB stays a "needs more than the slot"
+    # refusal instead of overflowing the MiB cast into a negative reservation.
+    need_gib = np.minimum(np.where(finite, need_gib, 0.0), _MAX_NEED_GIB)
+    need = np.ceil(need_gib * MIB_PER_GIB).astype(np.int64)
+    cap_ok = need <= pool.class_capacity_mib
+    if reserve_whole:
+        # The job must still fit; it then holds the whole GPU, as users do today.
+        need = np.where(is_whole & cap_ok, pool.class_capacity_mib, need)
+    if is_shared.any():
+        # On a shared GPU the job gets its compute share of the SMs (MPS active-thread
+        # percentage): its saturating part stretches by 1 / share, like on a MIG slice.
+        compute = shared_compute_share(need, pool.class_capacity_mib, _class_max_shared(pool))
+        scale = pool.class_runtime_scale / np.where(is_shared, compute, 1.0)
+        stretched = rt[:, ct] * (1.0 + busy[:, ct] * (scale - 1.0))
+        runtime = np.where(is_shared, stretched, runtime)
+    return n, pin, need, finite, cap_ok, runtime
+
+
+def _cheapest(fits: np.ndarray, cost: np.ndarray, size_mib: np.ndarray) -> list[int]:
+    """Per job, the cheapest class among ``fits`` (ties: smaller, then class order); -1: none."""
+    n_jobs, k = fits.shape
+    if not k:
+        return [-1] * n_jobs
+    masked = np.where(fits, cost, np.inf)
+    order = np.lexsort((np.broadcast_to(np.arange(k), (n_jobs, k)), size_mib, masked), axis=-1)
+    first = order[:, 0]
+    return np.where(fits[np.arange(n_jobs), first], first, -1).tolist()
 
 
 def _allowed(
