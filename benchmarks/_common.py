@@ -83,13 +83,9 @@ def openb_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def openb_pod_lists(names: list[str] | None) -> list[Path]:
     """Pod list CSVs by name (``default`` -> the trace's ``openb_pod_list_default.csv``) or by
     path (anything with a ``/``); none given: the default list."""
-    from scheduler.sim.openb.trace import DEFAULT_PODS_CSV
+    from scheduler.sim.openb.trace import pod_list_path
 
-    folder = DEFAULT_PODS_CSV.parent
-    return [
-        folder / f"openb_pod_list_{n}.csv" if "/" not in n else Path(n)
-        for n in names or ["default"]
-    ]
+    return [pod_list_path(n) for n in names or ["default"]]
 
 
 def openb_list_name(path: Path) -> str:

@@ -19,7 +19,12 @@ def simulate_command() -> None:
 
 @simulate_command.command(name="openb")
 @click.option("--nodes", type=click.Path(path_type=Path), default=None, help="Node csv.")
-@click.option("--pods", type=click.Path(path_type=Path), default=None, help="Pod csv.")
+@click.option(
+    "--pods",
+    default=None,
+    help="Pod list: a csv path, or a list name of the trace (default, gpuspec05, multigpu50, "
+    "...). Default: default.",
+)
 @click.option(
     "--policy",
     "policies",
@@ -42,7 +47,7 @@ def simulate_command() -> None:
 @output_options(table=False, json_help="Print one JSON object.")
 def openb_command(
     nodes: Path | None,
-    pods: Path | None,
+    pods: str | None,
     policies: tuple[str, ...],
     seeds: int,
     engine: str,
@@ -55,13 +60,13 @@ def openb_command(
     from scheduler.exceptions import SchedulerError
     from scheduler.sim.openb.core_replay import CORE_POLICY, replay_core
     from scheduler.sim.openb.replay import replay_seeds
-    from scheduler.sim.openb.trace import DEFAULT_NODES_CSV, DEFAULT_PODS_CSV, load_nodes, load_pods
+    from scheduler.sim.openb.trace import DEFAULT_NODES_CSV, load_nodes, load_pods, pod_list_path
 
     if seeds < 1:
         raise click.BadParameter(f"must be at least 1; got {seeds}", param_hint="--seeds")
     try:
         cluster = load_nodes(nodes or DEFAULT_NODES_CSV)
-        workload = load_pods(pods or DEFAULT_PODS_CSV)
+        workload = load_pods(pod_list_path(pods or "default"))
         use_core = engine in ("core", "auto")
         seed_list = list(range(42, 42 + seeds))
         results = []

@@ -33,6 +33,7 @@ __all__ = [
     "OpenbWorkload",
     "load_nodes",
     "load_pods",
+    "pod_list_path",
     "seeded_run",
     "tune_workload",
 ]
@@ -51,6 +52,24 @@ DEFAULT_NODES_CSV = _TRACE_DIR / "openb_node_list_gpu_node.csv"
 
 
 DEFAULT_PODS_CSV = _TRACE_DIR / "openb_pod_list_default.csv"
+
+
+def pod_list_path(name: str | Path) -> Path:
+    """A pod list by name (``gpuspec05`` -> the trace's ``openb_pod_list_gpuspec05.csv``) or by
+    path (an existing file, or anything with a ``/``); TraceError names the lists there are."""
+    p = Path(name)
+    if p.is_file() or "/" in str(name):
+        return p
+    named = _TRACE_DIR / f"openb_pod_list_{name}.csv"
+    if named.is_file():
+        return named
+    have = sorted(
+        f.stem.removeprefix("openb_pod_list_") for f in _TRACE_DIR.glob("openb_pod_list_*.csv")
+    )
+    raise TraceError(
+        f"--pods {str(name)!r} is neither a file nor a pod list of the trace; use a path or one "
+        f"of: {', '.join(have) or f'(no openb_pod_list_*.csv under {_TRACE_DIR})'}"
+    )
 
 
 @dataclass(frozen=True, slots=True)

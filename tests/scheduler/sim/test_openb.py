@@ -145,3 +145,19 @@ def test_gpu_type_constraint_is_honoured(tmp_path: Path, policy: str) -> None:
     on = np.array(c.model)[r.placed_node[placed]]
     want = np.where(np.isclose(demand[placed], 2000), "T4", "P100")
     assert (on == want).all()
+
+
+def test_a_pod_list_is_named_by_its_trace_name_or_given_as_a_path(tmp_path: Path) -> None:
+    from scheduler.sim.openb import trace
+
+    folder = tmp_path / "trace"
+    folder.mkdir()
+    (folder / "openb_pod_list_gpuspec05.csv").write_text("name\n")
+    mine = tmp_path / "mine.csv"
+    mine.write_text("name\n")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(trace, "_TRACE_DIR", folder)
+        assert trace.pod_list_path("gpuspec05") == folder / "openb_pod_list_gpuspec05.csv"
+        assert trace.pod_list_path(str(mine)) == mine
+        with pytest.raises(TraceError, match=r"'nope' is neither .* one of: gpuspec05$"):
+            trace.pod_list_path("nope")
