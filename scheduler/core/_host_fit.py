@@ -14,7 +14,6 @@ from scheduler.core.host import (
     demand,
     fit_nodes,
     gpu_nodes_empty,
-    gpu_nodes_now,
     within_share,
 )
 from scheduler.core.pool import Pool
@@ -88,15 +87,11 @@ def host_refine(
     if not refine.any():
         return no_short(pool)
     short = np.zeros(fits_now.shape[0], bool)
-    over = now.over_nodes
     for c in np.flatnonzero(refine).tolist():
-        if not exact[c] and over is not None:
-            # Within its share, the job fits every node whose jobs are all within theirs
-            # (the rule that lets untight classes skip this check): such a node whose GPUs
-            # fit settles it; only the over-share nodes need their CPUs and memory read.
-            gpu_ok = gpu_nodes_now(pool, now, c, request.n_gpus, int(need[c]))
-            if (gpu_ok & ~over).any():
-                continue
+        # Within its share, the job fits every node whose jobs are all within theirs (the
+        # rule that lets untight classes skip this check): fit_nodes then reads only the
+        # over-share nodes' CPUs and memory, and ranking and binding on this summary reuse
+        # its answer.
         fit = fit_nodes(pool, now, c, request.n_gpus, int(need[c]), ask)
         if not (fit.any() if node_ok is None else (fit & node_ok).any()):
             short[c] = True
