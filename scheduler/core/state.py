@@ -123,6 +123,16 @@ def _shared_layout(pool: Pool) -> _SharedLayout | None:
     return pool._empty[key]  # type: ignore[no-any-return]
 
 
+def _cands_by_node(pool: Pool) -> dict[int, np.ndarray]:
+    """Per node, the MIG instance candidates on its GPUs."""
+    cached = pool._empty.get("cands_by_node")
+    if cached is None:
+        nodes = pool.gpu_node[pool.cand_gpu]
+        cached = {int(k): np.flatnonzero(nodes == k) for k in np.unique(nodes)}
+        pool._empty["cands_by_node"] = cached
+    return cached  # type: ignore[no-any-return]
+
+
 #: PoolState's per-GPU and per-node arrays (copied by copy(), taken over by adopt()).
 _STATE_ARRAYS = (
     "used_mib",
@@ -338,7 +348,9 @@ class PoolState:
         else:
             shared_free = prev.type_shared_free_mib
             shared_node = prev.shared_node_free_mib
-        if prev is None or dirty & _DIRTY_MIG:
+        if prev is not None and dirty & _DIRTY_MIG and touched is not None:
+            avail, class_avail = self._mig_since(prev, touched)
+        elif prev is None or dirty & _DIRTY_MIG:
             if p.cand_gpu.size:
                 avail = (self.mig_occ[p.cand_gpu] & p.cand_mask) == 0
                 class_avail = np.bincount(p.cand_class[avail], minlength=p.n_classes)
@@ -420,6 +432,23 @@ class PoolState:
         for t in types:
             shared_free[t] = max(-1, int(shared_node[type_nodes[t]].max()))
         return shared_free, shared_node
+
+    def _mig_since(self, prev: Summary, touched: set[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(free MIG instances, their count per class) from ``prev``, with the instances on
+        the ``touched`` nodes read again: the same figures as the full recount."""
+        p = self.pool
+        by_node = _cands_by_node(p)
+        avail = prev.mig_avail.copy()
+        class_avail = prev.class_avail.copy()
+        for k in touched:
+            idx = by_node.get(k)
+            if idx is None:
+                continue
+            now = (self.mig_occ[p.cand_gpu[idx]] & p.cand_mask[idx]) == 0
+            delta = now.astype(np.int64) - avail[idx]
+            avail[idx] = now
+            np.add.at(class_avail, p.cand_class[idx], delta)
+        return avail, class_avail
 
     # -- mutation -----------------------------------------------------------------------------
 
