@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from predictor.gpus import GPU_NAMES
+from scheduler.core._incremental import mig_since, shared_layout, shared_since
 from scheduler.core._slot_checks import checked_gpus, slot_use
 from scheduler.core.host import class_nodes, fmt_cpus, option_share
 from scheduler.core.pool import (
@@ -99,37 +100,6 @@ def _whole_nodes_by_type(pool: Pool) -> dict[int, np.ndarray]:
         types = pool.node_type[w].astype(np.int64)
         cached = {int(t): w[types == t] for t in np.unique(types)}
         pool._empty["whole_nodes_by_type"] = cached
-    return cached  # type: ignore[no-any-return]
-
-
-#: Per node, its shared GPUs; per GPU type, the nodes with shared GPUs of that type.
-_SharedLayout = tuple[dict[int, np.ndarray], dict[int, np.ndarray]]
-
-
-def _shared_layout(pool: Pool) -> _SharedLayout | None:
-    """The shared GPUs grouped by node and the nodes by type, so a summary recounts only the
-    nodes an allocation touched; None where a node's shared GPUs mix types (full recount)."""
-    key = "shared_layout"
-    if key not in pool._empty:
-        g = pool._indices()["shared_gpus"]
-        nodes = pool.gpu_node[g]
-        per_node = {int(k): g[nodes == k] for k in np.unique(nodes)}
-        mixed = any(len(np.unique(pool.gpu_type[v])) > 1 for v in per_node.values())
-        by_type: dict[int, list[int]] = {}
-        for k, v in per_node.items():
-            by_type.setdefault(int(pool.gpu_type[v[0]]), []).append(k)
-        type_nodes = {t: np.array(ks, np.int64) for t, ks in by_type.items()}
-        pool._empty[key] = None if mixed else (per_node, type_nodes)
-    return pool._empty[key]  # type: ignore[no-any-return]
-
-
-def _cands_by_node(pool: Pool) -> dict[int, np.ndarray]:
-    """Per node, the MIG instance candidates on its GPUs."""
-    cached = pool._empty.get("cands_by_node")
-    if cached is None:
-        nodes = pool.gpu_node[pool.cand_gpu]
-        cached = {int(k): np.flatnonzero(nodes == k) for k in np.unique(nodes)}
-        pool._empty["cands_by_node"] = cached
     return cached  # type: ignore[no-any-return]
 
 
@@ -332,10 +302,10 @@ class PoolState:
             self._touched = set()
         else:
             node_free, tmax = prev.node_free, prev.type_max_node_free
-        layout = _shared_layout(p) if prev is not None and touched is not None else None
+        layout = shared_layout(p) if prev is not None and touched is not None else None
         if prev is not None and dirty & _DIRTY_SHARED and layout is not None:
             assert touched is not None
-            shared_free, shared_node = self._shared_since(prev, touched, layout)
+            shared_free, shared_node = shared_since(self, prev, touched, layout)
         elif prev is None or dirty & _DIRTY_SHARED:
             g = idx["shared_gpus"]
             shared_free = np.full(len(GPU_NAMES), -1, np.int64)
@@ -349,7 +319,7 @@ class PoolState:
             shared_free = prev.type_shared_free_mib
             shared_node = prev.shared_node_free_mib
         if prev is not None and dirty & _DIRTY_MIG and touched is not None:
-            avail, class_avail = self._mig_since(prev, touched)
+            avail, class_avail = mig_since(self, prev, touched)
         elif prev is None or dirty & _DIRTY_MIG:
             if p.cand_gpu.size:
                 avail = (self.mig_occ[p.cand_gpu] & p.cand_mask) == 0
@@ -409,46 +379,6 @@ class PoolState:
             w = by_type.get(t)
             tmax[t] = int(node_free[w].max()) if w is not None else 0
         return node_free, tmax
-
-    def _shared_since(
-        self, prev: Summary, touched: set[int], layout: _SharedLayout
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(most free MiB on an open shared GPU per type, and per node) from ``prev``, with
-        the ``touched`` nodes recounted: the same figures as the full recount."""
-        p = self.pool
-        per_node, type_nodes = layout
-        shared_free = prev.type_shared_free_mib.copy()
-        shared_node = prev.shared_node_free_mib.copy()
-        types: set[int] = set()
-        for k in touched:
-            g = per_node.get(k)
-            if g is None:
-                continue
-            free = np.where(
-                self.shared_count[g] < p.max_shared[g], p.capacity_mib[g] - self.used_mib[g], -1
-            )
-            shared_node[k] = max(-1, int(free.max()))
-            types.add(int(p.gpu_type[g[0]]))
-        for t in types:
-            shared_free[t] = max(-1, int(shared_node[type_nodes[t]].max()))
-        return shared_free, shared_node
-
-    def _mig_since(self, prev: Summary, touched: set[int]) -> tuple[np.ndarray, np.ndarray]:
-        """(free MIG instances, their count per class) from ``prev``, with the instances on
-        the ``touched`` nodes read again: the same figures as the full recount."""
-        p = self.pool
-        by_node = _cands_by_node(p)
-        avail = prev.mig_avail.copy()
-        class_avail = prev.class_avail.copy()
-        for k in touched:
-            idx = by_node.get(k)
-            if idx is None:
-                continue
-            now = (self.mig_occ[p.cand_gpu[idx]] & p.cand_mask[idx]) == 0
-            delta = now.astype(np.int64) - avail[idx]
-            avail[idx] = now
-            np.add.at(class_avail, p.cand_class[idx], delta)
-        return avail, class_avail
 
     # -- mutation -----------------------------------------------------------------------------
 
