@@ -5,24 +5,25 @@ GPUs but on no node with the job's CPUs and memory free (or none its selector ac
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from scheduler.core._classes import class_cands
 from scheduler.core.host import (
     HostAsk,
+    class_nodes,
     demand,
     fit_nodes,
     gpu_nodes_empty,
-    gpu_nodes_now,
     within_share,
 )
-from scheduler.core.pool import Pool
+from scheduler.core.pool import KIND_MIG, KIND_SHARED, KIND_WHOLE, Pool
 from scheduler.core.requests import PlacementRequest
 from scheduler.core.selector import SelectorMasks
 from scheduler.core.state import Summary
 
-__all__ = ["asks", "host_masks", "host_refine", "no_short"]
+__all__ = ["asks", "host_masks", "host_refine", "no_short", "over_free_supply"]
 
 
 def asks(requests: Sequence[PlacementRequest]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -88,19 +89,61 @@ def host_refine(
     if not refine.any():
         return no_short(pool)
     short = np.zeros(fits_now.shape[0], bool)
-    over = now.over_nodes
+    safe = over_free_supply(pool, now)
+    kind = pool.class_kind
+    n = request.n_gpus
     for c in np.flatnonzero(refine).tolist():
-        if not exact[c] and over is not None:
+        if not exact[c] and now.over_nodes is not None:
             # Within its share, the job fits every node whose jobs are all within theirs
             # (the rule that lets untight classes skip this check): such a node whose GPUs
             # fit settles it; only the over-share nodes need their CPUs and memory read.
-            gpu_ok = gpu_nodes_now(pool, now, c, request.n_gpus, int(need[c]))
-            if (gpu_ok & ~over).any():
+            k = int(kind[c])
+            ask_gpu = n if k == KIND_WHOLE else (int(need[c]) if k == KIND_SHARED else 1)
+            if safe(c) >= ask_gpu:
                 continue
-        fit = fit_nodes(pool, now, c, request.n_gpus, int(need[c]), ask)
+        fit = fit_nodes(pool, now, c, n, int(need[c]), ask)
         if not (fit.any() if node_ok is None else (fit & node_ok).any()):
             short[c] = True
     return short
+
+
+def over_free_supply(pool: Pool, now: Summary) -> Callable[[int], int]:
+    """Per class, what its nodes without an over-share job supply now (the class-supply
+    figure of :class:`~scheduler.core.state.Summary` over those nodes only; -1: none), as a
+    function computed once per class and summary."""
+    cache = now.fit_cache
+
+    def supply(c: int) -> int:
+        key = ("over_free", c)
+        got = cache.get(key)
+        if got is None:
+            got = _over_free(pool, now, c)
+            cache[key] = got
+        return int(got)
+
+    return supply
+
+
+def _over_free(pool: Pool, now: Summary, c: int) -> int:
+    over = now.over_nodes
+    assert over is not None
+    kind = int(pool.class_kind[c])
+    if kind == KIND_MIG:
+        cands = class_cands(pool)[c]
+        ok = now.mig_avail[cands] & ~over[pool.gpu_node[pool.cand_gpu[cands]]]
+        return int(np.count_nonzero(ok))
+    nodes = _class_node_index(pool)[c]
+    per_node = now.node_free if kind == KIND_WHOLE else now.shared_node_free_mib
+    v = per_node[nodes][~over[nodes]]
+    return int(v.max()) if v.size else -1
+
+
+def _class_node_index(pool: Pool) -> list[np.ndarray]:
+    cached = pool._empty.get("class_node_index")
+    if cached is None:
+        cached = [np.flatnonzero(m) for m in class_nodes(pool)]
+        pool._empty["class_node_index"] = cached
+    return cached  # type: ignore[no-any-return]
 
 
 def no_short(pool: Pool) -> np.ndarray:

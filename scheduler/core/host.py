@@ -276,16 +276,75 @@ def fit_nodes(
     pool: Pool, now: Summary, c: int, n_gpus: int, need_mib: int, ask: HostAsk
 ) -> np.ndarray:
     """Per node, whether the job fits there now on every resource for class ``c`` (read-only;
-    computed once per summary and question)."""
+    computed once per summary and question).
+
+    A job within its share on every node of the class (:func:`within_share`) fits the CPUs
+    and memory of every node where no job took more than its share and its GPUs fit (the
+    module's fast-path rule), so only the nodes holding an over-share job are read node by
+    node; the answer is the same as reading all of them."""
     key = (c, n_gpus, need_mib, ask)
     got = now.fit_cache.get(key)
     if got is None:
-        cpu, host = demand(pool, c, n_gpus, ask, need_mib)
         got = gpu_nodes_now(pool, now, c, n_gpus, need_mib)
-        got &= (cpu <= now.node_cpu_free) & (host <= now.node_host_free)
+        if _within_one(pool, c, n_gpus, need_mib, ask):
+            sub = _over_index(now)
+            sub = sub[got[sub]]
+            if sub.size:
+                cpu, host = _demand_on(pool, c, n_gpus, ask, need_mib, sub)
+                got[sub] = (cpu <= now.node_cpu_free[sub]) & (host <= now.node_host_free[sub])
+        else:
+            cpu, host = demand(pool, c, n_gpus, ask, need_mib)
+            got &= (cpu <= now.node_cpu_free) & (host <= now.node_host_free)
         got.flags.writeable = False
         now.fit_cache[key] = got
     return got
+
+
+def _over_index(now: Summary) -> np.ndarray:
+    """The nodes holding a job over its share (once per summary)."""
+    got = now.fit_cache.get(("over_index",))
+    if got is None:
+        got = np.zeros(0, np.int64) if now.over_nodes is None else np.flatnonzero(now.over_nodes)
+        now.fit_cache[("over_index",)] = got
+    return got  # type: ignore[no-any-return]
+
+
+def _within_one(pool: Pool, c: int, n_gpus: int, need_mib: int, ask: HostAsk) -> bool:
+    """:func:`within_share` for one job and one class."""
+    floor_cpu, floor_host = unit_share_floor(pool)
+    kind = int(pool.class_kind[c])
+    cap = int(pool.class_capacity_mib[c])
+
+    def scaled(unit: int) -> int:
+        if kind == KIND_SHARED:
+            return unit * min(need_mib, cap) // cap
+        return unit * n_gpus if kind == KIND_WHOLE else unit
+
+    eff_host = ask.host_mib if ask.host_mib >= 0 else ask.floor_mib
+    ok_cpu = ask.cpu_milli < 0 or ask.cpu_milli <= scaled(int(floor_cpu[c]))
+    return ok_cpu and eff_host <= scaled(int(floor_host[c]))
+
+
+def _demand_on(
+    pool: Pool, c: int, n_gpus: int, ask: HostAsk, need_mib: int, sub: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`demand` on the nodes ``sub`` only."""
+    if ask.cpu_milli >= 0 and ask.host_mib >= 0:
+        return (
+            np.full(sub.size, ask.cpu_milli, pool.node_cpu_milli.dtype),
+            np.full(sub.size, ask.host_mib, pool.node_host_mib.dtype),
+        )
+    if int(pool.class_kind[c]) == KIND_SHARED:
+        num, den = _fraction(pool, c, n_gpus, need_mib)
+        s_cpu = pool.node_cpu_milli[sub] * num // den[sub]
+        s_host = pool.node_host_mib[sub] * num // den[sub]
+    else:
+        full_cpu, full_host = slot_share(pool, c, n_gpus, need_mib)
+        s_cpu, s_host = full_cpu[sub], full_host[sub]
+    cpu = s_cpu if ask.cpu_milli < 0 else np.full_like(s_cpu, ask.cpu_milli)
+    if ask.host_mib < 0:
+        return cpu, np.maximum(s_host, ask.floor_mib)
+    return cpu, np.full_like(s_host, ask.host_mib)
 
 
 def option_share(

@@ -5,8 +5,8 @@ simulated alike).
 
 from __future__ import annotations
 
-import copy
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -58,6 +58,10 @@ def _type_vector(values: Any, name: str) -> np.ndarray:
             f"got shape {a.shape}"
         )
     return a
+
+
+#: The clip ufunc (what np.clip calls for an array, past its dispatch).
+_clip = np._core.umath.clip  # type: ignore[attr-defined]
 
 
 @dataclass(slots=True, init=False)
@@ -134,7 +138,8 @@ class PlacementRequest:
         self.runtime_upper_s = _type_vector(runtime_upper_s, "runtime_upper_s")
         # Unknown (or non-finite) busy fractions count as fully saturating: the safe side.
         busy = np.ones(N_TYPES) if busy_frac is None else _type_vector(busy_frac, "busy_frac")
-        self.busy_frac = np.clip(np.where(np.isfinite(busy), busy, 1.0), 0.0, 1.0)
+        # The clip ufunc itself: np.clip's dispatch costs more than the clip (twice per job).
+        self.busy_frac = _clip(np.where(np.isfinite(busy), busy, 1.0), 0.0, 1.0)
         self.n_gpus = n_gpus
         self.tensor_parallel = tensor_parallel
         self.pipeline_parallel = pipeline_parallel
@@ -196,7 +201,7 @@ class PlacementRequest:
                     f"{name} must be float64 with one value per GPU type (shape ({N_TYPES},)); "
                     f"got {a.dtype} {a.shape}"
                 )
-        new = copy.copy(self)
+        new = _shallow_copy(self)
         new.vram_gib, new.vram_upper_gib = vram_gib, vram_upper_gib
         new.runtime_s, new.runtime_upper_s = runtime_s, runtime_upper_s
         return new
@@ -421,3 +426,15 @@ class RunningJob:
     predicted_end_s: float
     user_end_s: float | None = None
     request: PlacementRequest | None = field(default=None, repr=False)
+
+
+_FIELDS = PlacementRequest.__slots__
+_get_fields = operator.attrgetter(*_FIELDS)
+
+
+def _shallow_copy(r: PlacementRequest) -> PlacementRequest:
+    """``copy.copy(r)`` without the reduce protocol (every slot, the same objects)."""
+    new = PlacementRequest.__new__(PlacementRequest)
+    for name, v in zip(_FIELDS, _get_fields(r), strict=True):
+        setattr(new, name, v)
+    return new

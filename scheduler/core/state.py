@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from predictor.gpus import GPU_NAMES
+from scheduler.core._incremental import mig_since, shared_layout, shared_since
 from scheduler.core._slot_checks import checked_gpus, slot_use
 from scheduler.core.host import class_nodes, fmt_cpus, option_share
 from scheduler.core.pool import (
@@ -301,7 +302,11 @@ class PoolState:
             self._touched = set()
         else:
             node_free, tmax = prev.node_free, prev.type_max_node_free
-        if prev is None or dirty & _DIRTY_SHARED:
+        layout = shared_layout(p) if prev is not None and touched is not None else None
+        if prev is not None and dirty & _DIRTY_SHARED and layout is not None:
+            assert touched is not None
+            shared_free, shared_node = shared_since(self, prev, touched, layout)
+        elif prev is None or dirty & _DIRTY_SHARED:
             g = idx["shared_gpus"]
             shared_free = np.full(len(GPU_NAMES), -1, np.int64)
             shared_node = np.full(len(p.nodes), -1, np.int64)
@@ -313,7 +318,9 @@ class PoolState:
         else:
             shared_free = prev.type_shared_free_mib
             shared_node = prev.shared_node_free_mib
-        if prev is None or dirty & _DIRTY_MIG:
+        if prev is not None and dirty & _DIRTY_MIG and touched is not None:
+            avail, class_avail = mig_since(self, prev, touched)
+        elif prev is None or dirty & _DIRTY_MIG:
             if p.cand_gpu.size:
                 avail = (self.mig_occ[p.cand_gpu] & p.cand_mask) == 0
                 class_avail = np.bincount(p.cand_class[avail], minlength=p.n_classes)
