@@ -41,11 +41,22 @@ from typing import Any
 import torch
 
 from ..spec import DType, Framework, JobSpec, Task
+from ._patches import QuantLinearStub
 
-__all__ = ["FlatUnits", "emulate_flat_units", "flat_units", "uses_no_sync_accumulation"]
+__all__ = [
+    "ROOT",
+    "UNSHARDED",
+    "FlatUnits",
+    "emulate_flat_units",
+    "flat_units",
+    "unshard_root",
+    "uses_no_sync_accumulation",
+]
 
 #: Category of a unit's unsharded flat gradient (one per rank, not divided by DP).
 UNSHARDED = "unsharded_gradients"
+#: Category of the root unit's parameters while unsharded (sharded as 1 - 1/DP of them).
+ROOT = "root_unsharded"
 _ATTR = "_snugfit_flat_units"
 
 
@@ -70,6 +81,7 @@ class _Flat:
     param: torch.Tensor
     slots: list[tuple[list[tuple[Any, str]], tuple[int, ...], int]]
     trainable: list[tuple[torch.Tensor, int, int, tuple[int, ...]]] = field(default_factory=list)
+    root: bool = False
 
     def set_views(self, *_: Any) -> None:
         views = torch.split(self.param, [n for _, _, n in self.slots])
@@ -181,6 +193,7 @@ def emulate_flat_units(model: Any, n_layers: int) -> FlatUnits:
         # The root unit is unsharded from its forward through backward (never resharded
         # after forward): set its views once per forward of the decoder, which runs first.
         for f in (unit := _flatten(root)):
+            f.root = True
             decoder.register_forward_pre_hook(f.set_views)
         flats += unit
     units = FlatUnits(flats)
@@ -191,3 +204,34 @@ def emulate_flat_units(model: Any, n_layers: int) -> FlatUnits:
 def flat_units(model: Any) -> FlatUnits | None:
     """The emulated FSDP units of ``model``, if it has them."""
     return getattr(model, _ATTR, None)
+
+
+def _root_bytes(model: Any, n_layers: int) -> int:
+    """Bytes of the parameters outside the decoder layers (embeddings, final norm, head):
+    the root FSDP unit under every auto-wrap policy that wraps the decoder layers."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    in_layer = {id(p) for p in _layers(base.get_decoder(), n_layers).parameters()}
+    units = flat_units(model)
+    total = sum(f.param.nbytes for f in units.flats if f.root) if units else 0
+    for p in base.parameters():
+        if id(p) not in in_layer and not getattr(p, QuantLinearStub.SHAPE_ONLY, False):
+            total += p.nbytes
+    return total
+
+
+def unshard_root(model: Any, spec: JobSpec, tr: Any) -> torch.Tensor | None:
+    """The root unit's unsharded parameters, for one micro-batch's forward and backward.
+
+    FSDP never reshards the root after its forward (torch ``_runtime_utils.py``
+    ``_post_forward_reshard``: "Do not free the root's parameters in the post-forward for
+    ``FULL_SHARD`` with the intention that they are immediately used for backward
+    computation", unchanged from torch 2.0 to today; FSDP2's root likewise drops
+    ``reshard_after_forward``); it is resharded only by the catch-all at the end of backward.
+    So from the root's forward to the end of backward a rank holds the whole root (embeddings,
+    final norm, head), 1 - 1/DP of it beyond its shard. None unless ZeRO-3/FSDP shards."""
+    if (spec.zero_stage or 0) < 3 or spec.data_parallel <= 1:
+        return None
+    n_layers = spec.arch.n_layers
+    buf = torch.empty(_root_bytes(model, n_layers), dtype=torch.uint8, device="meta")
+    tr.mark(buf, ROOT)
+    return buf

@@ -29,7 +29,7 @@ from .._jobarrays import weight_qbytes
 from ..spec import AttnImplementation, DType, Framework, JobSpec, LoraTarget, Optimizer, Task
 from ._build import build_meta_model
 from ._dispatch import OpCost, StorageTracker
-from ._fsdp import emulate_flat_units, flat_units, uses_no_sync_accumulation
+from ._fsdp import emulate_flat_units, flat_units, unshard_root, uses_no_sync_accumulation
 from ._litgpt import fuse_qkv_outputs, is_litgpt, litgpt_loss, untie_head, uses_litgpt_loss
 from ._patches import (
     ATTN_IMPLEMENTATION,
@@ -284,6 +284,7 @@ def _train(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
         autocast = AutocastEmulation(compute) if amp else None
         with autocast or nullcontext(), offload:
             with tr.in_phase("forward"):
+                root = unshard_root(model, spec, tr)  # FSDP: to the end of backward
                 loss, kept = _loss(model, ids, spec, tr)
             prev = None
             fwd_end = len(tr.events) if i == 0 else fwd_end
@@ -292,7 +293,7 @@ def _train(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
             with tr.in_phase("logits"):
                 loss.backward()
         prev = (loss, kept) if carry else None
-        del loss, kept
+        del loss, kept, root
         _mark_grads(params, units, tr)
     if units is not None:
         units.sync(tr)

@@ -11,9 +11,9 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from predictor.spec import parse_spec  # noqa: E402
-from predictor.traced._fsdp import UNSHARDED, uses_no_sync_accumulation  # noqa: E402
+from predictor.traced._fsdp import ROOT, UNSHARDED, uses_no_sync_accumulation  # noqa: E402
 from predictor.traced._step import run_trace  # noqa: E402
-from predictor.traced._summary import summarise  # noqa: E402
+from predictor.traced._summary import shard_factors, summarise  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore")]
 
@@ -73,3 +73,17 @@ def test_without_accumulation_or_outside_litgpt_only_lora_gradients_count() -> N
     assert not uses_no_sync_accumulation(parse_spec(fsdp))
     for spec in ({**SPEC, "gradient_accumulation": 1}, fsdp):
         assert _peak_gradients(spec) <= lora_grads
+
+
+def test_fsdp_root_unit_stays_unsharded_from_forward_to_the_end_of_backward() -> None:
+    """Embeddings, final norm and head (the root unit) are gathered for each micro-batch and
+    not resharded after forward: 1 - 1/DP of them beyond this rank's shard, as weights."""
+    spec = {**SPEC, "framework": "fsdp", "n_gpus": 4, "gradient_accumulation": 2}
+    s = parse_spec(spec)
+    tl = run_trace(s)
+    root = [n for op, h, n in tl.events if op and tl.category[h] == ROOT]
+    assert root == [(2 * V * H + H) * 2] * 4  # two micro-batches, traced and steady-state step
+    assert shard_factors(s)[ROOT] == pytest.approx(0.75)
+    single = {**spec, "n_gpus": 1, "zero_stage": None}
+    tl1 = run_trace(parse_spec(single))
+    assert not any(tl1.category[h] == ROOT for op, h, _ in tl1.events if op)
