@@ -228,21 +228,34 @@ class _DequantMatmul(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, x: torch.Tensor, qweight: torch.Tensor, shape: Any, dtype: Any, in_ctx: bool
+        ctx: Any,
+        x: torch.Tensor,
+        qweight: torch.Tensor,
+        shape: Any,
+        dtype: Any,
+        in_ctx: bool,
+        state_dtype: Any = None,
     ) -> Any:
-        ctx.shape, ctx.dtype = shape, dtype
+        ctx.shape, ctx.dtype, ctx.state_dtype = shape, dtype, state_dtype or dtype
         x = x.to(dtype)
         if in_ctx:
             ctx.tensors = (x, qweight)
         else:
             ctx.save_for_backward(x)
-        w = torch.empty(shape, dtype=dtype, device=x.device)
-        return x @ w.t()
+        return x @ _dequantised(shape, ctx.state_dtype, dtype, x.device).t()
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
-        w = torch.empty(ctx.shape, dtype=ctx.dtype, device=grad.device)
-        return grad @ w, None, None, None, None
+        w = _dequantised(ctx.shape, ctx.state_dtype, ctx.dtype, grad.device)
+        return grad @ w, None, None, None, None, None
+
+
+def _dequantised(shape: Any, state_dtype: Any, dtype: Any, device: Any) -> torch.Tensor:
+    """``F.dequantize_4bit(B, state).to(dtype)``: bitsandbytes dequantises into the dtype the
+    weight had when quantised (``quant_state``'s), then casts to the input's dtype, so both
+    copies are alive at once where they differ."""
+    w = torch.empty(shape, dtype=state_dtype, device=device)
+    return w if state_dtype == dtype else w.to(dtype)
 
 
 class QuantLinearStub(torch.nn.Linear):
@@ -278,10 +291,14 @@ class QuantLinearStub(torch.nn.Linear):
         self.compute_dtype = compute_dtype
         #: keep the input as bitsandbytes <= 0.43 does, for as long as the graph lives
         self.input_in_ctx = False
+        #: the dtype the weight was quantised from (bitsandbytes dequantises into it)
+        self.state_dtype = compute_dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = (self.out_features, self.in_features)
-        y = _DequantMatmul.apply(x, self.qweight, shape, self.compute_dtype, self.input_in_ctx)
+        y = _DequantMatmul.apply(
+            x, self.qweight, shape, self.compute_dtype, self.input_in_ctx, self.state_dtype
+        )
         return y + self.bias if self.bias is not None else y
 
 

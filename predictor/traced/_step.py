@@ -54,6 +54,7 @@ _QUANT_BYTES = {
     DType.INT8: 1.0,
     DType.FP8: 1.0,
 }
+_BNB_4BIT = (DType.NF4, DType.FP4)  # bitsandbytes 4-bit; LitGPT's int4 is GPTQ
 #: Micro-batches traced: the second one shows the steady state with gradients carried.
 _MAX_MICRO = 2
 #: Chunks of torchtune's ``CEWithChunkedOutputLoss``.
@@ -85,6 +86,11 @@ def _quantise(model: Any, spec: JobSpec, compute: torch.dtype) -> None:
                     child.in_features, child.out_features, bpw, compute, child.bias
                 )
                 stub.input_in_ctx = is_litgpt(spec)
+                if is_litgpt(spec) and spec.weight_dtype in _BNB_4BIT:
+                    # Lightning's bitsandbytes plugin quantises from fp16 (``_Linear4bit.
+                    # _quantize_weight``: ``weight.to(dtype=torch.half)``, since the plugin
+                    # came in, 2023-09): its 4-bit layers dequantise to fp16, then cast.
+                    stub.state_dtype = torch.float16
                 setattr(parent, name, stub)
 
 

@@ -129,3 +129,39 @@ def test_litgpt_loss_runs_the_head_on_chunks_returned_in_fp32() -> None:
     # per chunk and step: the bf16 head output and its fp32 copy
     assert chunk_sizes[b * LM_HEAD_CHUNK * V * 2] >= t // LM_HEAD_CHUNK
     assert biggest["hf"] >= b * t * V * 4  # HF upcasts the whole sequence's logits to fp32
+
+
+def _peak_live(events: list[tuple[int, int, int]]) -> int:
+    live: dict[int, int] = {}
+    peak = 0
+    for op, h, n in events:
+        if op:
+            live[h] = n
+        else:
+            live.pop(h, None)
+        peak = max(peak, sum(live.values()))
+    return peak
+
+
+def test_lightning_bnb_4bit_layer_dequantises_to_fp16_then_casts() -> None:
+    """Lightning's bitsandbytes plugin quantises from fp16, so ``dequantize_4bit`` returns
+    fp16 and ``.to(A.dtype)`` makes the bf16 copy beside it (bitsandbytes 0.41
+    ``MatMul4Bit.forward``); quantised from bf16 (HF) the cast is a no-op."""
+    from predictor.traced._dispatch import StorageTracker
+    from predictor.traced._patches import QuantLinearStub
+
+    x = torch.zeros(2, 8, H, dtype=torch.bfloat16, device="meta")
+    weight = H * FFN * 2
+    peaks = {}
+    for state in (torch.float16, torch.bfloat16):
+        stub = QuantLinearStub(H, FFN, 0.5, torch.bfloat16, None)
+        stub.state_dtype = state
+        with StorageTracker() as tr:
+            y = stub(x)
+        del y
+        peaks[state] = _peak_live(tr.events)
+    assert peaks[torch.float16] >= 2 * weight > peaks[torch.bfloat16] >= weight
+    litgpt = {"model": MHA, "task": "qlora", "framework": "other", "seq_len": 8, "lora_rank": 2}
+    model = _step._train_model(parse_spec({**litgpt, "lora_target": "qv"}))
+    stubs = [m for m in model.modules() if isinstance(m, QuantLinearStub)]
+    assert stubs and all(s.state_dtype is torch.float16 for s in stubs)
