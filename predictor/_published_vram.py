@@ -159,6 +159,9 @@ _OFFLOAD = re.compile(
     r"\+ activation offloading|activation_offloading=true|and activation offloading"
 )
 _BF16_TRUE = re.compile(r"bf16-true")
+#: torchtune commits of the rows that predate chunked cross-entropy (read at the commit:
+#: recipes/configs/*.yaml ``loss: _component_: torch.nn.CrossEntropyLoss``).
+_TORCHTUNE_BEFORE_CHUNKED_CE = ("@0217d44c2",)
 
 
 def _stated_memory_flags(r: Mapping[str, Any], spec: dict[str, Any], notes: list[str]) -> None:
@@ -176,6 +179,12 @@ def _stated_memory_flags(r: Mapping[str, Any], spec: dict[str, Any], notes: list
         elif "standard cross-entropy" in text:
             spec["chunked_loss"] = False
             stated.append("chunked_loss=false")
+        elif any(c in str(r.get("source") or "") for c in _TORCHTUNE_BEFORE_CHUNKED_CE):
+            spec["chunked_loss"] = False
+            stated.append(
+                "chunked_loss=false (torchtune before CEWithChunkedOutputLoss, 4fba6cd44 "
+                "2024-08-28: its configs name torch.nn.CrossEntropyLoss on the whole logits)"
+            )
         if _OFFLOAD.search(text):
             spec["activation_offload"] = True
             stated.append("activation_offload")

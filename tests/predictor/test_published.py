@@ -292,3 +292,13 @@ def test_source_programs_reach_the_spec() -> None:
         _vram(num_gpus=8, micro_batch_size=4, notes="--train.global_batch_size 32.", **pre)
     )["spec"]
     assert (one["gradient_accumulation"], eight["gradient_accumulation"]) == (128, 1)
+
+
+def test_torchtune_rows_before_chunked_cross_entropy_are_not_chunked():
+    """CEWithChunkedOutputLoss came to torchtune in 4fba6cd44 (2024-08-28); the configs at
+    @0217d44c2 name torch.nn.CrossEntropyLoss on the whole logits."""
+    old = parse_measurement(convert_vram_row(_vram(source="github:pytorch/torchtune @0217d44c2")))
+    assert old.spec.chunked_loss is False
+    assert "CEWithChunkedOutputLoss" in old.notes
+    new = parse_measurement(convert_vram_row(_vram(source="github:pytorch/torchtune @1814feb17")))
+    assert new.spec.chunked_loss is True  # torchtune's default since
