@@ -165,3 +165,15 @@ def test_lightning_bnb_4bit_layer_dequantises_to_fp16_then_casts() -> None:
     model = _step._train_model(parse_spec({**litgpt, "lora_target": "qv"}))
     stubs = [m for m in model.modules() if isinstance(m, QuantLinearStub)]
     assert stubs and all(s.state_dtype is torch.float16 for s in stubs)
+
+
+def test_litgpt_tensor_parallel_keeps_both_vocabulary_tables_whole() -> None:
+    """generate/tp.py shards only the blocks' linears: wte and the untied head stay whole on
+    every rank, 1 - 1/TP of them beyond the sharded trace's share."""
+    from predictor.traced._run import _tp_replicated_bytes
+
+    inf = {"model": MHA, "task": "inference", "input_len": 8, "output_len": 8}
+    tp4 = {**inf, "framework": "other", "n_gpus": 4, "tensor_parallel": 4}
+    assert _tp_replicated_bytes(parse_spec(tp4)) == int(2 * V * H * 2 * 0.75)
+    assert _tp_replicated_bytes(parse_spec({**tp4, "framework": "hf"})) == 0
+    assert _tp_replicated_bytes(parse_spec({**inf, "framework": "other"})) == 0
