@@ -225,8 +225,9 @@ def unshard_root(model: Any, spec: JobSpec, tr: Any) -> torch.Tensor | None:
     FSDP never reshards the root after its forward (torch ``_runtime_utils.py``
     ``_post_forward_reshard``: "Do not free the root's parameters in the post-forward for
     ``FULL_SHARD`` with the intention that they are immediately used for backward
-    computation", unchanged from torch 2.0 to today; FSDP2's root likewise drops
-    ``reshard_after_forward``); it is resharded only by the catch-all at the end of backward.
+    computation", unchanged from torch 2.0 to today; FSDP2 likewise, ``_fully_shard/
+    _fsdp_state.py`` ``_lazy_init``: "For the root, do not reshard after forward"); it is
+    resharded only by the catch-all at the end of backward.
     So from the root's forward to the end of backward a rank holds the whole root (embeddings,
     final norm, head), 1 - 1/DP of it beyond its shard. None unless ZeRO-3/FSDP shards."""
     if (spec.zero_stage or 0) < 3 or spec.data_parallel <= 1:
