@@ -89,12 +89,7 @@ def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
     }
     if task == "qlora" and weight not in ("nf4", "int4", "fp4"):
         spec["weight_dtype"] = "nf4"
-    if spec["weight_dtype"] == "nf4":
-        wtext = f"{r.get('weight_dtype') or ''} {r.get('quote') or ''}".lower()
-        if "double" in wtext or "nf4-dq" in wtext:
-            spec["double_quant"] = True
-        elif "bitsandbytes" in wtext:
-            spec["double_quant"] = False  # bnb.nf4: one fp32 absmax per 64 weights
+    _double_quant(r, spec)
     notes: list[str] = []
     lpar = par.lower()
     if n_gpus > 1:
@@ -126,11 +121,7 @@ def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
         notes.append(PREALLOCATED_KV_QUIRK)
     if task != "inference":
         _stated_memory_flags(r, spec, notes)
-    hardware: dict[str, Any] = {}
-    ctx = _stated_context_gib(meas_text)
-    if ctx is not None and _kind(meas_text) == "nvml_used":
-        hardware["cuda_context_gib"] = ctx
-        notes.append(f"the source states a {ctx:.2f} GiB CUDA context on its GPU")
+    hardware = _stated_hardware(meas_text, notes)
     return measurement_row(
         id=f"pub-vram-{r['id']}",
         origin="published",
@@ -146,6 +137,26 @@ def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
         hardware=hardware,
         notes="; ".join(notes),
     )
+
+
+def _stated_hardware(meas_text: str, notes: list[str]) -> dict[str, Any]:
+    """The CUDA context an nvidia-smi row's source measured, as ``hardware``."""
+    ctx = _stated_context_gib(meas_text)
+    if ctx is None or _kind(meas_text) != "nvml_used":
+        return {}
+    notes.append(f"the source states a {ctx:.2f} GiB CUDA context on its GPU")
+    return {"cuda_context_gib": ctx}
+
+
+def _double_quant(r: Mapping[str, Any], spec: dict[str, Any]) -> None:
+    """nf4 with or without double quantisation, where the row's text says which."""
+    if spec["weight_dtype"] != "nf4":
+        return
+    wtext = f"{r.get('weight_dtype') or ''} {r.get('quote') or ''}".lower()
+    if "double" in wtext or "nf4-dq" in wtext:
+        spec["double_quant"] = True
+    elif "bitsandbytes" in wtext:
+        spec["double_quant"] = False  # bnb.nf4: one fp32 absmax per 64 weights
 
 
 # What a source states about the run's memory-relevant flags (torchtune's tables and configs

@@ -1,4 +1,5 @@
 import json
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,9 @@ SPEC = {"model": "llama-3.1-8b", "task": "inference", "input_len": 128, "output_
 
 
 def _row(**kw):
-    base = dict(id="r1", origin="history", source="node-a job 1", spec=SPEC, gpu="H100-80GB")
+    base: dict[str, Any] = dict(
+        id="r1", origin="history", source="node-a job 1", spec=SPEC, gpu="H100-80GB"
+    )
     base.update(kw)
     return measurement_row(**base, peak_vram_gib=kw.pop("peak_vram_gib", 17.0))
 
@@ -102,7 +105,7 @@ def test_rows_from_lines_skip_bad_rows_and_simulated():
         "peak_vram_gib": 2.0,
     }
     sim = {**good, "id": "r2", "simulated": True}
-    lines = [json.dumps(good).encode(), json.dumps(sim), "not json"]
+    lines: list[str | bytes] = [json.dumps(good).encode(), json.dumps(sim), "not json"]
     with pytest.warns(UserWarning, match=r"redis\[3\]"):
         out = measurements_from_lines(lines, "redis", strict=False)
     assert [m.id for m in out] == ["r1"]
