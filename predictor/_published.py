@@ -24,7 +24,6 @@ from ._published_fields import _Skip
 from ._published_runtime import convert_runtime_row
 from ._published_runtime import metric_is as metric_is  # re-exported
 from ._published_runtime import other_get as other_get  # re-exported
-from ._published_vram import UNSHARDED_LOAD_QUIRK as UNSHARDED_LOAD_QUIRK  # re-exported
 from ._published_vram import convert_vram_row
 from .exceptions import DataError, SpecError
 

@@ -21,7 +21,7 @@ from ._published_fields import (
 from ._published_models import _resolve_model
 from .measurements import measurement_row
 
-__all__ = ["PREALLOCATED_KV_QUIRK", "UNSHARDED_LOAD_QUIRK", "convert_vram_row"]
+__all__ = ["PREALLOCATED_KV_QUIRK", "convert_vram_row"]
 
 _VRAM_TASKS = {
     "lora": "lora",
@@ -32,13 +32,11 @@ _VRAM_TASKS = {
 }
 
 
-#: Tag (in ``notes``) of rows whose peak is a documented artefact of the source's code, not of
+#: Tags (in ``notes``) of rows whose peak is a documented artefact of the source's code, not of
 #: the job: they are scored, but never train corrections or calibrate upper bounds.
-UNSHARDED_LOAD_QUIRK = (
-    "[quirk:unsharded-load] lit-gpt @8641822 FSDP LoRA materialises the whole bf16 model on "
-    "every rank before sharding, so max_memory_allocated includes the unsharded weights "
-    "(measured − predicted ≈ full weight bytes on 2 and 4 GPUs)"
-)
+#: (The lit-gpt @8641822 FSDP LoRA rows once carried ``[quirk:unsharded-load]``; their peak is
+#: FSDP's unsharded gradients under ``no_sync``, which the tracer now models: see
+#: ``predictor/traced/_fsdp.py``.)
 
 
 #: Tag of a torchtune generate row whose peak includes the KV cache its recipe preallocates
@@ -60,16 +58,6 @@ def _preallocated_kv_quirk(r: Mapping[str, Any]) -> bool:
     source = str(r.get("source") or "")
     return r.get("workload") == "inference-decode" and any(
         key in source for key in _PREALLOCATED_KV_SOURCES
-    )
-
-
-def _unsharded_load_quirk(r: Mapping[str, Any], spec: Mapping[str, Any]) -> bool:
-    fw = str(r.get("framework") or "").lower()
-    return (
-        "lit-gpt" in fw
-        and spec.get("task") in ("lora", "qlora")
-        and int(spec.get("n_gpus") or 1) > 1
-        and spec.get("zero_stage") == 3
     )
 
 
@@ -101,12 +89,7 @@ def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
     }
     if task == "qlora" and weight not in ("nf4", "int4", "fp4"):
         spec["weight_dtype"] = "nf4"
-    if spec["weight_dtype"] == "nf4":
-        wtext = f"{r.get('weight_dtype') or ''} {r.get('quote') or ''}".lower()
-        if "double" in wtext or "nf4-dq" in wtext:
-            spec["double_quant"] = True
-        elif "bitsandbytes" in wtext:
-            spec["double_quant"] = False  # bnb.nf4: one fp32 absmax per 64 weights
+    _double_quant(r, spec)
     notes: list[str] = []
     lpar = par.lower()
     if n_gpus > 1:
@@ -134,17 +117,11 @@ def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
         notes.append("source said GB without saying 1e9 or 2^30")
     if r.get("notes"):
         notes.append(str(r["notes"]))
-    if _unsharded_load_quirk(r, spec):
-        notes.append(UNSHARDED_LOAD_QUIRK)
     if _preallocated_kv_quirk(r):
         notes.append(PREALLOCATED_KV_QUIRK)
     if task != "inference":
         _stated_memory_flags(r, spec, notes)
-    hardware: dict[str, Any] = {}
-    ctx = _stated_context_gib(meas_text)
-    if ctx is not None and _kind(meas_text) == "nvml_used":
-        hardware["cuda_context_gib"] = ctx
-        notes.append(f"the source states a {ctx:.2f} GiB CUDA context on its GPU")
+    hardware = _stated_hardware(meas_text, notes)
     return measurement_row(
         id=f"pub-vram-{r['id']}",
         origin="published",
@@ -162,6 +139,26 @@ def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
+def _stated_hardware(meas_text: str, notes: list[str]) -> dict[str, Any]:
+    """The CUDA context an nvidia-smi row's source measured, as ``hardware``."""
+    ctx = _stated_context_gib(meas_text)
+    if ctx is None or _kind(meas_text) != "nvml_used":
+        return {}
+    notes.append(f"the source states a {ctx:.2f} GiB CUDA context on its GPU")
+    return {"cuda_context_gib": ctx}
+
+
+def _double_quant(r: Mapping[str, Any], spec: dict[str, Any]) -> None:
+    """nf4 with or without double quantisation, where the row's text says which."""
+    if spec["weight_dtype"] != "nf4":
+        return
+    wtext = f"{r.get('weight_dtype') or ''} {r.get('quote') or ''}".lower()
+    if "double" in wtext or "nf4-dq" in wtext:
+        spec["double_quant"] = True
+    elif "bitsandbytes" in wtext:
+        spec["double_quant"] = False  # bnb.nf4: one fp32 absmax per 64 weights
+
+
 # What a source states about the run's memory-relevant flags (torchtune's tables and configs
 # name them); each becomes the JobSpec field, so a compiled or offloaded run is never scored as
 # an eager one. "no compile" / "standard cross-entropy" are stated too and kept as False.
@@ -173,6 +170,9 @@ _OFFLOAD = re.compile(
     r"\+ activation offloading|activation_offloading=true|and activation offloading"
 )
 _BF16_TRUE = re.compile(r"bf16-true")
+#: torchtune commits of the rows that predate chunked cross-entropy (read at the commit:
+#: recipes/configs/*.yaml ``loss: _component_: torch.nn.CrossEntropyLoss``).
+_TORCHTUNE_BEFORE_CHUNKED_CE = ("@0217d44c2",)
 
 
 def _stated_memory_flags(r: Mapping[str, Any], spec: dict[str, Any], notes: list[str]) -> None:
@@ -190,6 +190,12 @@ def _stated_memory_flags(r: Mapping[str, Any], spec: dict[str, Any], notes: list
         elif "standard cross-entropy" in text:
             spec["chunked_loss"] = False
             stated.append("chunked_loss=false")
+        elif any(c in str(r.get("source") or "") for c in _TORCHTUNE_BEFORE_CHUNKED_CE):
+            spec["chunked_loss"] = False
+            stated.append(
+                "chunked_loss=false (torchtune before CEWithChunkedOutputLoss, 4fba6cd44 "
+                "2024-08-28: its configs name torch.nn.CrossEntropyLoss on the whole logits)"
+            )
         if _OFFLOAD.search(text):
             spec["activation_offload"] = True
             stated.append("activation_offload")
@@ -296,6 +302,16 @@ def _litgpt_pretrain_accumulation(r: Mapping[str, Any], mb: int | None, n_gpus: 
     return max(1, total // (n_gpus * mb))
 
 
+def _litgpt_finetune_accumulation(r: Mapping[str, Any], mb: int | None, task: str) -> int | None:
+    """lit-gpt @8641822's ``finetune/lora.py`` (the script behind its resource tables' LoRA
+    and QLoRA rows) sets ``batch_size = 128`` and ``gradient_accumulation_iters = batch_size //
+    micro_batch_size``: the tables' "minibatch size of 128" over the row's micro batch."""
+    fw = str(r.get("framework") or "").lower()
+    if "lit-gpt @8641822" not in fw or task not in ("lora", "qlora") or not mb:
+        return None
+    return max(1, 128 // mb)
+
+
 def _training_fields(
     r: Mapping[str, Any],
     spec: dict[str, Any],
@@ -324,6 +340,9 @@ def _training_fields(
     elif (accum := _litgpt_pretrain_accumulation(r, mb, n_gpus)) is not None:
         spec["gradient_accumulation"] = accum
         notes.append(f"gradient_accumulation {accum} = global batch / (GPUs x micro batch)")
+    elif (accum := _litgpt_finetune_accumulation(r, mb, task)) is not None:
+        spec["gradient_accumulation"] = accum
+        notes.append(f"gradient_accumulation {accum} = 128 // micro batch (finetune/lora.py)")
     gc = r.get("gradient_checkpointing")
     if gc is None and spec["framework"] == "torchtune":
         # Every torchtune full/LoRA recipe config ships enable_activation_checkpointing: True.

@@ -14,9 +14,10 @@ training step holds:
 * **Untied head.** ``GPT`` has its own ``lm_head`` and ``wte``; a checkpoint with tied
   embeddings is converted into two copies, so the model holds both tables.
 * **Loss.** Fine-tuning runs ``model(x, lm_head_chunk_size=128)`` and
-  ``chunked_cross_entropy``: the head runs on 128-token chunks and each chunk's cross-entropy
-  is taken in the compute dtype (no fp32 upcast). Under QLoRA the Fabric bitsandbytes plugin
-  replaces every ``nn.Linear``, the head too.
+  ``chunked_cross_entropy``: the head runs on 128-token chunks, and Fabric's wrapper returns
+  them converted to fp32 (the precision plugin's ``convert_output``), so each chunk's
+  cross-entropy is taken in fp32 on an fp32 copy (not HF's whole-sequence upcast). Under QLoRA
+  the Fabric bitsandbytes plugin replaces every ``nn.Linear``, the head too.
 * **The loop keeps the last graph.** ``logits`` and ``loss`` are rebound only when the next
   micro-batch computes them, so the previous graph lives through the optimizer step and the
   next forward; bitsandbytes 0.41/0.42 (the releases LitGPT pinned) keep each 4-bit matmul's
@@ -101,6 +102,12 @@ def litgpt_loss(
     hidden = base.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
     with tr.in_phase("logits"):
         chunks = [head(h) for h in hidden.split(LM_HEAD_CHUNK, dim=1)]
+        # Fabric hands the module's floating outputs back in the default dtype, fp32:
+        # ``_FabricModule.forward`` calls the precision plugin's ``convert_output``
+        # (``apply_to_collection(..., dst_type=torch.get_default_dtype())`` in the bf16-true,
+        # mixed, bitsandbytes and FSDP plugins, lightning @71aed751 as at HEAD), a new list
+        # built while the old one is alive.
+        chunks = [c.to(torch.float32) for c in chunks]
         chunks[-1] = chunks[-1][..., :-1, :]
         targets = ids[..., 1:].split(LM_HEAD_CHUNK, dim=1)
         losses = [

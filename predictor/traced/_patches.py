@@ -12,6 +12,9 @@
   and of those it runs in fp32, caching weight casts for the region as autocast does.
 * **bitsandbytes.** Its kernels are CUDA-only: :class:`QuantLinearStub` holds nf4/int8 storage
   at its true size and dequantises into a transient compute-dtype weight per matmul.
+* **Dropout.** On meta ATen's dropout multiplies by a noise tensor in the input's dtype, which
+  backward keeps; on CUDA it runs the fused ``native_dropout``, keeping a 1-byte mask: the
+  traced ``F.dropout`` calls ``native_dropout`` (see :func:`_fused_dropout`).
 * **LitGPT's LoRA dropout.** LitGPT's fused ``LoRAQKVLinear`` drops its input once for q, k and
   v together; PEFT on HF's separate projections would drop it once per projection.
   :func:`share_qkv_dropout` gives a block's q/k/v adapters one :class:`SharedDropout`.
@@ -81,7 +84,24 @@ def install() -> None:
         ALL_EXPERTS_FUNCTIONS.register(EXPERTS_IMPLEMENTATION, uniform_experts)
     except ImportError:  # older transformers: per-expert nn.Linear modules, no interface
         pass
+    torch.nn.functional.dropout = _fused_dropout(torch.nn.functional.dropout)
     _installed = True
+
+
+def _fused_dropout(dropout: Any) -> Any:
+    """Dropout as a GPU runs it: ATen's ``dropout`` takes the fused ``native_dropout`` kernel
+    on CUDA (``is_fused_kernel_acceptable``: a CUDA input and 0 < p < 1; Dropout.cpp), whose
+    backward keeps a 1-byte bool mask. On meta it falls back to ``input * noise``, whose
+    backward keeps the noise in the input's dtype (2-4 bytes per element)."""
+
+    def fused(input: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+        meta = isinstance(input, torch.Tensor) and input.device.type == "meta"
+        if meta and training and 0.0 < p < 1.0 and not inplace and input.numel():
+            return torch.ops.aten.native_dropout(input, p, True)[0]
+        return dropout(input, p, training, inplace)
+
+    fused.__wrapped__ = dropout  # type: ignore[attr-defined]
+    return fused
 
 
 def uniform_experts(
@@ -228,21 +248,34 @@ class _DequantMatmul(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, x: torch.Tensor, qweight: torch.Tensor, shape: Any, dtype: Any, in_ctx: bool
+        ctx: Any,
+        x: torch.Tensor,
+        qweight: torch.Tensor,
+        shape: Any,
+        dtype: Any,
+        in_ctx: bool,
+        state_dtype: Any = None,
     ) -> Any:
-        ctx.shape, ctx.dtype = shape, dtype
+        ctx.shape, ctx.dtype, ctx.state_dtype = shape, dtype, state_dtype or dtype
         x = x.to(dtype)
         if in_ctx:
             ctx.tensors = (x, qweight)
         else:
             ctx.save_for_backward(x)
-        w = torch.empty(shape, dtype=dtype, device=x.device)
-        return x @ w.t()
+        return x @ _dequantised(shape, ctx.state_dtype, dtype, x.device).t()
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> Any:
-        w = torch.empty(ctx.shape, dtype=ctx.dtype, device=grad.device)
-        return grad @ w, None, None, None, None
+        w = _dequantised(ctx.shape, ctx.state_dtype, ctx.dtype, grad.device)
+        return grad @ w, None, None, None, None, None
+
+
+def _dequantised(shape: Any, state_dtype: Any, dtype: Any, device: Any) -> torch.Tensor:
+    """``F.dequantize_4bit(B, state).to(dtype)``: bitsandbytes dequantises into the dtype the
+    weight had when quantised (``quant_state``'s), then casts to the input's dtype, so both
+    copies are alive at once where they differ."""
+    w = torch.empty(shape, dtype=state_dtype, device=device)
+    return w if state_dtype == dtype else w.to(dtype)
 
 
 class QuantLinearStub(torch.nn.Linear):
@@ -278,10 +311,14 @@ class QuantLinearStub(torch.nn.Linear):
         self.compute_dtype = compute_dtype
         #: keep the input as bitsandbytes <= 0.43 does, for as long as the graph lives
         self.input_in_ctx = False
+        #: the dtype the weight was quantised from (bitsandbytes dequantises into it)
+        self.state_dtype = compute_dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = (self.out_features, self.in_features)
-        y = _DequantMatmul.apply(x, self.qweight, shape, self.compute_dtype, self.input_in_ctx)
+        y = _DequantMatmul.apply(
+            x, self.qweight, shape, self.compute_dtype, self.input_in_ctx, self.state_dtype
+        )
         return y + self.bias if self.bias is not None else y
 
 

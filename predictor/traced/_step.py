@@ -29,6 +29,7 @@ from .._jobarrays import weight_qbytes
 from ..spec import AttnImplementation, DType, Framework, JobSpec, LoraTarget, Optimizer, Task
 from ._build import build_meta_model
 from ._dispatch import OpCost, StorageTracker
+from ._fsdp import emulate_flat_units, flat_units, unshard_root, uses_no_sync_accumulation
 from ._litgpt import fuse_qkv_outputs, is_litgpt, litgpt_loss, untie_head, uses_litgpt_loss
 from ._patches import (
     ATTN_IMPLEMENTATION,
@@ -53,6 +54,7 @@ _QUANT_BYTES = {
     DType.INT8: 1.0,
     DType.FP8: 1.0,
 }
+_BNB_4BIT = (DType.NF4, DType.FP4)  # bitsandbytes 4-bit; LitGPT's int4 is GPTQ
 #: Micro-batches traced: the second one shows the steady state with gradients carried.
 _MAX_MICRO = 2
 #: Chunks of torchtune's ``CEWithChunkedOutputLoss``.
@@ -84,6 +86,11 @@ def _quantise(model: Any, spec: JobSpec, compute: torch.dtype) -> None:
                     child.in_features, child.out_features, bpw, compute, child.bias
                 )
                 stub.input_in_ctx = is_litgpt(spec)
+                if is_litgpt(spec) and spec.weight_dtype in _BNB_4BIT:
+                    # Lightning's bitsandbytes plugin quantises from fp16 (``_Linear4bit.
+                    # _quantize_weight``: ``weight.to(dtype=torch.half)``, since the plugin
+                    # came in, 2023-09): its 4-bit layers dequantise to fp16, then cast.
+                    stub.state_dtype = torch.float16
                 setattr(parent, name, stub)
 
 
@@ -242,12 +249,15 @@ def _train_model(spec: JobSpec) -> Any:
         model = _apply_lora(model, spec)
     if is_litgpt(spec):
         fuse_qkv_outputs(model)
+    if uses_no_sync_accumulation(spec):
+        emulate_flat_units(model, spec.arch.n_layers)
     return model
 
 
 def _train(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
     compute = _td(spec.compute_dtype)
-    params = [p for p in model.parameters() if p.requires_grad]
+    units = flat_units(model)
+    params = units.trainable if units else [p for p in model.parameters() if p.requires_grad]
     # Autocast runs where the stored dtype of anything trained differs from the compute dtype
     # (fp32 master weights, fp32 PEFT adapters under Trainer(bf16=True)).
     amp = compute != torch.float32 and any(p.dtype == torch.float32 for p in params)
@@ -280,6 +290,7 @@ def _train(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
         autocast = AutocastEmulation(compute) if amp else None
         with autocast or nullcontext(), offload:
             with tr.in_phase("forward"):
+                root = unshard_root(model, spec, tr)  # FSDP: to the end of backward
                 loss, kept = _loss(model, ids, spec, tr)
             prev = None
             fwd_end = len(tr.events) if i == 0 else fwd_end
@@ -288,19 +299,31 @@ def _train(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
             with tr.in_phase("logits"):
                 loss.backward()
         prev = (loss, kept) if carry else None
-        del loss, kept
-        for p in params:
-            if p.grad is not None:
-                tr.mark(p.grad, "gradients")
+        del loss, kept, root
+        _mark_grads(params, units, tr)
+    if units is not None:
+        units.sync(tr)
     with tr.in_phase("optimizer"):
         _step_optimizer(opt, params, spec, tr)
     model.zero_grad(set_to_none=True)
+    if units is not None:
+        units.zero_grad()
     end = len(tr.events)
     del prev  # the next step's loss would drop the last graph: after this step's events
     carried = [h for op, h, _ in tr.events[end:] if not op]
-    n_params = sum(p.numel() for p in model.parameters())
-    del model, opt, params
+    n_params = sum(p.numel() for p in model.parameters()) + (units.n_params if units else 0)
+    del model, opt, params, units
     return _timeline(tr, n_params, second_step=(start, end), carried=(fwd_end, carried))
+
+
+def _mark_grads(params: list[Any], units: Any, tr: StorageTracker) -> None:
+    """Label the gradients a micro-batch left: the parameters' own, or FSDP's flat ones."""
+    if units is not None:
+        units.mark_grads(tr)
+        return
+    for p in params:
+        if p.grad is not None:
+            tr.mark(p.grad, "gradients")
 
 
 def _recompute_autocast(dtype: torch.dtype) -> AutocastEmulation:
@@ -387,6 +410,9 @@ def _mark_cache(cache: Any, tr: StorageTracker) -> None:
 
 
 def _track_model(model: Any, tr: StorageTracker) -> None:
+    units = flat_units(model)
+    for f in units.flats if units else []:
+        tr.track(f.param, "weights")
     for p in model.parameters():
         if not getattr(p, QuantLinearStub.SHAPE_ONLY, False):
             tr.track(p, "weights")

@@ -6,6 +6,9 @@ category, before the allocator replay (so rounding and segments see per-rank siz
 * weights ÷ (TP·PP), and ÷ DP under ZeRO-3 plus two layers' gather buffers; under PP the
   heaviest stage holds a whole embedding table (input or head), not embeddings ÷ PP;
 * gradients ÷ (TP·PP), and ÷ DP from ZeRO-2; optimizer states ÷ (TP·PP), ÷ DP from ZeRO-1;
+  the unsharded flat gradients FSDP keeps while accumulating under ``no_sync`` (``_fsdp.py``)
+  ÷ (TP·PP) only, shown as gradients; under ZeRO-3/FSDP the root unit's parameters, which
+  FSDP keeps unsharded from forward to the end of backward, 1 − 1/DP of them, as weights;
 * activations ÷ TP, and in training × min(PP, grad. accumulation) / PP (1F1B keeps that
   many micro-batches of its layers in flight; inference keeps one layer's working set, the
   same on every stage); logits ÷ TP; the KV cache ÷ (TP·PP).
@@ -22,6 +25,7 @@ from typing import Any
 from ..prediction import BREAKDOWN_KEYS
 from ..spec import JobSpec
 from ._allocator import CachingAllocator
+from ._fsdp import ROOT, UNSHARDED
 
 __all__ = ["CATEGORIES", "TraceSummary", "shard_factors", "summarise"]
 
@@ -29,6 +33,8 @@ GIB = float(1 << 30)
 # The traced categories: the contract's breakdown keys but ``overhead``, which no trace sees
 # (the CUDA context and NCCL buffers are added afterwards, in _api.py).
 CATEGORIES: tuple[str, ...] = tuple(k for k in BREAKDOWN_KEYS if k != "overhead")
+#: Traced categories shown under another breakdown key (sharded by their own factor).
+_SHOWN_AS = {UNSHARDED: "gradients", ROOT: "weights"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,8 @@ def shard_factors(spec: JobSpec) -> dict[str, float]:
     return {
         "weights": 1.0 / (tp * pp) / (dp if zero >= 3 else 1),
         "gradients": 1.0 / (tp * pp) / (dp if zero >= 2 else 1),
+        UNSHARDED: 1.0 / (tp * pp),
+        ROOT: (1.0 - 1.0 / dp) / (tp * pp) if zero >= 3 else 0.0,
         "optimizer": 1.0 / (tp * pp) / (dp if zero >= 1 else 1),
         "activations": in_flight / tp,
         "kv_cache": 1.0 / (tp * pp),
@@ -94,17 +102,20 @@ def summarise(
     peak, peak_i = alloc.stats.allocated_bytes, -1
     for i, (op, h, n) in enumerate(events):
         cat = category.get(h, "activations")
+        key = _SHOWN_AS.get(cat, cat)
         if op:
+            if not factors[cat]:
+                continue  # nothing on this rank (FSDP's root beyond its shard, unsharded)
             blk = alloc.malloc(max(1, int(n * factors[cat])))
             live[h] = blk
-            sums[cat] += blk.size
+            sums[key] += blk.size
             if alloc.stats.allocated_bytes > peak:
                 peak, peak_i = alloc.stats.allocated_bytes, i
                 best = dict(sums)
         else:
             blk = live.pop(h, None)
             if blk is not None:
-                sums[cat] -= blk.size
+                sums[key] -= blk.size
                 alloc.free(blk)
     c = costs or {}
     return TraceSummary(

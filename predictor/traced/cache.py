@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 #: Bump when the tracer's semantics change, so old cache entries are not used.
-TRACER_VERSION = "12"
+TRACER_VERSION = "18"
 
 # Spec fields that do not change per-GPU memory: they never enter the fingerprint.
 # Fields that cannot change a traced peak: identity, placement, scheduling and execution.

@@ -1,4 +1,5 @@
 import json
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,9 @@ SPEC = {"model": "llama-3.1-8b", "task": "inference", "input_len": 128, "output_
 
 
 def _row(**kw):
-    base = dict(id="r1", origin="history", source="node-a job 1", spec=SPEC, gpu="H100-80GB")
+    base: dict[str, Any] = dict(
+        id="r1", origin="history", source="node-a job 1", spec=SPEC, gpu="H100-80GB"
+    )
     base.update(kw)
     return measurement_row(**base, peak_vram_gib=kw.pop("peak_vram_gib", 17.0))
 
@@ -76,7 +79,9 @@ def test_quirk_and_low_confidence_rows_never_calibrate():
     from predictor.measurements import calibration_exclusion, load_measurements
 
     ms = {m.id: m for m in load_measurements()}
-    assert calibration_exclusion(ms["pub-vram-vp048"]) == "documented quirk of its source"
+    assert calibration_exclusion(ms["pub-vram-vp034"]) == "documented quirk of its source"
+    # lit-gpt's FSDP LoRA rows are modelled now (FSDP's no_sync gradients), no longer a quirk
+    assert calibration_exclusion(ms["pub-vram-vp048"]) is None
     assert calibration_exclusion(ms["pub-vram-vp023"]) == "low confidence"
     # torchtune's 70B rows: below the checkpointed floor; paged states over the GPU's memory
     for row in ("pub-vram-vp024", "pub-vram-vp025"):
@@ -100,7 +105,7 @@ def test_rows_from_lines_skip_bad_rows_and_simulated():
         "peak_vram_gib": 2.0,
     }
     sim = {**good, "id": "r2", "simulated": True}
-    lines = [json.dumps(good).encode(), json.dumps(sim), "not json"]
+    lines: list[str | bytes] = [json.dumps(good).encode(), json.dumps(sim), "not json"]
     with pytest.warns(UserWarning, match=r"redis\[3\]"):
         out = measurements_from_lines(lines, "redis", strict=False)
     assert [m.id for m in out] == ["r1"]

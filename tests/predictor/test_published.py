@@ -47,6 +47,7 @@ def _vram(**kw):
 def test_vram_row_maps_fields_to_a_spec():
     m = parse_measurement(convert_vram_row(_vram()))
     s = m.spec
+    assert s.lora_target is not None and s.framework is not None
     assert (s.task.value, s.lora_rank, s.lora_target.value) == ("lora", 8, "qv")
     assert (s.n_gpus, s.zero_stage, s.framework.value) == (8, 3, "torchtune")
     assert m.gpu == "A100-80GB" and m.measurement == "allocated" and m.peak_vram_gib == 20.0
@@ -121,12 +122,17 @@ def test_torchtune_checkpointing_defaults_on_when_unstated():
     assert "torchtune configs default to True" in m.notes
 
 
-def test_lit_gpt_fsdp_lora_rows_carry_the_unsharded_load_quirk():
+def test_lit_gpt_lora_rows_accumulate_to_its_128_batch():
+    """lit-gpt @8641822 finetune/lora.py: gradient_accumulation_iters = 128 // micro batch;
+    the FSDP rows are no longer tagged as a quirk (the tracer models their no_sync gradients)."""
     from predictor.measurements import is_quirk
 
-    row = _vram(framework="lit-gpt @8641822 (Lightning Fabric)", num_gpus=2)
-    assert is_quirk(parse_measurement(convert_vram_row(row)))
-    assert not is_quirk(parse_measurement(convert_vram_row(_vram())))
+    fw = "lit-gpt @8641822 (Lightning Fabric)"
+    row = _vram(framework=fw, num_gpus=2, micro_batch_size=4)
+    m = parse_measurement(convert_vram_row(row))
+    assert m.spec.gradient_accumulation == 32
+    assert not is_quirk(m)
+    assert parse_measurement(convert_vram_row(_vram())).spec.gradient_accumulation == 1
 
 
 def test_torchtune_generate_at_its_preallocating_commit_carries_the_kv_quirk():
@@ -253,11 +259,11 @@ def test_source_stated_engine_stack_and_power_cap_reach_the_rows():
     }
     # The InferenceX issue sweeps vLLM; its stored excerpt does not say so.
     m = parse_measurement(convert_runtime_row(rows["inferencex_issues-0008"]))
-    assert m.spec.framework.value == "vllm"
+    assert m.spec.framework is not None and m.spec.framework.value == "vllm"
     assert "gptoss h100 vllm" in m.notes
     # NeMo AutoModel is the PyTorch/FSDP2 stack, not Megatron-Core.
     m = parse_measurement(convert_runtime_row(rows["nemo_automodel_perf_summary-0011"]))
-    assert m.spec.framework.value == "fsdp"
+    assert m.spec.framework is not None and m.spec.framework.value == "fsdp"
     # "power limited" B200s at an unstated cap: kept, never calibrate.
     m = parse_measurement(convert_runtime_row(rows["torchao_mx_b200-0002"]))
     assert is_quirk(m) and calibration_exclusion(m) is not None
@@ -286,3 +292,13 @@ def test_source_programs_reach_the_spec() -> None:
         _vram(num_gpus=8, micro_batch_size=4, notes="--train.global_batch_size 32.", **pre)
     )["spec"]
     assert (one["gradient_accumulation"], eight["gradient_accumulation"]) == (128, 1)
+
+
+def test_torchtune_rows_before_chunked_cross_entropy_are_not_chunked():
+    """CEWithChunkedOutputLoss came to torchtune in 4fba6cd44 (2024-08-28); the configs at
+    @0217d44c2 name torch.nn.CrossEntropyLoss on the whole logits."""
+    old = parse_measurement(convert_vram_row(_vram(source="github:pytorch/torchtune @0217d44c2")))
+    assert old.spec.chunked_loss is False
+    assert "CEWithChunkedOutputLoss" in old.notes
+    new = parse_measurement(convert_vram_row(_vram(source="github:pytorch/torchtune @1814feb17")))
+    assert new.spec.chunked_loss is True  # torchtune's default since

@@ -251,23 +251,65 @@ def _lora_peak(**kw: Any) -> float:
     return summarise(tl.events, tl.category, spec).allocated_gib * (1 << 30)
 
 
+def _saved_at_backward(**kw: Any) -> int:
+    """Activation bytes alive when backward reaches the last decoder layer (everything the
+    layers saved for it), in the first traced step."""
+    spec = parse_spec(
+        {
+            "model": TINY,
+            "task": "lora",
+            "batch_size": 2,
+            "seq_len": 64,
+            "lora_rank": 4,
+            "lora_target": "qv",
+            "adapter_dtype": "bf16",
+            **kw,
+        }
+    )
+    tl = run_trace(spec)
+    live: dict[int, int] = {}
+    for op, h, n in tl.events:
+        if op and tl.phase.get(h) == "backward":
+            break
+        if op:
+            live[h] = n
+        else:
+            live.pop(h, None)
+    return sum(n for h, n in live.items() if tl.category[h] == "activations")
+
+
 def test_lora_dropout_keeps_a_mask_and_a_dropped_copy_per_adapter() -> None:
     """Adapters in the compute dtype save the layer input itself; with dropout each adapter
-    saves its dropped copy (2 bytes) and mask (1 byte) instead. q and v share the input, so
-    per layer: one copy replaces the input, plus a second copy and two masks."""
+    saves its dropped copy (2 bytes) and a 1-byte mask (CUDA's fused ``native_dropout``)
+    instead. q and v share the input, so per layer two copies and two masks replace it; the
+    first layer's input (the frozen embedding's normed output) needs no grad, so no autograd
+    node keeps its masks."""
     elems = 2 * 64 * H  # one layer's adapted input
-    base = _lora_peak(framework="torchtune")
-    dropped = _lora_peak(framework="torchtune", lora_dropout=0.1)
-    assert dropped - base == L * elems * (2 + 2 * 1)
+    base = _saved_at_backward(framework="torchtune")
+    dropped = _saved_at_backward(framework="torchtune", lora_dropout=0.1)
+    assert dropped - base == elems * (2 * 2 - 2) + (L - 1) * elems * (2 * 2 + 2 * 1 - 2)
 
 
 def test_litgpt_lora_dropout_drops_the_shared_qkv_input_once() -> None:
     """LitGPT's fused LoRAQKVLinear applies one dropout for q, k and v: its copy replaces the
-    input, so only the mask is new."""
+    input, so only the 1-byte mask is new (none in the first layer, whose input needs no
+    grad)."""
     elems = 2 * 64 * H
-    base = _lora_peak(framework="other")
-    dropped = _lora_peak(framework="other", lora_dropout=0.1)
-    assert dropped - base == L * elems * 1
+    base = _saved_at_backward(framework="other")
+    dropped = _saved_at_backward(framework="other", lora_dropout=0.1)
+    assert dropped - base == (L - 1) * elems * 1
+
+
+def test_traced_dropout_keeps_a_one_byte_mask_as_on_cuda() -> None:
+    from predictor.traced._dispatch import StorageTracker
+    from predictor.traced._patches import install
+
+    install()
+    x = torch.zeros(64, 64, dtype=torch.float32, device="meta", requires_grad=True)
+    with StorageTracker() as tr:
+        y = torch.nn.functional.dropout(x, p=0.1, training=True)
+    assert sorted(n for op, _, n in tr.events if op) == [64 * 64, 64 * 64 * 4]  # mask, output
+    assert type(y.grad_fn).__name__ == "NativeDropoutBackward0"
 
 
 def test_eager_attention_stores_the_scores() -> None:
