@@ -25,7 +25,7 @@ from typing import Any
 from predictor.analytical import predict_table
 from scheduler.core.synthetic import synthetic_pool
 from scheduler.policies.registry import get_policy
-from scheduler.sim.simulator import Observer, Simulator
+from scheduler.sim.simulator import Observer, SimulationResult, Simulator
 from scheduler.sim.workload import Workload, generate_workload, load_mix
 
 REPO = Path(__file__).resolve().parent.parent
@@ -113,6 +113,17 @@ def _build(
     return sim, wl, stages
 
 
+def run(sim: Simulator) -> SimulationResult:
+    """``sim.run()`` with the cyclic collector paused: the run makes next to no cyclic garbage
+    (a 100k-job run leaves 317 unreachable objects behind), so each collection would only walk
+    the live jobs again (about a tenth of the 1M run's time went to it)."""
+    gc.disable()
+    try:
+        return sim.run()
+    finally:
+        gc.enable()
+
+
 def main() -> None:
     args = arguments()
     sim, wl, stages = build(args)
@@ -125,7 +136,7 @@ def main() -> None:
     prof = cProfile.Profile() if args.profile else None
     if prof is not None:
         prof.enable()
-    result = sim.run()
+    result = run(sim)
     if prof is not None:
         prof.disable()
     stages["simulate_s"] = time.perf_counter() - t

@@ -19,7 +19,7 @@ import json
 import time
 from typing import Any
 
-from bench_million import arguments, build
+from bench_million import arguments, build, run
 
 from scheduler.core.decision import Decision
 from scheduler.core.loop import SchedulerCore
@@ -67,7 +67,7 @@ def main() -> None:
     obs = DecisionHash()
     sim, _wl, stages = build(args, observer=obs)
     t = time.perf_counter()
-    result = sim.run()
+    result = run(sim)
     stages["simulate_s"] = time.perf_counter() - t
     metrics = {k: v for k, v in result.to_dict().items() if k not in _TIMINGS}
     print(

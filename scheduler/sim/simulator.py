@@ -55,7 +55,7 @@ from scheduler.core.requests import (
     PlacementRequest,
     gradient_syncs,
     host_floor_gib,
-    requested_type,
+    requested_types,
     requests_from_table,
 )
 from scheduler.core.rules import MAX_OOM_RETRIES, OOM_GROWTH, memory_limit_gib
@@ -205,8 +205,8 @@ class Simulator:
             specs,
             predictions,
             submit_time_s=workload.arrival_s.tolist(),
-            requested_gpu=lambda i, upper: requested_type(
-                upper, specs[i].n_gpus, workload.requested_gpu[i], pool
+            requested_gpu=lambda upper: requested_types(
+                upper, [s.n_gpus for s in specs], workload.requested_gpu, pool
             ),
             host_memory_floor_gib=host_floor_gib(specs),
             sync=gradient_syncs(specs),
