@@ -34,6 +34,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -505,10 +506,14 @@ def _fingerprints(workload: Workload) -> tuple[str, ...]:
     label and reused for a spec whose other fields are equal to the first one's (checked, so a
     label is only a hint)."""
     labels = workload.fingerprint if len(workload.fingerprint) == len(workload) else ()
+    if not labels:
+        return tuple(fingerprint(spec) for spec in workload.specs)
+    # A label seen once (a one-off job) has nothing to share: just its fingerprint.
+    repeated = {k for k, n in Counter(labels).items() if n > 1}
     seen: dict[str, tuple[dict[str, Any], str]] = {}
     out: list[str] = []
     for i, spec in enumerate(workload.specs):
-        if not labels:
+        if labels[i] not in repeated:
             out.append(fingerprint(spec))
             continue
         fields = {**spec.__dict__, "id": None}
