@@ -270,59 +270,7 @@ class Simulator:
 
     def run(self) -> SimulationResult:
         t0 = time.perf_counter()
-        for jid in self._order:
-            self._push(self.jobs[jid].arrival_s, _ARRIVAL, jid)
-        core = self.core
-        interval = self.tick_interval_s
-        tick_due = False  # a _TICK event is in the heap (interval mode)
-        while self._heap:
-            now = self._heap[0][0]
-            self.clock.advance_to(now)
-            tick_now = interval == 0.0
-            while self._heap and self._heap[0][0] <= now:
-                _, seq, kind, jid = heapq.heappop(self._heap)
-                if kind == _TICK:
-                    tick_now, tick_due = True, False
-                    continue
-                if interval and not tick_due:
-                    # Slurm-style scheduling interval: events land as they come, the
-                    # scheduler runs at the next interval boundary.
-                    self._push(math.ceil(now / interval) * interval, _TICK, "")
-                    tick_due = True
-                job = self.jobs[jid]
-                if kind == _ARRIVAL:
-                    if self.feedback:
-                        assert job.base is not None
-                        hist = self.history.apply(job.fingerprint, job.base)
-                        if hist is not None:
-                            job.request, n_runs = hist
-                            job.from_history = n_runs > 0
-                    core.submit(job.request)
-                elif seq != job.event_seq:
-                    continue
-                elif kind == _FINISH:
-                    self._record_attempt(job, now)
-                    core.finish(jid)
-                    job.end_s = now
-                    assert job.option is not None
-                    # Ratios to the predictor's own figures, whatever the history said.
-                    self.history.record_run(
-                        job.fingerprint, job.option.gpu_type, job.vram_factor, job.runtime_factor
-                    )
-                else:
-                    self._oom(job, jid, now)
-            if not tick_now:
-                continue
-            decisions = core.tick(now)
-            for d in decisions:
-                self._decisions += 1
-                if d.state == "placed":
-                    self._placed += 1
-                    self._start(d, now)
-                elif d.state == "rejected":
-                    self.jobs[d.job_id].rejected = True
-            if self.observer is not None:
-                self.observer(core, decisions, now)
+        self._loop()
         rows = [self.jobs[j] for j in self._order]
         return SimulationResult(
             policy=str(self.policy.name),
@@ -336,6 +284,93 @@ class Simulator:
                 "oom_kills_no_history": sum(j.oom_kills for j in rows if not j.from_history),
             },
         )
+
+    def _arrivals(self) -> tuple[list[float], list[str]]:
+        """Arrival times and job ids in the order a heap of (time, submission order) pops
+        them: by time, ties in submission order."""
+        jobs = self.jobs
+        t = np.fromiter((jobs[j].arrival_s for j in self._order), np.float64, len(self._order))
+        if not np.isfinite(t).all():
+            raise SimulationError("arrival times must be finite seconds")
+        order = np.argsort(t, kind="stable").tolist()
+        return t[order].tolist(), [self._order[i] for i in order]
+
+    def _loop(self) -> None:
+        """Every event in (time, order) order, then one tick per event time (or interval).
+
+        Arrivals come from one sorted list rather than the heap: each would have been pushed
+        before any other event, so at equal times it comes first, as it does here. The heap
+        holds only finishes, OOM kills and ticks (what is running, not what is yet to come).
+        """
+        arr_t, arr_id = self._arrivals()
+        n_arr, a = len(arr_t), 0
+        heap, pop, inf = self._heap, heapq.heappop, math.inf
+        interval = self.tick_interval_s
+        tick_due = False  # a _TICK event is in the heap (interval mode)
+        while heap or a < n_arr:
+            next_a = arr_t[a] if a < n_arr else inf
+            now = next_a if not heap or next_a <= heap[0][0] else heap[0][0]
+            self.clock.advance_to(now)
+            tick_now = interval == 0.0
+            while True:
+                next_a = arr_t[a] if a < n_arr else inf
+                if next_a <= now and (not heap or next_a <= heap[0][0]):
+                    kind, seq, jid = _ARRIVAL, 0, arr_id[a]
+                    a += 1
+                elif heap and heap[0][0] <= now:
+                    _, seq, kind, jid = pop(heap)
+                else:
+                    break
+                if kind == _TICK:
+                    tick_now, tick_due = True, False
+                    continue
+                if interval and not tick_due:
+                    # Slurm-style scheduling interval: events land as they come, the
+                    # scheduler runs at the next interval boundary.
+                    self._push(math.ceil(now / interval) * interval, _TICK, "")
+                    tick_due = True
+                job = self.jobs[jid]
+                if kind == _ARRIVAL:
+                    self._arrive(job)
+                elif seq != job.event_seq:
+                    continue
+                elif kind == _FINISH:
+                    self._finished(job, jid, now)
+                else:
+                    self._oom(job, jid, now)
+            if tick_now:
+                self._tick(now)
+
+    def _arrive(self, job: _Job) -> None:
+        if self.feedback:
+            assert job.base is not None
+            hist = self.history.apply(job.fingerprint, job.base)
+            if hist is not None:
+                job.request, n_runs = hist
+                job.from_history = n_runs > 0
+        self.core.submit(job.request)
+
+    def _finished(self, job: _Job, jid: str, now: float) -> None:
+        self._record_attempt(job, now)
+        self.core.finish(jid)
+        job.end_s = now
+        assert job.option is not None
+        # Ratios to the predictor's own figures, whatever the history said.
+        self.history.record_run(
+            job.fingerprint, job.option.gpu_type, job.vram_factor, job.runtime_factor
+        )
+
+    def _tick(self, now: float) -> None:
+        decisions = self.core.tick(now)
+        for d in decisions:
+            self._decisions += 1
+            if d.state == "placed":
+                self._placed += 1
+                self._start(d, now)
+            elif d.state == "rejected":
+                self.jobs[d.job_id].rejected = True
+        if self.observer is not None:
+            self.observer(self.core, decisions, now)
 
     def _oom(self, job: _Job, jid: str, now: float) -> None:
         """An OOM kill, by the live rules: the history learns only that the peak was at least
