@@ -15,6 +15,7 @@ from scheduler.core.host import (
     class_nodes,
     demand,
     fit_nodes,
+    fits_over_nodes,
     gpu_nodes_empty,
     within_share,
 )
@@ -101,6 +102,12 @@ def host_refine(
             ask_gpu = n if k == KIND_WHOLE else (int(need[c]) if k == KIND_SHARED else 1)
             if safe(c) >= ask_gpu:
                 continue
+            if node_ok is None:
+                # No node without an over-share job fits its GPUs: only those nodes can.
+                over = fits_over_nodes(pool, now, c, n, int(need[c]), ask)
+                if over is not None:
+                    short[c] = not over
+                    continue
         fit = fit_nodes(pool, now, c, n, int(need[c]), ask)
         if not (fit.any() if node_ok is None else (fit & node_ok).any()):
             short[c] = True

@@ -46,6 +46,7 @@ __all__ = [
     "demand",
     "demand_at",
     "fit_nodes",
+    "fits_over_nodes",
     "fmt_cpus",
     "gpu_nodes_empty",
     "gpu_nodes_now",
@@ -298,6 +299,33 @@ def fit_nodes(
         got.flags.writeable = False
         now.fit_cache[key] = got
     return got
+
+
+def fits_over_nodes(
+    pool: Pool, now: Summary, c: int, n_gpus: int, need_mib: int, ask: HostAsk
+) -> bool | None:
+    """For a job within its share on every node of class ``c``: whether one of the nodes
+    holding an over-share job fits it now on every resource, which is what
+    ``fit_nodes(...).any()`` answers once no other node's GPUs fit (those nodes fit its CPUs and
+    memory by the share rule). Reads only those nodes; None when the job is not within its
+    share (then only :func:`fit_nodes` answers)."""
+    if not _within_one(pool, c, n_gpus, need_mib, ask):
+        return None
+    sub = _over_index(now)
+    sub = sub[class_nodes(pool)[c][sub]]
+    if not sub.size:
+        return False
+    kind = int(pool.class_kind[c])
+    if kind == KIND_WHOLE:
+        sub = sub[now.node_free[sub] >= n_gpus]
+    elif kind == KIND_SHARED:
+        sub = sub[now.shared_node_free_mib[sub] >= need_mib]
+    else:
+        sub = sub[gpu_nodes_now(pool, now, c, n_gpus, need_mib)[sub]]
+    if not sub.size:
+        return False
+    cpu, host = _demand_on(pool, c, n_gpus, ask, need_mib, sub)
+    return bool(((cpu <= now.node_cpu_free[sub]) & (host <= now.node_host_free[sub])).any())
 
 
 def _over_index(now: Summary) -> np.ndarray:
