@@ -40,14 +40,24 @@ def shared_gpu(
     nodes_ok: np.ndarray | None = None,
 ) -> int:
     """The shared GPU of type ``t`` with ``need`` MiB free: the fullest ("pack") or the first,
-    on a node in ``nodes_ok`` (None: any node)."""
+    on a node in ``nodes_ok`` (None: any node). Without ``nodes_ok`` the answer is kept for
+    the state version (bestfit's leftover asks it, then the binding of the winner)."""
     idx, free, open_, node = _shared_of_type(pool, state, t)
+    cache = state.summary().fit_cache if nodes_ok is None else None
+    key = ("shared_gpu", t, need, select)
+    if cache is not None:
+        got = cache.get(key)
+        if got is not None:
+            return got  # type: ignore[no-any-return]
     ok = open_ & (free >= need)
     if nodes_ok is not None:
         ok &= nodes_ok[node]
     cand = np.flatnonzero(ok)
     k = int(cand[np.argmin(free[cand])]) if select == "pack" else int(cand[0])
-    return int(idx[k])
+    g = int(idx[k])
+    if cache is not None:
+        cache[key] = g
+    return g
 
 
 def _shared_of_type(
