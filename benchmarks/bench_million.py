@@ -22,11 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from predictor.analytical import predict_table
 from scheduler.core.synthetic import synthetic_pool
 from scheduler.policies.registry import get_policy
 from scheduler.sim.simulator import Observer, SimulationResult, Simulator
-from scheduler.sim.workload import Workload, generate_workload, load_mix
+from scheduler.sim.workload import Workload, generate_workload, load_mix, predict_workload
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "results" / "million.json"
@@ -90,7 +89,7 @@ def _build(
     print(f"workload: {len(wl):,} jobs in {stages['workload_s']:.1f} s", flush=True)
 
     t = time.perf_counter()
-    table = predict_table(list(wl.specs))
+    table = predict_workload(wl)
     stages["predict_s"] = time.perf_counter() - t
     print(f"predict: {stages['predict_s']:.1f} s", flush=True)
 

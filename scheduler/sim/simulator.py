@@ -34,7 +34,6 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -72,7 +71,7 @@ from scheduler.sim.truth import (
     load_residuals,
     oom_fraction,
 )
-from scheduler.sim.workload import Workload
+from scheduler.sim.workload import Workload, distinct_rows, predict_workload
 
 __all__ = [
     "OOM_GROWTH",
@@ -488,10 +487,9 @@ def simulate(
 
     With ``feedback`` each policy's run starts from an empty history and learns as it goes.
     """
-    from predictor.analytical import predict_table
     from scheduler.policies.registry import get_policy
 
-    table = predictions if predictions is not None else predict_table(list(workload.specs))
+    table = predictions if predictions is not None else predict_workload(workload)
     out = []
     for name in policies:
         sim = Simulator(
@@ -536,30 +534,12 @@ def _truth_probe(job: _Job) -> PlacementRequest:
 
 
 def _fingerprints(workload: Workload) -> tuple[str, ...]:
-    """:func:`~predictor.history.fingerprint` of every spec. A recurring job's submissions
-    share a workload label and differ only in ``id``: the fingerprint is computed once per
-    label and reused for a spec whose other fields are equal to the first one's (checked, so a
-    label is only a hint)."""
-    labels = workload.fingerprint if len(workload.fingerprint) == len(workload) else ()
-    if not labels:
-        return tuple(fingerprint(spec) for spec in workload.specs)
-    # A label seen once (a one-off job) has nothing to share: just its fingerprint.
-    repeated = {k for k, n in Counter(labels).items() if n > 1}
-    seen: dict[str, tuple[dict[str, Any], str]] = {}
-    out: list[str] = []
-    for i, spec in enumerate(workload.specs):
-        if labels[i] not in repeated:
-            out.append(fingerprint(spec))
-            continue
-        fields = {**spec.__dict__, "id": None}
-        got = seen.get(labels[i])
-        if got is not None and got[0] == fields:
-            out.append(got[1])
-            continue
-        fp = fingerprint(spec)
-        seen.setdefault(labels[i], (fields, fp))
-        out.append(fp)
-    return tuple(out)
+    """:func:`~predictor.history.fingerprint` of every spec, computed once per distinct spec
+    (:func:`~scheduler.sim.workload.distinct_rows`: a recurring job's submissions differ only
+    in ``id``, which the fingerprint leaves out)."""
+    first, inverse = distinct_rows(workload)
+    fps = [fingerprint(workload.specs[i]) for i in first.tolist()]
+    return tuple(fps[k] for k in inverse.tolist())
 
 
 def _analytical(specs: Sequence[JobSpec]) -> PredictionTable:
