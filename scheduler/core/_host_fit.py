@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from scheduler.core._classes import class_cands
+from scheduler.core._classes import class_cand_nodes, class_cands
 from scheduler.core.host import (
     HostAsk,
     class_nodes,
@@ -137,7 +137,7 @@ def _over_free(pool: Pool, now: Summary, c: int) -> int:
     kind = int(pool.class_kind[c])
     if kind == KIND_MIG:
         cands = class_cands(pool)[c]
-        ok = now.mig_avail[cands] & ~over[pool.gpu_node[pool.cand_gpu[cands]]]
+        ok = now.mig_avail[cands] & ~over[class_cand_nodes(pool)[c]]
         return int(np.count_nonzero(ok))
     nodes = _class_node_index(pool)[c]
     per_node = now.node_free if kind == KIND_WHOLE else now.shared_node_free_mib

@@ -7,7 +7,7 @@ from typing import Literal
 
 import numpy as np
 
-from scheduler.core._classes import class_cands, shared_gpus
+from scheduler.core._classes import class_cand_nodes, class_cands, shared_gpus
 from scheduler.core.gang import GangPlan, rank_layout
 from scheduler.core.mig import popcount15
 from scheduler.core.pool import KIND_SHARED, KIND_WHOLE, Pool
@@ -115,7 +115,7 @@ def bind(
     cands = class_cands(pool)[c]
     avail = state.summary().mig_avail[cands]
     if nodes_ok is not None:
-        avail &= nodes_ok[pool.gpu_node[pool.cand_gpu[cands]]]
+        avail &= nodes_ok[class_cand_nodes(pool)[c]]
     cands = cands[avail]
     gpu = pool.cand_gpu[cands]
     if select == "pack":

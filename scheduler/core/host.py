@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from predictor.gpus import GPU_NAMES
-from scheduler.core._classes import class_cands
+from scheduler.core._classes import class_cand_nodes, class_cands
 from scheduler.core.mig import MIG_COMPUTE_SLICES
 from scheduler.core.pool import (
     KIND_MIG,
@@ -268,8 +268,7 @@ def gpu_nodes_now(pool: Pool, now: Summary, c: int, n_gpus: int, need_mib: int) 
     if kind == KIND_SHARED:
         return m & (now.shared_node_free_mib >= need_mib)
     out = np.zeros(len(pool.nodes), bool)
-    cands = class_cands(pool)[c]
-    out[pool.gpu_node[pool.cand_gpu[cands[now.mig_avail[cands]]]]] = True
+    out[class_cand_nodes(pool)[c][now.mig_avail[class_cands(pool)[c]]]] = True
     return out
 
 
