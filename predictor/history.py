@@ -169,9 +169,13 @@ class HistoryPredictor:
         gpus: Sequence[str],
     ) -> HistoryFactors:
         w = self.window
-        every_v = [x for v, _, _ in per.values() for x in v[-w:]]
-        every_r = [x for _, r, _ in per.values() for x in r[-w:]]
-        floors = [x for _, _, f in per.values() for x in f[-w:]]
+        wins = [(v[-w:], r[-w:], f[-w:]) for v, r, f in per.values()]
+        if len(wins) == 1:  # one type's runs: they are every type's runs
+            every_v, every_r, floors = wins[0]
+        else:
+            every_v = [x for v, _, _ in wins for x in v]
+            every_r = [x for _, r, _ in wins for x in r]
+            floors = [x for _, _, f in wins for x in f]
         out = {k: np.full(n, np.nan) for k in ("vp", "vu", "rp", "ru")}
         measured = np.zeros(n, bool)
         # A type with no run of its own reads every type's runs: the same figures for each
@@ -194,7 +198,7 @@ class HistoryPredictor:
                     cross["r"] = self._runtime(every_r, CROSS_TYPE_MARGIN)
                 out["rp"][j], out["ru"][j] = cross["r"]
         floor = max(floors) * (1.0 + CENSORED_FLOOR_MARGIN) if floors else math.nan
-        n_runs = max((len(v[-w:]) for v, _, _ in per.values()), default=0)
+        n_runs = max((len(v) for v, _, _ in wins), default=0)
         return HistoryFactors(
             n_runs, out["vp"], out["vu"], out["rp"], out["ru"], np.full(n, floor), measured
         )
