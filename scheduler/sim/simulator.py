@@ -201,6 +201,10 @@ class Simulator:
         # One vectorised pass for the predictor's host memory estimates (the live client does
         # the same at submit).
         specs = workload.specs
+        # Host floors and gradient traffic once per distinct spec (they do not read the id).
+        first, inverse = distinct_rows(workload)
+        distinct = [specs[i] for i in first.tolist()]
+        syncs = gradient_syncs(distinct)
         reqs = requests_from_table(
             specs,
             predictions,
@@ -208,8 +212,8 @@ class Simulator:
             requested_gpu=lambda upper: requested_types(
                 upper, [s.n_gpus for s in specs], workload.requested_gpu, pool
             ),
-            host_memory_floor_gib=host_floor_gib(specs),
-            sync=gradient_syncs(specs),
+            host_memory_floor_gib=np.asarray(host_floor_gib(distinct), np.float64)[inverse],
+            sync=[syncs[k] for k in inverse.tolist()],
         )
         for i, (spec, req) in enumerate(zip(specs, reqs, strict=True)):
             jid = req.job_id

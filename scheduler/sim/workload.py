@@ -328,6 +328,22 @@ def distinct_rows(workload: Workload) -> tuple[np.ndarray, np.ndarray]:
     job the position of its spec in ``first``. A recurring job's submissions share a label and
     differ only in ``id``; a label is only a hint (a spec whose other fields differ from its
     label's first one is a spec of its own). Without labels every job is its own row."""
+    global _last_rows
+    if _last_rows is not None and _last_rows[0] is workload:
+        return _last_rows[1]
+    out = _distinct_rows(workload)
+    for a in out:
+        a.flags.writeable = False
+    _last_rows = (workload, out)
+    return out
+
+
+#: The last workload asked about and its answer (the workload is frozen; holding it keeps its
+#: identity from being reused): predicting it and setting up its simulation both ask.
+_last_rows: tuple[Workload, tuple[np.ndarray, np.ndarray]] | None = None
+
+
+def _distinct_rows(workload: Workload) -> tuple[np.ndarray, np.ndarray]:
     n = len(workload)
     labels = workload.fingerprint if len(workload.fingerprint) == n else ()
     if not labels:
