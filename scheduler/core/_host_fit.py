@@ -139,9 +139,15 @@ def _over_free(pool: Pool, now: Summary, c: int) -> int:
         cands = class_cands(pool)[c]
         ok = now.mig_avail[cands] & ~over[class_cand_nodes(pool)[c]]
         return int(np.count_nonzero(ok))
-    nodes = _class_node_index(pool)[c]
-    per_node = now.node_free if kind == KIND_WHOLE else now.shared_node_free_mib
-    v = per_node[nodes][~over[nodes]]
+    # Per node, the figure with -1 on over-share nodes (every figure is >= -1), once per
+    # summary and kind: the most over a class's nodes is then its non-over nodes' most.
+    key = ("over_masked", kind)
+    masked = now.fit_cache.get(key)
+    if masked is None:
+        per_node = now.node_free if kind == KIND_WHOLE else now.shared_node_free_mib
+        masked = np.where(over, -1, per_node)
+        now.fit_cache[key] = masked
+    v = masked[_class_node_index(pool)[c]]
     return int(v.max()) if v.size else -1
 
 
