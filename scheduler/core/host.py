@@ -308,8 +308,23 @@ def fits_over_nodes(
     ``fit_nodes(...).any()`` answers once no other node's GPUs fit (those nodes fit its CPUs and
     memory by the share rule). Reads only those nodes; None when the job is not within its
     share (then only :func:`fit_nodes` answers)."""
+    key = ("over_fit", c, n_gpus, need_mib, ask)
+    got = now.fit_cache.get(key)
+    if got is None:
+        got = _fits_over_nodes(pool, now, c, n_gpus, need_mib, ask)
+        now.fit_cache[key] = got
+    return None if got is _NOT_WITHIN else bool(got)
+
+
+#: fits_over_nodes' cached answer for a job not within its share.
+_NOT_WITHIN = object()
+
+
+def _fits_over_nodes(
+    pool: Pool, now: Summary, c: int, n_gpus: int, need_mib: int, ask: HostAsk
+) -> object:
     if not _within_one(pool, c, n_gpus, need_mib, ask):
-        return None
+        return _NOT_WITHIN
     sub = _over_index(now)
     sub = sub[class_nodes(pool)[c][sub]]
     if not sub.size:
@@ -362,9 +377,10 @@ def _demand_on(
             np.full(sub.size, ask.host_mib, pool.node_host_mib.dtype),
         )
     if int(pool.class_kind[c]) == KIND_SHARED:
-        num, den = _fraction(pool, c, n_gpus, need_mib)
-        s_cpu = pool.node_cpu_milli[sub] * num // den[sub]
-        s_host = pool.node_host_mib[sub] * num // den[sub]
+        # _fraction's shared share, on ``sub`` only.
+        den = pool.node_count[sub] * int(pool.class_capacity_mib[c])
+        s_cpu = pool.node_cpu_milli[sub] * need_mib // den
+        s_host = pool.node_host_mib[sub] * need_mib // den
     else:
         full_cpu, full_host = slot_share(pool, c, n_gpus, need_mib)
         s_cpu, s_host = full_cpu[sub], full_host[sub]
