@@ -87,13 +87,13 @@ def host_refine(
     selector; None: any) has the job's CPUs and memory free. Only classes that ask more than
     their share, sit on tight nodes, or that the selector narrows, are checked."""
     refine = fits_now & (exact | now.class_tight)
-    if not refine.any():
+    if not np.count_nonzero(refine):
         return no_short(pool)
     short = np.zeros(fits_now.shape[0], bool)
     safe = over_free_supply(pool, now)
     kind = pool.class_kind
     n = request.n_gpus
-    for c in np.flatnonzero(refine).tolist():
+    for c in refine.nonzero()[0].tolist():
         if not exact[c] and now.over_nodes is not None:
             # Within its share, the job fits every node whose jobs are all within theirs
             # (the rule that lets untight classes skip this check): such a node whose GPUs

@@ -52,8 +52,8 @@ def shared_gpu(
     ok = open_ & (free >= need)
     if nodes_ok is not None:
         ok &= nodes_ok[node]
-    cand = np.flatnonzero(ok)
-    k = int(cand[np.argmin(free[cand])]) if select == "pack" else int(cand[0])
+    cand = ok.nonzero()[0]
+    k = int(cand[free[cand].argmin()]) if select == "pack" else int(cand[0])
     g = int(idx[k])
     if cache is not None:
         cache[key] = g
@@ -101,11 +101,11 @@ def bind(
         ok = (pool.node_type == t) & pool.node_whole & (s.node_free >= n)
         if nodes_ok is not None:
             ok &= nodes_ok
-        nodes = np.flatnonzero(ok)
-        k = int(nodes[np.argmin(s.node_free[nodes])]) if select == "pack" else int(nodes[0])
+        nodes = ok.nonzero()[0]
+        k = int(nodes[s.node_free[nodes].argmin()]) if select == "pack" else int(nodes[0])
         a = int(pool.node_first[k])
         b = a + int(pool.node_count[k])
-        idle = np.flatnonzero(~state.busy[a:b] & (state.used_mib[a:b] == 0))[:n] + a
+        idle = (~state.busy[a:b] & (state.used_mib[a:b] == 0)).nonzero()[0][:n] + a
         gpus = tuple(int(g) for g in idle)
         return Binding(gpus, pool.nodes[k].name, None, int(pool.class_capacity_mib[c]))
     if kind == KIND_SHARED:

@@ -339,14 +339,15 @@ def _fits_over_nodes(
     if not sub.size:
         return False
     cpu, host = _demand_on(pool, c, n_gpus, ask, need_mib, sub)
-    return bool(((cpu <= now.node_cpu_free[sub]) & (host <= now.node_host_free[sub])).any())
+    fit = (cpu <= now.node_cpu_free[sub]) & (host <= now.node_host_free[sub])
+    return bool(np.count_nonzero(fit))
 
 
 def _over_index(now: Summary) -> np.ndarray:
     """The nodes holding a job over its share (once per summary)."""
     got = now.fit_cache.get(("over_index",))
     if got is None:
-        got = np.zeros(0, np.int64) if now.over_nodes is None else np.flatnonzero(now.over_nodes)
+        got = np.zeros(0, np.int64) if now.over_nodes is None else now.over_nodes.nonzero()[0]
         now.fit_cache[("over_index",)] = got
     return got  # type: ignore[no-any-return]
 

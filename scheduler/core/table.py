@@ -185,9 +185,9 @@ class OptionTable:
             pool = self.pool
             leftover = pool.class_capacity_mib - self.need_mib
             shared_now = self.fits_now & class_masks(pool)[1][KIND_SHARED]
-            if shared_now.any():
+            if np.count_nonzero(shared_now):
                 state = self._need_state("leftover()")
-                for c in np.flatnonzero(shared_now):
+                for c in shared_now.nonzero()[0]:
                     need = int(self.need_mib[c])
                     nodes = self.host_nodes(int(c), state)
                     g = shared_gpu(pool, state, int(pool.class_type[c]), need, self.select, nodes)

@@ -169,7 +169,7 @@ class _QueueWalk:
             # The state moved since the last job asked (it placed): this job's table answers
             # "fits now"; fits_now_any answers runs of jobs while the state stays put.
             table = batch.table(i, state)
-            fits = bool(table.fits_now.any())
+            fits = bool(np.count_nonzero(table.fits_now))
         else:
             fits = batch.fits_now_any(i, state)
         self.seen_version = state.version
