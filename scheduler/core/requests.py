@@ -35,6 +35,7 @@ __all__ = [
     "PlacementRequest",
     "RunningJob",
     "host_floor_gib",
+    "probe_request",
     "requested_type",
     "requested_types",
     "requests_from_table",
@@ -453,6 +454,30 @@ class RunningJob:
     predicted_end_s: float
     user_end_s: float | None = None
     request: PlacementRequest | None = field(default=None, repr=False)
+
+
+def probe_request(
+    r: PlacementRequest,
+    vram_gib: np.ndarray,
+    vram_upper_gib: np.ndarray,
+    runtime_s: np.ndarray,
+    runtime_upper_s: np.ndarray,
+) -> PlacementRequest:
+    """What ``PlacementRequest(r.job_id, <figures>, n_gpus=r.n_gpus,
+    tensor_parallel=r.tensor_parallel, pipeline_parallel=r.pipeline_parallel, gpu=r.gpu,
+    busy_frac=r.busy_frac, node_selector=r.node_selector)`` builds (every other field at its
+    default), without checking again what ``r``'s own construction checked: the figures are
+    float64, one per type (checked as :meth:`PlacementRequest.with_figures` does)."""
+    base = r.with_figures(vram_gib, vram_upper_gib, runtime_s, runtime_upper_s)
+    base.requested_gpu, base.priority, base.deadline_s = HABITUAL_GPU, 0, None
+    base.submit_time_s, base.user_runtime_estimate_s, base.reserved_gib = 0.0, None, None
+    base.cpus, base.host_memory_gib, base.host_memory_floor_gib = None, None, 0.0
+    base.sync, base.host_ask = GradientSync(), _NO_HOST_ASK
+    return base
+
+
+#: The host ask of a request without host figures.
+_NO_HOST_ASK = HostAsk.of(None, None, 0.0)
 
 
 _FIELDS = PlacementRequest.__slots__

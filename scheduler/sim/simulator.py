@@ -55,6 +55,7 @@ from scheduler.core.requests import (
     PlacementRequest,
     gradient_syncs,
     host_floor_gib,
+    probe_request,
     requested_types,
     requests_from_table,
 )
@@ -521,20 +522,7 @@ def _truth_probe(job: _Job) -> PlacementRequest:
     assert job.base is not None
     truth = job.base.vram_gib * job.vram_factor
     runtime = job.base.runtime_s * job.runtime_factor
-    r = job.request
-    return PlacementRequest(
-        job_id=r.job_id,
-        vram_gib=truth,
-        vram_upper_gib=truth,
-        runtime_s=runtime,
-        runtime_upper_s=runtime,
-        n_gpus=r.n_gpus,
-        tensor_parallel=r.tensor_parallel,
-        pipeline_parallel=r.pipeline_parallel,
-        gpu=r.gpu,
-        busy_frac=r.busy_frac,
-        node_selector=r.node_selector,
-    )
+    return probe_request(job.request, truth, truth, runtime, runtime)
 
 
 def _fingerprints(workload: Workload) -> tuple[str, ...]:

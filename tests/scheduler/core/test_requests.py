@@ -176,3 +176,48 @@ def test_requests_from_table_equals_from_table() -> None:
                 assert np.array_equal(a, b, equal_nan=True), name
             else:
                 assert a == b, name
+
+
+def test_probe_request_equals_a_fresh_request() -> None:
+    from scheduler.core.requests import probe_request
+
+    r = PlacementRequest(
+        "p",
+        _upper(),
+        _upper() * 1.1,
+        np.full(len(GPU_NAMES), 30.0),
+        np.full(len(GPU_NAMES), 45.0),
+        n_gpus=4,
+        tensor_parallel=2,
+        gpu="H100-80GB",
+        priority=3,
+        deadline_s=99.0,
+        submit_time_s=5.0,
+        reserved_gib=12.0,
+        busy_frac=np.linspace(0.2, 1.0, len(GPU_NAMES)),
+        cpus=8.0,
+        host_memory_gib=64.0,
+        host_memory_floor_gib=20.0,
+        node_selector={"gpu-model": ["V100M32"]},
+    )
+    v, t = _upper() * 0.9, np.full(len(GPU_NAMES), 33.0)
+    got = probe_request(r, v, v, t, t)
+    want = PlacementRequest(
+        job_id=r.job_id,
+        vram_gib=v,
+        vram_upper_gib=v,
+        runtime_s=t,
+        runtime_upper_s=t,
+        n_gpus=r.n_gpus,
+        tensor_parallel=r.tensor_parallel,
+        pipeline_parallel=r.pipeline_parallel,
+        gpu=r.gpu,
+        busy_frac=r.busy_frac,
+        node_selector=r.node_selector,
+    )
+    for name in PlacementRequest.__slots__:
+        a, b = getattr(got, name), getattr(want, name)
+        if isinstance(a, np.ndarray):
+            assert np.array_equal(a, b), name
+        else:
+            assert a == b, name
