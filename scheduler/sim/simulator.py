@@ -199,23 +199,8 @@ class Simulator:
         vf, rf = draw_truth(model, self.seed, fps, ids) if n else (np.ones(0), np.ones(0))
         self.jobs: dict[str, _Job] = {}
         self._order: list[str] = []
-        # One vectorised pass for the predictor's host memory estimates (the live client does
-        # the same at submit).
         specs = workload.specs
-        # Host floors and gradient traffic once per distinct spec (they do not read the id).
-        first, inverse = distinct_rows(workload)
-        distinct = [specs[i] for i in first.tolist()]
-        syncs = gradient_syncs(distinct)
-        reqs = requests_from_table(
-            specs,
-            predictions,
-            submit_time_s=workload.arrival_s.tolist(),
-            requested_gpu=lambda upper: requested_types(
-                upper, [s.n_gpus for s in specs], workload.requested_gpu, pool
-            ),
-            host_memory_floor_gib=np.asarray(host_floor_gib(distinct), np.float64)[inverse],
-            sync=[syncs[k] for k in inverse.tolist()],
-        )
+        reqs = _requests(workload, predictions, pool)
         for i, (spec, req) in enumerate(zip(specs, reqs, strict=True)):
             jid = req.job_id
             if jid in self.jobs:
@@ -523,6 +508,28 @@ def _truth_probe(job: _Job) -> PlacementRequest:
     truth = job.base.vram_gib * job.vram_factor
     runtime = job.base.runtime_s * job.runtime_factor
     return probe_request(job.request, truth, truth, runtime, runtime)
+
+
+def _requests(
+    workload: Workload, predictions: PredictionTable, pool: Pool
+) -> list[PlacementRequest]:
+    """Every job's request in one vectorised pass, with the predictor's host memory estimates
+    (the live client does the same at submit). Host floors and gradient traffic are computed
+    once per distinct spec (they do not read the id)."""
+    specs = workload.specs
+    first, inverse = distinct_rows(workload)
+    distinct = [specs[i] for i in first.tolist()]
+    syncs = gradient_syncs(distinct)
+    return requests_from_table(
+        specs,
+        predictions,
+        submit_time_s=workload.arrival_s.tolist(),
+        requested_gpu=lambda upper: requested_types(
+            upper, [s.n_gpus for s in specs], workload.requested_gpu, pool
+        ),
+        host_memory_floor_gib=np.asarray(host_floor_gib(distinct), np.float64)[inverse],
+        sync=[syncs[k] for k in inverse.tolist()],
+    )
 
 
 def _fingerprints(workload: Workload) -> tuple[str, ...]:
