@@ -169,28 +169,48 @@ class HistoryPredictor:
         gpus: Sequence[str],
     ) -> HistoryFactors:
         w = self.window
-        every_v = [x for v, _, _ in per.values() for x in v[-w:]]
-        every_r = [x for _, r, _ in per.values() for x in r[-w:]]
-        floors = [x for _, _, f in per.values() for x in f[-w:]]
+        wins = [(v[-w:], r[-w:], f[-w:]) for v, r, f in per.values()]
+        if len(wins) == 1:  # one type's runs: they are every type's runs
+            every_v, every_r, floors = wins[0]
+        else:
+            every_v = [x for v, _, _ in wins for x in v]
+            every_r = [x for _, r, _ in wins for x in r]
+            floors = [x for _, _, f in wins for x in f]
         out = {k: np.full(n, np.nan) for k in ("vp", "vu", "rp", "ru")}
         measured = np.zeros(n, bool)
+        # A type with no run of its own reads every type's runs: the same figures for each
+        # such type, computed once.
+        cross: dict[str, tuple[float, float]] = {}
         for j, g in enumerate(gpus):
             own_v, own_r, _ = per.get(g, ([], [], []))
-            vs, extra = (own_v[-w:], 0.0) if own_v else (every_v, CROSS_TYPE_MARGIN)
             measured[j] = bool(own_v)
-            if vs:
-                out["vp"][j] = _percentile(vs, self.percentile)
-                grow = 1.0 + self.margin_fraction + self.margin_per_run / len(vs) + extra
-                out["vu"][j] = max(vs) * grow
-            rs, extra = (own_r[-w:], 0.0) if own_r else (every_r, CROSS_TYPE_MARGIN)
-            if rs:
-                out["rp"][j] = _percentile(rs, 50.0)
-                out["ru"][j] = max(rs) * (1.0 + self.runtime_margin + extra)
+            if own_v:
+                vs = own_v[-w:]
+                out["vp"][j], out["vu"][j] = self._vram(vs, 0.0)
+            elif every_v:
+                if "v" not in cross:
+                    cross["v"] = self._vram(every_v, CROSS_TYPE_MARGIN)
+                out["vp"][j], out["vu"][j] = cross["v"]
+            if own_r:
+                out["rp"][j], out["ru"][j] = self._runtime(own_r[-w:], 0.0)
+            elif every_r:
+                if "r" not in cross:
+                    cross["r"] = self._runtime(every_r, CROSS_TYPE_MARGIN)
+                out["rp"][j], out["ru"][j] = cross["r"]
         floor = max(floors) * (1.0 + CENSORED_FLOOR_MARGIN) if floors else math.nan
-        n_runs = max((len(v[-w:]) for v, _, _ in per.values()), default=0)
+        n_runs = max((len(v) for v, _, _ in wins), default=0)
         return HistoryFactors(
             n_runs, out["vp"], out["vu"], out["rp"], out["ru"], np.full(n, floor), measured
         )
+
+    def _vram(self, vs: list[float], extra: float) -> tuple[float, float]:
+        """(point, upper) VRAM ratio from the runs ``vs``."""
+        grow = 1.0 + self.margin_fraction + self.margin_per_run / len(vs) + extra
+        return _percentile(vs, self.percentile), max(vs) * grow
+
+    def _runtime(self, rs: list[float], extra: float) -> tuple[float, float]:
+        """(point, upper) runtime ratio from the runs ``rs``."""
+        return _percentile(rs, 50.0), max(rs) * (1.0 + self.runtime_margin + extra)
 
     def fit(self, measurements: Sequence[Measurement]) -> HistoryPredictor:
         """Index measured runs; simulated and OOM runs never count as a job's true usage."""

@@ -81,6 +81,25 @@ class PredictionTable:
     def column(self, gpu: str) -> int:
         return self.gpu_names.index(gpu)
 
+    def take(self, rows: np.ndarray, job_ids: tuple[str | None, ...]) -> PredictionTable:
+        """The table's rows ``rows`` (repeats allowed), one per entry of ``job_ids``: the
+        predictions of jobs that differ from an already predicted one only in their id."""
+        return PredictionTable(
+            job_ids=job_ids,
+            gpu_names=self.gpu_names,
+            peak_vram_gib=self.peak_vram_gib[rows],
+            peak_vram_upper_gib=self.peak_vram_upper_gib[rows],
+            runtime_s=self.runtime_s[rows],
+            runtime_upper_s=self.runtime_upper_s[rows],
+            breakdown_gib={k: v[rows] for k, v in self.breakdown_gib.items()},
+            step_time_s=self.step_time_s[rows],
+            ttft_s=self.ttft_s[rows],
+            tpot_s=self.tpot_s[rows],
+            fits=self.fits[rows],
+            method=tuple(self.method[i] for i in np.asarray(rows).tolist()),
+            busy_frac=None if self.busy_frac is None else self.busy_frac[rows],
+        )
+
     def iter_dicts(self, gpus_per_job: list[list[str]] | None = None) -> Iterator[dict[str, Any]]:
         """Contract-shaped dicts, job-major, built straight from the arrays.
 

@@ -28,6 +28,15 @@ def class_cands(pool: Pool) -> list[np.ndarray]:
     return cached  # type: ignore[no-any-return]
 
 
+def class_cand_nodes(pool: Pool) -> list[np.ndarray]:
+    """Per class, the node of each of its MIG candidates (``class_cands``' order)."""
+    cached = pool._empty.get("class_cand_nodes")
+    if cached is None:
+        cached = [pool.gpu_node[pool.cand_gpu[cands]] for cands in class_cands(pool)]
+        pool._empty["class_cand_nodes"] = cached
+    return cached  # type: ignore[no-any-return]
+
+
 def node_max_size(pool: Pool) -> np.ndarray:
     cached = pool._empty.get("type_max_node")
     if cached is None:

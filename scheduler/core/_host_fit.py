@@ -9,12 +9,13 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from scheduler.core._classes import class_cands
+from scheduler.core._classes import class_cand_nodes, class_cands
 from scheduler.core.host import (
     HostAsk,
     class_nodes,
     demand,
     fit_nodes,
+    fits_over_nodes,
     gpu_nodes_empty,
     within_share,
 )
@@ -86,13 +87,13 @@ def host_refine(
     selector; None: any) has the job's CPUs and memory free. Only classes that ask more than
     their share, sit on tight nodes, or that the selector narrows, are checked."""
     refine = fits_now & (exact | now.class_tight)
-    if not refine.any():
+    if not np.count_nonzero(refine):
         return no_short(pool)
     short = np.zeros(fits_now.shape[0], bool)
     safe = over_free_supply(pool, now)
     kind = pool.class_kind
     n = request.n_gpus
-    for c in np.flatnonzero(refine).tolist():
+    for c in refine.nonzero()[0].tolist():
         if not exact[c] and now.over_nodes is not None:
             # Within its share, the job fits every node whose jobs are all within theirs
             # (the rule that lets untight classes skip this check): such a node whose GPUs
@@ -101,6 +102,12 @@ def host_refine(
             ask_gpu = n if k == KIND_WHOLE else (int(need[c]) if k == KIND_SHARED else 1)
             if safe(c) >= ask_gpu:
                 continue
+            if node_ok is None:
+                # No node without an over-share job fits its GPUs: only those nodes can.
+                over = fits_over_nodes(pool, now, c, n, int(need[c]), ask)
+                if over is not None:
+                    short[c] = not over
+                    continue
         fit = fit_nodes(pool, now, c, n, int(need[c]), ask)
         if not (fit.any() if node_ok is None else (fit & node_ok).any()):
             short[c] = True
@@ -130,11 +137,17 @@ def _over_free(pool: Pool, now: Summary, c: int) -> int:
     kind = int(pool.class_kind[c])
     if kind == KIND_MIG:
         cands = class_cands(pool)[c]
-        ok = now.mig_avail[cands] & ~over[pool.gpu_node[pool.cand_gpu[cands]]]
+        ok = now.mig_avail[cands] & ~over[class_cand_nodes(pool)[c]]
         return int(np.count_nonzero(ok))
-    nodes = _class_node_index(pool)[c]
-    per_node = now.node_free if kind == KIND_WHOLE else now.shared_node_free_mib
-    v = per_node[nodes][~over[nodes]]
+    # Per node, the figure with -1 on over-share nodes (every figure is >= -1), once per
+    # summary and kind: the most over a class's nodes is then its non-over nodes' most.
+    key = ("over_masked", kind)
+    masked = now.fit_cache.get(key)
+    if masked is None:
+        per_node = now.node_free if kind == KIND_WHOLE else now.shared_node_free_mib
+        masked = np.where(over, -1, per_node)
+        now.fit_cache[key] = masked
+    v = masked[_class_node_index(pool)[c]]
     return int(v.max()) if v.size else -1
 
 

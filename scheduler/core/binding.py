@@ -7,7 +7,7 @@ from typing import Literal
 
 import numpy as np
 
-from scheduler.core._classes import class_cands, shared_gpus
+from scheduler.core._classes import class_cand_nodes, class_cands, shared_gpus
 from scheduler.core.gang import GangPlan, rank_layout
 from scheduler.core.mig import popcount15
 from scheduler.core.pool import KIND_SHARED, KIND_WHOLE, Pool
@@ -40,14 +40,24 @@ def shared_gpu(
     nodes_ok: np.ndarray | None = None,
 ) -> int:
     """The shared GPU of type ``t`` with ``need`` MiB free: the fullest ("pack") or the first,
-    on a node in ``nodes_ok`` (None: any node)."""
+    on a node in ``nodes_ok`` (None: any node). Without ``nodes_ok`` the answer is kept for
+    the state version (bestfit's leftover asks it, then the binding of the winner)."""
     idx, free, open_, node = _shared_of_type(pool, state, t)
+    cache = state.summary().fit_cache if nodes_ok is None else None
+    key = ("shared_gpu", t, need, select)
+    if cache is not None:
+        got = cache.get(key)
+        if got is not None:
+            return got  # type: ignore[no-any-return]
     ok = open_ & (free >= need)
     if nodes_ok is not None:
         ok &= nodes_ok[node]
-    cand = np.flatnonzero(ok)
-    k = int(cand[np.argmin(free[cand])]) if select == "pack" else int(cand[0])
-    return int(idx[k])
+    cand = ok.nonzero()[0]
+    k = int(cand[free[cand].argmin()]) if select == "pack" else int(cand[0])
+    g = int(idx[k])
+    if cache is not None:
+        cache[key] = g
+    return g
 
 
 def _shared_of_type(
@@ -91,11 +101,11 @@ def bind(
         ok = (pool.node_type == t) & pool.node_whole & (s.node_free >= n)
         if nodes_ok is not None:
             ok &= nodes_ok
-        nodes = np.flatnonzero(ok)
-        k = int(nodes[np.argmin(s.node_free[nodes])]) if select == "pack" else int(nodes[0])
+        nodes = ok.nonzero()[0]
+        k = int(nodes[s.node_free[nodes].argmin()]) if select == "pack" else int(nodes[0])
         a = int(pool.node_first[k])
         b = a + int(pool.node_count[k])
-        idle = np.flatnonzero(~state.busy[a:b] & (state.used_mib[a:b] == 0))[:n] + a
+        idle = (~state.busy[a:b] & (state.used_mib[a:b] == 0)).nonzero()[0][:n] + a
         gpus = tuple(int(g) for g in idle)
         return Binding(gpus, pool.nodes[k].name, None, int(pool.class_capacity_mib[c]))
     if kind == KIND_SHARED:
@@ -105,7 +115,7 @@ def bind(
     cands = class_cands(pool)[c]
     avail = state.summary().mig_avail[cands]
     if nodes_ok is not None:
-        avail &= nodes_ok[pool.gpu_node[pool.cand_gpu[cands]]]
+        avail &= nodes_ok[class_cand_nodes(pool)[c]]
     cands = cands[avail]
     gpu = pool.cand_gpu[cands]
     if select == "pack":

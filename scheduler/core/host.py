@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from predictor.gpus import GPU_NAMES
-from scheduler.core._classes import class_cands
+from scheduler.core._classes import class_cand_nodes, class_cands
 from scheduler.core.mig import MIG_COMPUTE_SLICES
 from scheduler.core.pool import (
     KIND_MIG,
@@ -46,6 +46,7 @@ __all__ = [
     "demand",
     "demand_at",
     "fit_nodes",
+    "fits_over_nodes",
     "fmt_cpus",
     "gpu_nodes_empty",
     "gpu_nodes_now",
@@ -267,8 +268,7 @@ def gpu_nodes_now(pool: Pool, now: Summary, c: int, n_gpus: int, need_mib: int) 
     if kind == KIND_SHARED:
         return m & (now.shared_node_free_mib >= need_mib)
     out = np.zeros(len(pool.nodes), bool)
-    cands = class_cands(pool)[c]
-    out[pool.gpu_node[pool.cand_gpu[cands[now.mig_avail[cands]]]]] = True
+    out[class_cand_nodes(pool)[c][now.mig_avail[class_cands(pool)[c]]]] = True
     return out
 
 
@@ -300,11 +300,54 @@ def fit_nodes(
     return got
 
 
+def fits_over_nodes(
+    pool: Pool, now: Summary, c: int, n_gpus: int, need_mib: int, ask: HostAsk
+) -> bool | None:
+    """For a job within its share on every node of class ``c``: whether one of the nodes
+    holding an over-share job fits it now on every resource, which is what
+    ``fit_nodes(...).any()`` answers once no other node's GPUs fit (those nodes fit its CPUs and
+    memory by the share rule). Reads only those nodes; None when the job is not within its
+    share (then only :func:`fit_nodes` answers)."""
+    key = ("over_fit", c, n_gpus, need_mib, ask)
+    got = now.fit_cache.get(key)
+    if got is None:
+        got = _fits_over_nodes(pool, now, c, n_gpus, need_mib, ask)
+        now.fit_cache[key] = got
+    return None if got is _NOT_WITHIN else bool(got)
+
+
+#: fits_over_nodes' cached answer for a job not within its share.
+_NOT_WITHIN = object()
+
+
+def _fits_over_nodes(
+    pool: Pool, now: Summary, c: int, n_gpus: int, need_mib: int, ask: HostAsk
+) -> object:
+    if not _within_one(pool, c, n_gpus, need_mib, ask):
+        return _NOT_WITHIN
+    sub = _over_index(now)
+    sub = sub[class_nodes(pool)[c][sub]]
+    if not sub.size:
+        return False
+    kind = int(pool.class_kind[c])
+    if kind == KIND_WHOLE:
+        sub = sub[now.node_free[sub] >= n_gpus]
+    elif kind == KIND_SHARED:
+        sub = sub[now.shared_node_free_mib[sub] >= need_mib]
+    else:
+        sub = sub[gpu_nodes_now(pool, now, c, n_gpus, need_mib)[sub]]
+    if not sub.size:
+        return False
+    cpu, host = _demand_on(pool, c, n_gpus, ask, need_mib, sub)
+    fit = (cpu <= now.node_cpu_free[sub]) & (host <= now.node_host_free[sub])
+    return bool(np.count_nonzero(fit))
+
+
 def _over_index(now: Summary) -> np.ndarray:
     """The nodes holding a job over its share (once per summary)."""
     got = now.fit_cache.get(("over_index",))
     if got is None:
-        got = np.zeros(0, np.int64) if now.over_nodes is None else np.flatnonzero(now.over_nodes)
+        got = np.zeros(0, np.int64) if now.over_nodes is None else now.over_nodes.nonzero()[0]
         now.fit_cache[("over_index",)] = got
     return got  # type: ignore[no-any-return]
 
@@ -335,9 +378,10 @@ def _demand_on(
             np.full(sub.size, ask.host_mib, pool.node_host_mib.dtype),
         )
     if int(pool.class_kind[c]) == KIND_SHARED:
-        num, den = _fraction(pool, c, n_gpus, need_mib)
-        s_cpu = pool.node_cpu_milli[sub] * num // den[sub]
-        s_host = pool.node_host_mib[sub] * num // den[sub]
+        # _fraction's shared share, on ``sub`` only.
+        den = pool.node_count[sub] * int(pool.class_capacity_mib[c])
+        s_cpu = pool.node_cpu_milli[sub] * need_mib // den
+        s_host = pool.node_host_mib[sub] * need_mib // den
     else:
         full_cpu, full_host = slot_share(pool, c, n_gpus, need_mib)
         s_cpu, s_host = full_cpu[sub], full_host[sub]

@@ -35,7 +35,9 @@ __all__ = [
     "PlacementRequest",
     "RunningJob",
     "host_floor_gib",
+    "probe_request",
     "requested_type",
+    "requested_types",
     "requests_from_table",
 ]
 
@@ -154,22 +156,7 @@ class PlacementRequest:
         self.host_memory_gib = host_memory_gib
         self.host_memory_floor_gib = host_memory_floor_gib
         self.sync = GradientSync() if sync is None else sync
-        self.node_selector = _selector(node_selector, job_id)
-        _check_host(self)
-        self.host_ask = HostAsk.of(cpus, host_memory_gib, host_memory_floor_gib)
-        for name in ("gpu", "requested_gpu"):
-            v = getattr(self, name)
-            if v is not None and v not in TYPE_INDEX:
-                raise PlacementError(
-                    f"job {self.job_id!r}: {name} {v!r} is not a GPU type; use one of "
-                    f"{', '.join(GPU_NAMES)}"
-                )
-        if self.n_gpus < 1 or self.n_gpus % (self.tensor_parallel * self.pipeline_parallel):
-            raise PlacementError(
-                f"job {self.job_id!r}: n_gpus={self.n_gpus} must be a positive multiple of "
-                f"tensor_parallel x pipeline_parallel = "
-                f"{self.tensor_parallel * self.pipeline_parallel}"
-            )
+        _finish(self, node_selector)
 
     @property
     def deadline_at_s(self) -> float | None:
@@ -287,14 +274,14 @@ def requests_from_table(
     table: PredictionTable,
     *,
     submit_time_s: Sequence[float],
-    requested_gpu: Callable[[int, np.ndarray], str],
+    requested_gpu: Callable[[np.ndarray], Sequence[str]],
     host_memory_floor_gib: Sequence[float],
     sync: Sequence[GradientSync],
 ) -> list[PlacementRequest]:
     """:meth:`PlacementRequest.from_table` for every row of ``table`` at once (row ``i`` is
-    ``specs[i]``): the per-type columns are mapped in one pass instead of per job, the
-    figures are the same. ``requested_gpu(i, upper)`` names row ``i``'s requested type from
-    its per-type upper bound."""
+    ``specs[i]``): the per-type columns are mapped and checked in one pass instead of per
+    job, the figures and checks are the same. ``requested_gpu(upper)`` names every row's
+    requested type from the ``(rows, types)`` upper bounds (:func:`requested_types`)."""
     n = len(specs)
     src = [j for j, g in enumerate(table.gpu_names) if g in TYPE_INDEX]
     dst = [TYPE_INDEX[table.gpu_names[j]] for j in src]
@@ -308,34 +295,29 @@ def requests_from_table(
     vram, upper = columns(table.peak_vram_gib, np.inf), columns(table.peak_vram_upper_gib, np.inf)
     runtime, runtime_up = columns(table.runtime_s, np.inf), columns(table.runtime_upper_s, np.inf)
     busy = columns(table.busy_frac, 1.0)
+    # PlacementRequest's own busy rule, on every row at once.
+    busy = _clip(np.where(np.isfinite(busy), busy, 1.0), 0.0, 1.0)
+    wanted = requested_gpu(upper)
+    times = np.asarray(submit_time_s, np.float64).tolist()
+    floors = np.asarray(host_memory_floor_gib, np.float64).tolist()
     out: list[PlacementRequest] = []
     for i, spec in enumerate(specs):
         jid = spec.id or table.job_ids[i]
         if jid is None:
             raise PlacementError(f"row {i}: the job has no id; set spec.id")
-        out.append(
-            PlacementRequest(
-                job_id=str(jid),
-                vram_gib=vram[i],
-                vram_upper_gib=upper[i],
-                runtime_s=runtime[i],
-                runtime_upper_s=runtime_up[i],
-                n_gpus=spec.n_gpus,
-                tensor_parallel=spec.tensor_parallel,
-                pipeline_parallel=spec.pipeline_parallel,
-                gpu=spec.gpu,
-                requested_gpu=requested_gpu(i, upper[i]),
-                priority=spec.priority,
-                deadline_s=spec.deadline_s,
-                submit_time_s=float(submit_time_s[i]),
-                busy_frac=busy[i],
-                cpus=spec.cpus,
-                host_memory_gib=spec.host_memory_gib,
-                host_memory_floor_gib=float(host_memory_floor_gib[i]),
-                sync=sync[i],
-                node_selector=spec.node_selector,
-            )
-        )
+        r = PlacementRequest.__new__(PlacementRequest)
+        r.job_id = str(jid)
+        r.vram_gib, r.vram_upper_gib = vram[i], upper[i]
+        r.runtime_s, r.runtime_upper_s, r.busy_frac = runtime[i], runtime_up[i], busy[i]
+        r.n_gpus, r.tensor_parallel = spec.n_gpus, spec.tensor_parallel
+        r.pipeline_parallel, r.gpu = spec.pipeline_parallel, spec.gpu
+        r.requested_gpu, r.priority, r.deadline_s = wanted[i], spec.priority, spec.deadline_s
+        r.submit_time_s, r.user_runtime_estimate_s, r.reserved_gib = times[i], None, None
+        r.cpus, r.host_memory_gib = spec.cpus, spec.host_memory_gib
+        r.host_memory_floor_gib = floors[i]
+        r.sync = GradientSync() if sync[i] is None else sync[i]
+        _finish(r, spec.node_selector)
+        out.append(r)
     return out
 
 
@@ -356,6 +338,26 @@ def host_floor_gib(specs: Sequence[JobSpec]) -> list[float]:
     from predictor.host_memory import host_memory_gib
 
     return [float(x) for x in host_memory_gib(specs)]
+
+
+def _finish(r: PlacementRequest, selector: Any) -> None:
+    """What every request's constructor ends with: the selector in canonical form, the host
+    figures checked and turned into :class:`HostAsk`, the GPU names and gang layout checked."""
+    r.node_selector = None if selector is None else _selector(selector, r.job_id)
+    _check_host(r)
+    r.host_ask = HostAsk.of(r.cpus, r.host_memory_gib, r.host_memory_floor_gib)
+    for name, v in (("gpu", r.gpu), ("requested_gpu", r.requested_gpu)):
+        if v is not None and v not in TYPE_INDEX:
+            raise PlacementError(
+                f"job {r.job_id!r}: {name} {v!r} is not a GPU type; use one of "
+                f"{', '.join(GPU_NAMES)}"
+            )
+    if r.n_gpus < 1 or r.n_gpus % (r.tensor_parallel * r.pipeline_parallel):
+        raise PlacementError(
+            f"job {r.job_id!r}: n_gpus={r.n_gpus} must be a positive multiple of "
+            f"tensor_parallel x pipeline_parallel = "
+            f"{r.tensor_parallel * r.pipeline_parallel}"
+        )
 
 
 def _selector(raw: Any, job_id: str) -> NodeSelector | None:
@@ -415,6 +417,32 @@ def requested_type(
     return want
 
 
+def requested_types(
+    upper_gib: np.ndarray,
+    n_gpus: npt.ArrayLike,
+    wanted: Sequence[str | None],
+    pool: Pool | None = None,
+) -> list[str]:
+    """:func:`requested_type` of many jobs at once: row ``i`` of ``upper_gib`` (one column
+    per GPU type), ``n_gpus[i]`` and ``wanted[i]``; the same rule in arrays."""
+    from predictor.gpus import get_gpu
+
+    n = len(wanted)
+    want = [HABITUAL_GPU if w is None else w for w in wanted]
+    memory = np.array([get_gpu(g).memory_gib for g in GPU_NAMES])
+    ok = np.asarray(upper_gib, np.float64).reshape(n, N_TYPES) <= memory
+    if pool is not None:
+        ok &= node_max_size(pool)[None, :] >= np.asarray(n_gpus).reshape(n, 1)
+    at = np.fromiter((TYPE_INDEX[w] for w in want), np.int64, n)
+    keep = ok[np.arange(n), at]
+    # The smallest type that holds it (sorted by memory, ties in catalogue order).
+    by_size = sorted(range(N_TYPES), key=lambda t: memory[t])
+    fits = ok[:, by_size]
+    smallest = np.asarray(by_size)[fits.argmax(axis=1)]
+    pick = np.where(keep | ~fits.any(axis=1), at, smallest)
+    return [GPU_NAMES[t] for t in pick.tolist()]
+
+
 @dataclass(slots=True)
 class RunningJob:
     """A placed job. ``predicted_end_s`` uses the option's predicted runtime; ``user_end_s``
@@ -426,6 +454,30 @@ class RunningJob:
     predicted_end_s: float
     user_end_s: float | None = None
     request: PlacementRequest | None = field(default=None, repr=False)
+
+
+def probe_request(
+    r: PlacementRequest,
+    vram_gib: np.ndarray,
+    vram_upper_gib: np.ndarray,
+    runtime_s: np.ndarray,
+    runtime_upper_s: np.ndarray,
+) -> PlacementRequest:
+    """What ``PlacementRequest(r.job_id, <figures>, n_gpus=r.n_gpus,
+    tensor_parallel=r.tensor_parallel, pipeline_parallel=r.pipeline_parallel, gpu=r.gpu,
+    busy_frac=r.busy_frac, node_selector=r.node_selector)`` builds (every other field at its
+    default), without checking again what ``r``'s own construction checked: the figures are
+    float64, one per type (checked as :meth:`PlacementRequest.with_figures` does)."""
+    base = r.with_figures(vram_gib, vram_upper_gib, runtime_s, runtime_upper_s)
+    base.requested_gpu, base.priority, base.deadline_s = HABITUAL_GPU, 0, None
+    base.submit_time_s, base.user_runtime_estimate_s, base.reserved_gib = 0.0, None, None
+    base.cpus, base.host_memory_gib, base.host_memory_floor_gib = None, None, 0.0
+    base.sync, base.host_ask = GradientSync(), _NO_HOST_ASK
+    return base
+
+
+#: The host ask of a request without host figures.
+_NO_HOST_ASK = HostAsk.of(None, None, 0.0)
 
 
 _FIELDS = PlacementRequest.__slots__

@@ -185,9 +185,9 @@ class OptionTable:
             pool = self.pool
             leftover = pool.class_capacity_mib - self.need_mib
             shared_now = self.fits_now & class_masks(pool)[1][KIND_SHARED]
-            if shared_now.any():
+            if np.count_nonzero(shared_now):
                 state = self._need_state("leftover()")
-                for c in np.flatnonzero(shared_now):
+                for c in shared_now.nonzero()[0]:
                     need = int(self.need_mib[c])
                     nodes = self.host_nodes(int(c), state)
                     g = shared_gpu(pool, state, int(pool.class_type[c]), need, self.select, nodes)
@@ -224,9 +224,27 @@ class OptionTable:
 
     def best(self, keys: Sequence[np.ndarray], mask: np.ndarray) -> int | None:
         """Index minimising ``keys`` (lexsort order: last key is primary) among ``mask``."""
-        # Masked-out classes sort last on an extra, most significant key; ties keep class order.
-        order = np.lexsort((*keys, ~mask))
+        return self.best_of(self.ranked(keys, mask), mask)
+
+    @staticmethod
+    def ranked(keys: Sequence[np.ndarray], mask: np.ndarray) -> np.ndarray:
+        """Every class, ``mask``'s first, each group by ``keys`` (ties keep class order)."""
+        # Masked-out classes sort last on an extra, most significant key.
+        return np.lexsort((*keys, ~mask))
+
+    @staticmethod
+    def best_of(order: np.ndarray, mask: np.ndarray) -> int | None:
+        """:meth:`best` from :meth:`ranked`'s order."""
         c = int(order[0])
+        return c if mask[c] else None
+
+    @staticmethod
+    def runner_up_of(order: np.ndarray, mask: np.ndarray) -> int | None:
+        """:meth:`best` over ``mask`` without ``order[0]``, from :meth:`ranked`'s order over
+        ``mask`` (the stable sort keeps the others' order when the first leaves the group)."""
+        if order.size < 2:
+            return None
+        c = int(order[1])
         return c if mask[c] else None
 
     def cost_keys(self) -> tuple[np.ndarray, ...]:

@@ -133,9 +133,13 @@ class _QueueWalk:
         # OptionBatch.fit_key of the jobs that did not fit: the walk's state only takes
         # allocations, so a later job with the same key does not fit either.
         self.no_fit: set[tuple[object, ...]] = set()
+        # The table the last pick ranked and its order (the commit reads its runner-up).
+        self.last_ranked: tuple[OptionTable | None, np.ndarray | None] = (None, None)
 
     def pick(self, table: OptionTable) -> int | None:
-        return table.best(self.policy.keys(table), table.fits_now)
+        order = table.ranked(self.policy.keys(table), table.fits_now)
+        self.last_ranked = (table, order)
+        return table.best_of(order, table.fits_now)
 
     def probe_for(self, i: int) -> Probe:
         def f(s: PoolState) -> tuple[OptionTable, int | None]:
@@ -165,7 +169,7 @@ class _QueueWalk:
             # The state moved since the last job asked (it placed): this job's table answers
             # "fits now"; fits_now_any answers runs of jobs while the state stays put.
             table = batch.table(i, state)
-            fits = bool(table.fits_now.any())
+            fits = bool(np.count_nonzero(table.fits_now))
         else:
             fits = batch.fits_now_any(i, state)
         self.seen_version = state.version
@@ -280,6 +284,7 @@ class _QueueWalk:
             loser_reason=policy.loser_reason,
             by_cost=policy.by_cost,
             binding=binding,
+            ranked=self.last_ranked[1] if self.last_ranked[0] is table else None,
         )
         opt = state.option_of(req.job_id)
         d.reason = policy.chosen_reason(opt) + note

@@ -55,7 +55,8 @@ from scheduler.core.requests import (
     PlacementRequest,
     gradient_syncs,
     host_floor_gib,
-    requested_type,
+    probe_request,
+    requested_types,
     requests_from_table,
 )
 from scheduler.core.rules import MAX_OOM_RETRIES, OOM_GROWTH, memory_limit_gib
@@ -71,7 +72,7 @@ from scheduler.sim.truth import (
     load_residuals,
     oom_fraction,
 )
-from scheduler.sim.workload import Workload
+from scheduler.sim.workload import Workload, distinct_rows, predict_workload
 
 __all__ = [
     "OOM_GROWTH",
@@ -198,19 +199,8 @@ class Simulator:
         vf, rf = draw_truth(model, self.seed, fps, ids) if n else (np.ones(0), np.ones(0))
         self.jobs: dict[str, _Job] = {}
         self._order: list[str] = []
-        # One vectorised pass for the predictor's host memory estimates (the live client does
-        # the same at submit).
         specs = workload.specs
-        reqs = requests_from_table(
-            specs,
-            predictions,
-            submit_time_s=workload.arrival_s.tolist(),
-            requested_gpu=lambda i, upper: requested_type(
-                upper, specs[i].n_gpus, workload.requested_gpu[i], pool
-            ),
-            host_memory_floor_gib=host_floor_gib(specs),
-            sync=gradient_syncs(specs),
-        )
+        reqs = _requests(workload, predictions, pool)
         for i, (spec, req) in enumerate(zip(specs, reqs, strict=True)):
             jid = req.job_id
             if jid in self.jobs:
@@ -269,59 +259,7 @@ class Simulator:
 
     def run(self) -> SimulationResult:
         t0 = time.perf_counter()
-        for jid in self._order:
-            self._push(self.jobs[jid].arrival_s, _ARRIVAL, jid)
-        core = self.core
-        interval = self.tick_interval_s
-        tick_due = False  # a _TICK event is in the heap (interval mode)
-        while self._heap:
-            now = self._heap[0][0]
-            self.clock.advance_to(now)
-            tick_now = interval == 0.0
-            while self._heap and self._heap[0][0] <= now:
-                _, seq, kind, jid = heapq.heappop(self._heap)
-                if kind == _TICK:
-                    tick_now, tick_due = True, False
-                    continue
-                if interval and not tick_due:
-                    # Slurm-style scheduling interval: events land as they come, the
-                    # scheduler runs at the next interval boundary.
-                    self._push(math.ceil(now / interval) * interval, _TICK, "")
-                    tick_due = True
-                job = self.jobs[jid]
-                if kind == _ARRIVAL:
-                    if self.feedback:
-                        assert job.base is not None
-                        hist = self.history.apply(job.fingerprint, job.base)
-                        if hist is not None:
-                            job.request, n_runs = hist
-                            job.from_history = n_runs > 0
-                    core.submit(job.request)
-                elif seq != job.event_seq:
-                    continue
-                elif kind == _FINISH:
-                    self._record_attempt(job, now)
-                    core.finish(jid)
-                    job.end_s = now
-                    assert job.option is not None
-                    # Ratios to the predictor's own figures, whatever the history said.
-                    self.history.record_run(
-                        job.fingerprint, job.option.gpu_type, job.vram_factor, job.runtime_factor
-                    )
-                else:
-                    self._oom(job, jid, now)
-            if not tick_now:
-                continue
-            decisions = core.tick(now)
-            for d in decisions:
-                self._decisions += 1
-                if d.state == "placed":
-                    self._placed += 1
-                    self._start(d, now)
-                elif d.state == "rejected":
-                    self.jobs[d.job_id].rejected = True
-            if self.observer is not None:
-                self.observer(core, decisions, now)
+        self._loop()
         rows = [self.jobs[j] for j in self._order]
         return SimulationResult(
             policy=str(self.policy.name),
@@ -335,6 +273,93 @@ class Simulator:
                 "oom_kills_no_history": sum(j.oom_kills for j in rows if not j.from_history),
             },
         )
+
+    def _arrivals(self) -> tuple[list[float], list[str]]:
+        """Arrival times and job ids in the order a heap of (time, submission order) pops
+        them: by time, ties in submission order."""
+        jobs = self.jobs
+        t = np.fromiter((jobs[j].arrival_s for j in self._order), np.float64, len(self._order))
+        if not np.isfinite(t).all():
+            raise SimulationError("arrival times must be finite seconds")
+        order = np.argsort(t, kind="stable").tolist()
+        return t[order].tolist(), [self._order[i] for i in order]
+
+    def _loop(self) -> None:
+        """Every event in (time, order) order, then one tick per event time (or interval).
+
+        Arrivals come from one sorted list rather than the heap: each would have been pushed
+        before any other event, so at equal times it comes first, as it does here. The heap
+        holds only finishes, OOM kills and ticks (what is running, not what is yet to come).
+        """
+        arr_t, arr_id = self._arrivals()
+        n_arr, a = len(arr_t), 0
+        heap, pop, inf = self._heap, heapq.heappop, math.inf
+        interval = self.tick_interval_s
+        tick_due = False  # a _TICK event is in the heap (interval mode)
+        while heap or a < n_arr:
+            next_a = arr_t[a] if a < n_arr else inf
+            now = next_a if not heap or next_a <= heap[0][0] else heap[0][0]
+            self.clock.advance_to(now)
+            tick_now = interval == 0.0
+            while True:
+                next_a = arr_t[a] if a < n_arr else inf
+                if next_a <= now and (not heap or next_a <= heap[0][0]):
+                    kind, seq, jid = _ARRIVAL, 0, arr_id[a]
+                    a += 1
+                elif heap and heap[0][0] <= now:
+                    _, seq, kind, jid = pop(heap)
+                else:
+                    break
+                if kind == _TICK:
+                    tick_now, tick_due = True, False
+                    continue
+                if interval and not tick_due:
+                    # Slurm-style scheduling interval: events land as they come, the
+                    # scheduler runs at the next interval boundary.
+                    self._push(math.ceil(now / interval) * interval, _TICK, "")
+                    tick_due = True
+                job = self.jobs[jid]
+                if kind == _ARRIVAL:
+                    self._arrive(job)
+                elif seq != job.event_seq:
+                    continue
+                elif kind == _FINISH:
+                    self._finished(job, jid, now)
+                else:
+                    self._oom(job, jid, now)
+            if tick_now:
+                self._tick(now)
+
+    def _arrive(self, job: _Job) -> None:
+        if self.feedback:
+            assert job.base is not None
+            hist = self.history.apply(job.fingerprint, job.base)
+            if hist is not None:
+                job.request, n_runs = hist
+                job.from_history = n_runs > 0
+        self.core.submit(job.request)
+
+    def _finished(self, job: _Job, jid: str, now: float) -> None:
+        self._record_attempt(job, now)
+        self.core.finish(jid)
+        job.end_s = now
+        assert job.option is not None
+        # Ratios to the predictor's own figures, whatever the history said.
+        self.history.record_run(
+            job.fingerprint, job.option.gpu_type, job.vram_factor, job.runtime_factor
+        )
+
+    def _tick(self, now: float) -> None:
+        decisions = self.core.tick(now)
+        for d in decisions:
+            self._decisions += 1
+            if d.state == "placed":
+                self._placed += 1
+                self._start(d, now)
+            elif d.state == "rejected":
+                self.jobs[d.job_id].rejected = True
+        if self.observer is not None:
+            self.observer(self.core, decisions, now)
 
     def _oom(self, job: _Job, jid: str, now: float) -> None:
         """An OOM kill, by the live rules: the history learns only that the peak was at least
@@ -452,10 +477,9 @@ def simulate(
 
     With ``feedback`` each policy's run starts from an empty history and learns as it goes.
     """
-    from predictor.analytical import predict_table
     from scheduler.policies.registry import get_policy
 
-    table = predictions if predictions is not None else predict_table(list(workload.specs))
+    table = predictions if predictions is not None else predict_workload(workload)
     out = []
     for name in policies:
         sim = Simulator(
@@ -483,43 +507,38 @@ def _truth_probe(job: _Job) -> PlacementRequest:
     assert job.base is not None
     truth = job.base.vram_gib * job.vram_factor
     runtime = job.base.runtime_s * job.runtime_factor
-    r = job.request
-    return PlacementRequest(
-        job_id=r.job_id,
-        vram_gib=truth,
-        vram_upper_gib=truth,
-        runtime_s=runtime,
-        runtime_upper_s=runtime,
-        n_gpus=r.n_gpus,
-        tensor_parallel=r.tensor_parallel,
-        pipeline_parallel=r.pipeline_parallel,
-        gpu=r.gpu,
-        busy_frac=r.busy_frac,
-        node_selector=r.node_selector,
+    return probe_request(job.request, truth, truth, runtime, runtime)
+
+
+def _requests(
+    workload: Workload, predictions: PredictionTable, pool: Pool
+) -> list[PlacementRequest]:
+    """Every job's request in one vectorised pass, with the predictor's host memory estimates
+    (the live client does the same at submit). Host floors and gradient traffic are computed
+    once per distinct spec (they do not read the id)."""
+    specs = workload.specs
+    first, inverse = distinct_rows(workload)
+    distinct = [specs[i] for i in first.tolist()]
+    syncs = gradient_syncs(distinct)
+    return requests_from_table(
+        specs,
+        predictions,
+        submit_time_s=workload.arrival_s.tolist(),
+        requested_gpu=lambda upper: requested_types(
+            upper, [s.n_gpus for s in specs], workload.requested_gpu, pool
+        ),
+        host_memory_floor_gib=np.asarray(host_floor_gib(distinct), np.float64)[inverse],
+        sync=[syncs[k] for k in inverse.tolist()],
     )
 
 
 def _fingerprints(workload: Workload) -> tuple[str, ...]:
-    """:func:`~predictor.history.fingerprint` of every spec. A recurring job's submissions
-    share a workload label and differ only in ``id``: the fingerprint is computed once per
-    label and reused for a spec whose other fields are equal to the first one's (checked, so a
-    label is only a hint)."""
-    labels = workload.fingerprint if len(workload.fingerprint) == len(workload) else ()
-    seen: dict[str, tuple[dict[str, Any], str]] = {}
-    out: list[str] = []
-    for i, spec in enumerate(workload.specs):
-        if not labels:
-            out.append(fingerprint(spec))
-            continue
-        fields = {**spec.__dict__, "id": None}
-        got = seen.get(labels[i])
-        if got is not None and got[0] == fields:
-            out.append(got[1])
-            continue
-        fp = fingerprint(spec)
-        seen.setdefault(labels[i], (fields, fp))
-        out.append(fp)
-    return tuple(out)
+    """:func:`~predictor.history.fingerprint` of every spec, computed once per distinct spec
+    (:func:`~scheduler.sim.workload.distinct_rows`: a recurring job's submissions differ only
+    in ``id``, which the fingerprint leaves out)."""
+    first, inverse = distinct_rows(workload)
+    fps = [fingerprint(workload.specs[i]) for i in first.tolist()]
+    return tuple(fps[k] for k in inverse.tolist())
 
 
 def _analytical(specs: Sequence[JobSpec]) -> PredictionTable:

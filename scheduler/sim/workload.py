@@ -17,6 +17,8 @@ Same mix, days and seed → the same workload.
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -29,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from predictor._paths import datasets_dir
 from predictor.gpus import GPU_NAMES
 from predictor.models import resolve_model
+from predictor.prediction import PredictionTable
 from predictor.spec import JobSpec, parse_spec
 from scheduler.exceptions import SimulationError
 
@@ -38,8 +41,10 @@ __all__ = [
     "Mix",
     "Recurrence",
     "Workload",
+    "distinct_rows",
     "generate_workload",
     "load_mix",
+    "predict_workload",
 ]
 
 MIX_PATH = datasets_dir() / "workloads" / "mix.yaml"
@@ -316,3 +321,62 @@ def generate_workload(
         job_class=tuple(classes),
         fingerprint=tuple(fps),
     )
+
+
+def distinct_rows(workload: Workload) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, inverse)``: the index of each distinct spec's first submission, and for every
+    job the position of its spec in ``first``. A recurring job's submissions share a label and
+    differ only in ``id``; a label is only a hint (a spec whose other fields differ from its
+    label's first one is a spec of its own). Without labels every job is its own row."""
+    global _last_rows
+    if _last_rows is not None and _last_rows[0] is workload:
+        return _last_rows[1]
+    out = _distinct_rows(workload)
+    for a in out:
+        a.flags.writeable = False
+    _last_rows = (workload, out)
+    return out
+
+
+#: The last workload asked about and its answer (the workload is frozen; holding it keeps its
+#: identity from being reused): predicting it and setting up its simulation both ask.
+_last_rows: tuple[Workload, tuple[np.ndarray, np.ndarray]] | None = None
+
+
+def _distinct_rows(workload: Workload) -> tuple[np.ndarray, np.ndarray]:
+    n = len(workload)
+    labels = workload.fingerprint if len(workload.fingerprint) == n else ()
+    if not labels:
+        return np.arange(n), np.arange(n)
+    repeated = {k for k, c in Counter(labels).items() if c > 1}
+    seen: dict[str, tuple[dict[str, Any], int]] = {}
+    first: list[int] = []
+    inverse = np.empty(n, np.int64)
+    for i, spec in enumerate(workload.specs):
+        label = labels[i]
+        if label in repeated:
+            fields = {**spec.__dict__, "id": None}
+            got = seen.get(label)
+            if got is not None and got[0] == fields:
+                inverse[i] = got[1]
+                continue
+            seen.setdefault(label, (fields, len(first)))
+        inverse[i] = len(first)
+        first.append(i)
+    return np.asarray(first, np.int64), inverse
+
+
+def predict_workload(
+    workload: Workload, predict: Callable[[list[JobSpec]], PredictionTable] | None = None
+) -> PredictionTable:
+    """``predict`` (the analytical table by default) of every job, each distinct spec
+    predicted once (:func:`distinct_rows`): the same rows as predicting every spec."""
+    if predict is None:
+        from predictor.analytical import predict_table
+
+        predict = predict_table
+    first, inverse = distinct_rows(workload)
+    if len(first) == len(workload):
+        return predict(list(workload.specs))
+    table = predict([workload.specs[i] for i in first.tolist()])
+    return table.take(inverse, tuple(s.id for s in workload.specs))

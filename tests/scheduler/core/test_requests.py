@@ -113,10 +113,111 @@ def test_the_specs_node_selector_reaches_the_request() -> None:
         specs,
         table,
         submit_time_s=[0.0, 0.0],
-        requested_gpu=lambda i, upper: HABITUAL_GPU,
+        requested_gpu=lambda upper: [HABITUAL_GPU] * len(upper),
         host_memory_floor_gib=[0.0, 0.0],
         sync=[
             r.sync for r in (PlacementRequest.from_table(s, table, i) for i, s in enumerate(specs))
         ],
     )
     assert [r.node_selector for r in many] == [want, None]
+
+
+def test_requested_types_is_requested_type_on_every_row() -> None:
+    from scheduler.core.requests import requested_types
+    from scheduler.core.synthetic import synthetic_pool
+
+    rng = np.random.default_rng(3)
+    upper = rng.uniform(1.0, 250.0, (400, len(GPU_NAMES)))
+    upper[rng.random(upper.shape) < 0.1] = np.inf
+    upper[rng.random(upper.shape) < 0.05] = np.nan
+    n_gpus = rng.choice([1, 2, 4, 8, 16], 400).tolist()
+    wanted = [
+        None if k == len(GPU_NAMES) else GPU_NAMES[k]
+        for k in rng.integers(0, len(GPU_NAMES) + 1, 400)
+    ]
+    for pool in (None, synthetic_pool(64, 0)):
+        got = requested_types(upper, n_gpus, wanted, pool)
+        want = [
+            requested_type(u, g, w, pool) for u, g, w in zip(upper, n_gpus, wanted, strict=True)
+        ]
+        assert got == want
+
+
+def test_requests_from_table_equals_from_table() -> None:
+    from predictor.analytical import predict_table
+    from scheduler.core.requests import host_floor_gib, requested_types, requests_from_table
+    from scheduler.sim.workload import generate_workload
+
+    wl = generate_workload(0.2, 1, jobs_per_day=3000)
+    specs = list(wl.specs)
+    table = predict_table(specs)
+    many = requests_from_table(
+        specs,
+        table,
+        submit_time_s=wl.arrival_s.tolist(),
+        requested_gpu=lambda upper: requested_types(
+            upper, [s.n_gpus for s in specs], wl.requested_gpu
+        ),
+        host_memory_floor_gib=host_floor_gib(specs),
+        sync=[PlacementRequest.from_table(s, table, i).sync for i, s in enumerate(specs)],
+    )
+    assert len(many) == len(specs) > 100
+    for i, (spec, got) in enumerate(zip(specs, many, strict=True)):
+        one = PlacementRequest.from_table(
+            spec,
+            table,
+            i,
+            submit_time_s=float(wl.arrival_s[i]),
+            requested_gpu=requested_type(got.vram_upper_gib, spec.n_gpus, wl.requested_gpu[i]),
+        )
+        for name in PlacementRequest.__slots__:
+            a, b = getattr(got, name), getattr(one, name)
+            if isinstance(a, np.ndarray):
+                assert np.array_equal(a, b, equal_nan=True), name
+            else:
+                assert a == b, name
+
+
+def test_probe_request_equals_a_fresh_request() -> None:
+    from scheduler.core.requests import probe_request
+
+    r = PlacementRequest(
+        "p",
+        _upper(),
+        _upper() * 1.1,
+        np.full(len(GPU_NAMES), 30.0),
+        np.full(len(GPU_NAMES), 45.0),
+        n_gpus=4,
+        tensor_parallel=2,
+        gpu="H100-80GB",
+        priority=3,
+        deadline_s=99.0,
+        submit_time_s=5.0,
+        reserved_gib=12.0,
+        busy_frac=np.linspace(0.2, 1.0, len(GPU_NAMES)),
+        cpus=8.0,
+        host_memory_gib=64.0,
+        host_memory_floor_gib=20.0,
+        node_selector={"gpu-model": ["V100M32"]},
+    )
+    v, t = _upper() * 0.9, np.full(len(GPU_NAMES), 33.0)
+    got = probe_request(r, v, v, t, t)
+    want = PlacementRequest(
+        job_id=r.job_id,
+        vram_gib=v,
+        vram_upper_gib=v,
+        runtime_s=t,
+        runtime_upper_s=t,
+        n_gpus=r.n_gpus,
+        tensor_parallel=r.tensor_parallel,
+        pipeline_parallel=r.pipeline_parallel,
+        gpu=r.gpu,
+        busy_frac=r.busy_frac,
+        node_selector=r.node_selector,
+    )
+    for name in PlacementRequest.__slots__:
+        a, b = getattr(got, name), getattr(want, name)
+        if isinstance(a, np.ndarray):
+            assert np.array_equal(a, b), name
+        else:
+            assert a == b, name

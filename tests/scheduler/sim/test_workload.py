@@ -51,3 +51,23 @@ def test_the_drawers_pick_is_numpys_choice_draw_for_draw() -> None:
         assert d._pick(which) == int(b.choice(len(weights[which]), p=weights[which]))
     # The two streams stayed in step.
     assert a.random() == b.random()
+
+
+def test_predict_workload_equals_predicting_every_spec() -> None:
+    from predictor.analytical import predict_table
+    from scheduler.sim.workload import distinct_rows, predict_workload
+
+    wl = generate_workload(0.3, 2, jobs_per_day=4000)
+    first, inverse = distinct_rows(wl)
+    assert len(first) < len(wl)  # re-runs share a row
+    for i, k in enumerate(inverse.tolist()):
+        a, b = wl.specs[i], wl.specs[int(first[k])]
+        assert {**a.__dict__, "id": None} == {**b.__dict__, "id": None}
+    got, want = predict_workload(wl), predict_table(list(wl.specs))
+    assert got.job_ids == want.job_ids and got.method == want.method
+    for name in ("peak_vram_gib", "peak_vram_upper_gib", "runtime_s", "runtime_upper_s"):
+        assert np.array_equal(getattr(got, name), getattr(want, name), equal_nan=True)
+    for name in ("step_time_s", "ttft_s", "tpot_s", "fits", "busy_frac"):
+        assert np.array_equal(getattr(got, name), getattr(want, name), equal_nan=True)
+    for k, v in want.breakdown_gib.items():
+        assert np.array_equal(got.breakdown_gib[k], v, equal_nan=True)
