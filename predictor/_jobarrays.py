@@ -186,6 +186,7 @@ class JobArrays:
     lora_new_width: np.ndarray  # of those, inputs a frozen layer would not have saved anyway
     lora_dropout: np.ndarray  # 1 when the adapters drop their inputs (p > 0)
     eager_attn: np.ndarray  # 1 when the job asks for HF's eager attention
+    grads_kept: np.ndarray  # 1 when `zero_grad` zeroes the gradients instead of freeing them
 
     def __len__(self) -> int:
         return len(self.n_layers)
@@ -293,6 +294,7 @@ def _job_row(spec: JobSpec) -> tuple[float, ...]:
         lora_new,
         1.0 if task.is_peft and spec.lora_dropout else 0.0,
         1.0 if spec.attn_implementation is AttnImplementation.EAGER else 0.0,
+        1.0 if task.is_training and spec.zero_grad_set_to_none is False else 0.0,
     )
 
 

@@ -227,7 +227,10 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
     )
     logits_infer = np.where(serving, j.batch * j.vocab * 4.0, j.batch * j.vocab * (a + 4.0)) / tp
 
-    start_of_backward = acts_train + logits_train + np.where(j.grad_accum > 1, grads, grad_first)
+    # Gradients are all alive at the start of backward when an earlier micro-batch made them,
+    # or when `zero_grad` only zeroed the last step's (torch < 2.0's `set_to_none=False`).
+    all_grads = (j.grad_accum > 1) | (j.grads_kept > 0)
+    start_of_backward = acts_train + logits_train + np.where(all_grads, grads, grad_first)
     optimizer_step = grads + step_temp
     backward_wins = start_of_backward >= optimizer_step
 
@@ -237,7 +240,7 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
         "gradients": np.where(
             is_infer,
             zeros,
-            np.where(backward_wins, np.where(j.grad_accum > 1, grads, grad_first), grads),
+            np.where(backward_wins, np.where(all_grads, grads, grad_first), grads),
         ),
         "optimizer": np.where(
             is_infer, zeros, optimizer + np.where(backward_wins, zeros, step_temp)

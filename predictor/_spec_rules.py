@@ -32,7 +32,7 @@ __all__ = [
     "resolve_arch",
 ]
 
-_TRAINING_FIDELITY = ("activation_offload", "chunked_loss")
+_TRAINING_FIDELITY = ("activation_offload", "chunked_loss", "zero_grad_set_to_none")
 _INFERENCE_ONLY = ("input_len", "output_len", "num_requests", "kv_cache_dtype")
 _TRAINING_ONLY = (
     "seq_len",

@@ -134,6 +134,11 @@ class JobSpec(BaseModel):
     # `bnb_4bit_use_double_quant`, LitGPT's `bnb.nf4-dq`): 0.516 instead of 0.5625 bytes per
     # weight. Unset: true for torchtune (torchao NF4) and unsloth, false otherwise.
     double_quant: bool | None = None
+    # `zero_grad_set_to_none`: whether the training loop's `zero_grad()` frees the gradients
+    # (torch's `set_to_none`). False keeps every gradient allocated, zeroed, through the next
+    # forward: torch < 2.0's default (pytorch#92731 flipped it in 2.0), which HF's Trainer
+    # used until transformers#22136 (2023-03) passed `set_to_none=True`. Unset: true.
+    zero_grad_set_to_none: bool | None = None
     # Execution (read by the worker, not the predictor): see predictor/_execution.py.
     time_limit_s: float | None = Field(default=None, gt=0, le=MAX_TIME_LIMIT_S, allow_inf_nan=False)
     env: dict[str, str] | None = None

@@ -305,7 +305,10 @@ def _train(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
         units.sync(tr)
     with tr.in_phase("optimizer"):
         _step_optimizer(opt, params, spec, tr)
-    model.zero_grad(set_to_none=True)
+    # torch >= 2.0 frees the gradients here (pytorch#92731); before, `zero_grad()` zeroed them
+    # in place, so they stay allocated through the next step's forward, and its backward
+    # accumulates into them (the replayed step then allocates none: `_with_second_step`).
+    model.zero_grad(set_to_none=spec.zero_grad_set_to_none is not False)
     if units is not None:
         units.zero_grad()
     end = len(tr.events)

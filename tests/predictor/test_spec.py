@@ -173,6 +173,18 @@ def test_lora_dropout_and_attention_kernel_fields() -> None:
             parse_spec({"model": "llama-3.1-8b", "task": "lora", **bad})
 
 
+def test_zero_grad_set_to_none_applies_to_training_only() -> None:
+    from predictor.spec import parse_spec
+
+    job = {"model": "llama-3.1-8b", "task": "full_finetune"}
+    assert parse_spec(job).zero_grad_set_to_none is None  # = true, torch >= 2.0's default
+    assert parse_spec({**job, "zero_grad_set_to_none": False}).zero_grad_set_to_none is False
+    lora = parse_spec({**job, "task": "lora", "zero_grad_set_to_none": False})
+    assert lora.zero_grad_set_to_none is False
+    with pytest.raises(SpecError, match="does not apply"):
+        parse_spec({**job, "task": "inference", "zero_grad_set_to_none": False})
+
+
 def test_double_quant_applies_to_nf4_and_follows_the_framework() -> None:
     from predictor._jobarrays import NF4_SINGLE_QUANT_BYTES, weight_qbytes
     from predictor.spec import parse_spec

@@ -365,11 +365,13 @@ def _train(spec: JobSpec, model: Any, device: str, out: Outcome) -> None:
             with _autocast(spec, device, model_dtype):
                 loss = model(input_ids=ids, labels=ids).loss
             (loss / spec.gradient_accumulation).backward()
+        # The spec says whether the loop frees its gradients (torch >= 2.0) or zeroes them.
+        to_none = spec.zero_grad_set_to_none is not False
         if optimizer is not None:
             optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad(set_to_none=to_none)
         else:
-            model.zero_grad(set_to_none=True)
+            model.zero_grad(set_to_none=to_none)
         _sync(device)
         times.append(time.perf_counter() - t0)
     timed = times[TRAIN_WARMUP_STEPS:]

@@ -384,3 +384,23 @@ def test_litgpt_sequential_root_holds_both_tables() -> None:
     table = V * H * 2
     # HF's heaviest stage: one full table; LitGPT's root: both
     assert lit - hf == pytest.approx(table, rel=0.05)
+
+
+def test_zero_grad_without_set_to_none_keeps_the_gradients_through_the_next_step() -> None:
+    """torch < 2.0's ``zero_grad()`` zeroed the gradients in place: they are made once, in the
+    first backward, and the steady-state step accumulates into them (none made again); its
+    forward runs with all of them alive, so the allocated peak grows by at most their size
+    (each rounded up to the allocator's 512 bytes)."""
+    spec = {"model": TINY, "task": "full_finetune", "batch_size": 4, "seq_len": 64}
+    kept = {**spec, "zero_grad_set_to_none": False}
+    _, tl = _live_by_category(kept)
+    grads = [n for op, h, n in tl.events if op and tl.category[h] == "gradients"]
+    assert sum(grads) == N_PARAMS * 2
+    freed = summarise(*_events(spec), parse_spec(spec)).allocated_gib
+    held = summarise(tl.events, tl.category, parse_spec(kept)).allocated_gib
+    assert 0 < (held - freed) * (1 << 30) <= sum(-(-n // 512) * 512 for n in grads)
+
+
+def _events(spec: dict[str, Any]) -> tuple[Any, Any]:
+    tl = run_trace(parse_spec(spec))
+    return tl.events, tl.category
