@@ -112,7 +112,8 @@ def source_weighted_quantile(
     carries one unit of mass, split evenly over its rows (the pooled-CDF construction of Dunn,
     Wasserman and Ramdas, "Distribution-free prediction sets for two-layer hierarchical
     models", JASA 2022), and the finite-sample rule counts sources: the smallest score whose
-    cumulative mass reaches ``coverage · (S + 1)``; the largest when no score does.
+    cumulative mass reaches ``coverage · (S + 1)``; the largest when no score does, which is
+    every case with fewer than ``coverage / (1 − coverage)`` sources (19 at 95%).
     """
     s = np.asarray(scores, dtype=float)
     g = np.asarray(groups)
