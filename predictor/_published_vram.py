@@ -245,10 +245,15 @@ _SOURCE_PROGRAMS: tuple[tuple[str, dict[str, Any], str], ...] = (
 #: The training loop a source ran, where it differs from torch >= 2.0's (any training task).
 _SOURCE_LOOPS: tuple[tuple[str, dict[str, Any], str], ...] = (
     (
+        # The page's own nvidia-smi output is dated Tue Jan 11 2022: torch 1.10 was the newest
+        # release (1.11 came on 2022-03-10), and its code loads
+        # AutoModelForSequenceClassification with binary labels.
         "perf_train_gpu_one.mdx @0016acf7",
-        {"zero_grad_set_to_none": False},
-        "zero_grad_set_to_none=false (v4.2x docs, before torch 2.0 and transformers#22136: "
-        "the Trainer's `model.zero_grad()` zeroed the gradients, torch < 2.0's default)",
+        {"zero_grad_set_to_none": False, "torch_version": "1.10", "head": "classification"},
+        "zero_grad_set_to_none=false, torch_version=1.10 (run 2022-01-11 per its nvidia-smi "
+        "output, before torch 1.11 and 2.0 and transformers#22136: the Trainer's "
+        "`model.zero_grad()` zeroed the gradients), head=classification "
+        "(AutoModelForSequenceClassification)",
     ),
 )
 

@@ -286,6 +286,7 @@ def test_source_programs_reach_the_spec() -> None:
     docs = "github:huggingface/transformers docs/source/en/perf_train_gpu_one.mdx @0016acf7"
     bert = convert_vram_row(_vram(framework="HF transformers Trainer", source=docs))["spec"]
     assert bert["zero_grad_set_to_none"] is False
+    assert (bert["torch_version"], bert["head"]) == ("1.10", "classification")
     assert "zero_grad_set_to_none" not in lit
     nf4 = {"workload": "qlora", "num_gpus": 1, "parallelism": "single device"}
     plain = convert_vram_row(_vram(weight_dtype="NF4 (bitsandbytes) base", **nf4))["spec"]
