@@ -19,7 +19,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from predictor.spec import DType, JobSpec, Optimizer, Task, parse_spec
+from predictor.spec import DType, Head, JobSpec, Optimizer, Task, parse_spec
 from workers.nvml import Nvml, PeakSampler, index_for_uuid, open_nvml
 from workers.profile._model import UnsupportedJob, attn_implementation, build_model
 
@@ -72,6 +72,10 @@ def _check_supported(spec: JobSpec, device: str) -> None:
         )
     if spec.n_gpus != 1:
         raise UnsupportedJob(f"the profiler runs single-GPU jobs; got n_gpus={spec.n_gpus}")
+    if spec.head is Head.CLASSIFICATION or spec.torch_version is not None:
+        raise UnsupportedJob(
+            "the harness trains an LM head on its own torch (no `head`, `torch_version`)"
+        )
     if not spec.task.is_training and spec.kv_cache_dtype != spec.compute_dtype:
         raise UnsupportedJob(
             f"HF's KV cache is stored in the compute dtype ({spec.compute_dtype}); "
