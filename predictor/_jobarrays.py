@@ -12,8 +12,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from ._spec_rules import saves_softmax_input
 from .models import ModelArch
-from .spec import AttnImplementation, DType, Framework, JobSpec, Optimizer, Task
+from .spec import AttnImplementation, DType, Framework, Head, JobSpec, Optimizer, Task
 
 __all__ = [
     "DTYPES",
@@ -186,6 +187,9 @@ class JobArrays:
     lora_new_width: np.ndarray  # of those, inputs a frozen layer would not have saved anyway
     lora_dropout: np.ndarray  # 1 when the adapters drop their inputs (p > 0)
     eager_attn: np.ndarray  # 1 when the job asks for HF's eager attention
+    grads_kept: np.ndarray  # 1 when `zero_grad` zeroes the gradients instead of freeing them
+    classify: np.ndarray  # 1 for a sequence-classification head (no vocabulary logits)
+    softmax_keeps_input: np.ndarray  # 1 when the job's torch (< 1.11) saves softmax's input
 
     def __len__(self) -> int:
         return len(self.n_layers)
@@ -293,6 +297,9 @@ def _job_row(spec: JobSpec) -> tuple[float, ...]:
         lora_new,
         1.0 if task.is_peft and spec.lora_dropout else 0.0,
         1.0 if spec.attn_implementation is AttnImplementation.EAGER else 0.0,
+        1.0 if task.is_training and spec.zero_grad_set_to_none is False else 0.0,
+        1.0 if spec.head is Head.CLASSIFICATION else 0.0,
+        1.0 if task.is_training and saves_softmax_input(spec) else 0.0,
     )
 
 

@@ -176,6 +176,8 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
     hf_like = _isin(fw, [_IDX_F[Framework.HF], _IDX_F[Framework.PEFT]])
     eager_attn = fp32 | ((j.encoder_only > 0) & hf_like) | (j.eager_attn > 0)
     score_bytes = np.where(fp32, 13.0, a + 9.0)
+    # torch < 1.11 also keeps softmax's input (fp32 in fp32 runs and under autocast).
+    score_bytes = score_bytes + np.where(j.softmax_keeps_input > 0, 4.0, 0.0)
     scores = np.where(eager_attn, j.n_heads * j.seq_len * score_bytes, 0.0)
     per_token_layer = attn + mlp + lora_saved + route + scores + 2.0 * j.hidden * norm_bytes
     tokens_mb = j.batch * j.seq_len
@@ -206,7 +208,8 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
         [np.full_like(a, 4.0), a + 1.5, a + 8.0],
         default=a + 12.0,  # bf16 logits, fp32 upcast, log-softmax and its gradient (HF)
     )
-    logits_train = tokens_mb * j.vocab / tp * logit_bytes
+    # A sequence-classification head's logits are batch × labels: nothing next to these.
+    logits_train = np.where(j.classify > 0, 0.0, tokens_mb * j.vocab / tp * logit_bytes)
 
     # Inference: KV cache for every sequence in the batch at full length, one layer's prefill
     # activations, and logits: only the last token's, as HF `generate` (logits_to_keep=1) and
@@ -227,7 +230,10 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
     )
     logits_infer = np.where(serving, j.batch * j.vocab * 4.0, j.batch * j.vocab * (a + 4.0)) / tp
 
-    start_of_backward = acts_train + logits_train + np.where(j.grad_accum > 1, grads, grad_first)
+    # Gradients are all alive at the start of backward when an earlier micro-batch made them,
+    # or when `zero_grad` only zeroed the last step's (torch < 2.0's `set_to_none=False`).
+    all_grads = (j.grad_accum > 1) | (j.grads_kept > 0)
+    start_of_backward = acts_train + logits_train + np.where(all_grads, grads, grad_first)
     optimizer_step = grads + step_temp
     backward_wins = start_of_backward >= optimizer_step
 
@@ -237,7 +243,7 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
         "gradients": np.where(
             is_infer,
             zeros,
-            np.where(backward_wins, np.where(j.grad_accum > 1, grads, grad_first), grads),
+            np.where(backward_wins, np.where(all_grads, grads, grad_first), grads),
         ),
         "optimizer": np.where(
             is_infer, zeros, optimizer + np.where(backward_wins, zeros, step_temp)

@@ -212,6 +212,10 @@ def _stated_memory_flags(r: Mapping[str, Any], spec: dict[str, Any], notes: list
         stated.append("adapter_dtype=bf16")
     if spec["task"] in ("lora", "qlora"):
         _program_facts(r, spec, text, litgpt, stated)
+    for key, fields, why in _SOURCE_LOOPS:
+        if key in str(r.get("source") or ""):
+            spec.update(fields)
+            stated.append(why)
     if stated:
         notes.append("stated by the source: " + ", ".join(stated))
 
@@ -234,6 +238,22 @@ _SOURCE_PROGRAMS: tuple[tuple[str, dict[str, Any], str], ...] = (
         {"lora_dropout": 0.05},
         "torchtune @0217d44c2: the lora_llama2_* builders default lora_dropout=0.05 and the "
         "configs do not set it",
+    ),
+)
+
+
+#: The training loop a source ran, where it differs from torch >= 2.0's (any training task).
+_SOURCE_LOOPS: tuple[tuple[str, dict[str, Any], str], ...] = (
+    (
+        # The page's own nvidia-smi output is dated Tue Jan 11 2022: torch 1.10 was the newest
+        # release (1.11 came on 2022-03-10), and its code loads
+        # AutoModelForSequenceClassification with binary labels.
+        "perf_train_gpu_one.mdx @0016acf7",
+        {"zero_grad_set_to_none": False, "torch_version": "1.10", "head": "classification"},
+        "zero_grad_set_to_none=false, torch_version=1.10 (run 2022-01-11 per its nvidia-smi "
+        "output, before torch 1.11 and 2.0 and transformers#22136: the Trainer's "
+        "`model.zero_grad()` zeroed the gradients), head=classification "
+        "(AutoModelForSequenceClassification)",
     ),
 )
 

@@ -30,9 +30,16 @@ __all__ = [
     "fill_task_defaults",
     "reject_inapplicable",
     "resolve_arch",
+    "saves_softmax_input",
 ]
 
-_TRAINING_FIDELITY = ("activation_offload", "chunked_loss")
+_TRAINING_FIDELITY = (
+    "activation_offload",
+    "chunked_loss",
+    "zero_grad_set_to_none",
+    "head",
+    "torch_version",
+)
 _INFERENCE_ONLY = ("input_len", "output_len", "num_requests", "kv_cache_dtype")
 _TRAINING_ONLY = (
     "seq_len",
@@ -104,6 +111,16 @@ def check_serve(spec: JobSpec) -> None:
     from .serving._specrules import check_serve_spec
 
     check_serve_spec(spec, lambda name, value: object.__setattr__(spec, name, value))
+
+
+def saves_softmax_input(spec: JobSpec) -> bool:
+    """Whether the job's torch keeps softmax's input for backward: releases before 1.11
+    (pytorch#65242 made the backward read only the output; it landed in October 2021, after
+    the 1.10 branch, pytorch/xla#3150 following its new signature on 2021-10-04)."""
+    if spec.torch_version is None:
+        return False
+    major, minor = (int(x) for x in spec.torch_version.split(".")[:2])
+    return (major, minor) < (1, 11)
 
 
 def reject_inapplicable(spec: JobSpec) -> None:

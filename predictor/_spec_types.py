@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["AttnImplementation", "DType", "Framework", "LoraTarget", "Optimizer", "Task"]
+__all__ = ["AttnImplementation", "DType", "Framework", "Head", "LoraTarget", "Optimizer", "Task"]
 
 
 class Task(StrEnum):
@@ -93,3 +93,12 @@ class AttnImplementation(StrEnum):
     EAGER = "eager"
     SDPA = "sdpa"
     FLASH_ATTENTION_2 = "flash_attention_2"
+
+
+class Head(StrEnum):
+    """The model's output head in training. ``lm``: vocabulary logits (a causal LM, or a masked
+    LM for encoders); ``classification``: a sequence-classification head
+    (``AutoModelForSequenceClassification``), whose logits are batch × labels."""
+
+    LM = "lm"
+    CLASSIFICATION = "classification"

@@ -39,7 +39,7 @@ from ._spec_rules import (
     reject_inapplicable,
     resolve_arch,
 )
-from ._spec_types import AttnImplementation, DType, Framework, LoraTarget, Optimizer, Task
+from ._spec_types import AttnImplementation, DType, Framework, Head, LoraTarget, Optimizer, Task
 from ._spec_workflow import check_depends_on, check_name, check_no_self_dependency
 from .exceptions import SpecError
 from .limits import MAX_GPUS, MAX_PARALLEL, MAX_PRIORITY, MAX_RUNTIME_S, MIN_PRIORITY
@@ -51,6 +51,7 @@ __all__ = [
     "AttnImplementation",
     "DType",
     "Framework",
+    "Head",
     "JobSpec",
     "LoraTarget",
     "Optimizer",
@@ -134,6 +135,18 @@ class JobSpec(BaseModel):
     # `bnb_4bit_use_double_quant`, LitGPT's `bnb.nf4-dq`): 0.516 instead of 0.5625 bytes per
     # weight. Unset: true for torchtune (torchao NF4) and unsloth, false otherwise.
     double_quant: bool | None = None
+    # `zero_grad_set_to_none`: whether the training loop's `zero_grad()` frees the gradients
+    # (torch's `set_to_none`). False keeps every gradient allocated, zeroed, through the next
+    # forward: torch < 2.0's default (pytorch#92731 flipped it in 2.0), which HF's Trainer
+    # used until transformers#22136 (2023-03) passed `set_to_none=True`. Unset: true.
+    zero_grad_set_to_none: bool | None = None
+    # `head` (training): `lm` (vocabulary logits) or `classification` (a sequence-classification
+    # head: no vocabulary logits). Unset: lm.
+    # `torch_version` (training): the torch release the job runs ("1.10", "2.1.0"). Unset: a
+    # current one.
+    # Below 1.11 softmax's backward node also keeps its input (pytorch#65242 stopped that).
+    head: Head | None = None
+    torch_version: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
     # Execution (read by the worker, not the predictor): see predictor/_execution.py.
     time_limit_s: float | None = Field(default=None, gt=0, le=MAX_TIME_LIMIT_S, allow_inf_nan=False)
     env: dict[str, str] | None = None

@@ -44,13 +44,25 @@ def hf_config(arch: ModelArch) -> Any:
     return AutoConfig.for_model(model_type, **kwargs)
 
 
-def build_meta_model(arch: ModelArch, dtype: Any, attn_implementation: str) -> Any:
-    """The HF model (causal LM, or masked LM for encoders) on ``meta`` in ``dtype``."""
+def build_meta_model(
+    arch: ModelArch, dtype: Any, attn_implementation: str, classify: bool = False
+) -> Any:
+    """The HF model (causal LM, or masked LM for encoders; with ``classify`` a two-label
+    sequence classifier, ``AutoModelForSequenceClassification``) on ``meta`` in ``dtype``."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForMaskedLM,
+        AutoModelForSequenceClassification,
+    )
 
     config = hf_config(arch)
-    auto = AutoModelForMaskedLM if config.model_type == "bert" else AutoModelForCausalLM
+    auto: Any = AutoModelForMaskedLM if config.model_type == "bert" else AutoModelForCausalLM
+    if classify:
+        auto = AutoModelForSequenceClassification
+        config.num_labels = 2  # batch × labels logits: negligible for any label count
+        if config.pad_token_id is None:
+            config.pad_token_id = 0  # decoders pool the last non-pad token
     with torch.device("meta"):
         model = auto.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
     if arch.is_moe:

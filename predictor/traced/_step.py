@@ -19,17 +19,20 @@ allocation ended up in. Sharding and the allocator model are applied to it after
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from .._jobarrays import weight_qbytes
-from ..spec import AttnImplementation, DType, Framework, JobSpec, LoraTarget, Optimizer, Task
+from .._spec_rules import saves_softmax_input
+from ..spec import AttnImplementation, DType, Framework, Head, JobSpec, LoraTarget, Optimizer, Task
 from ._build import build_meta_model
 from ._dispatch import OpCost, StorageTracker
 from ._fsdp import emulate_flat_units, flat_units, unshard_root, uses_no_sync_accumulation
+from ._legacy import legacy_softmax
 from ._litgpt import fuse_qkv_outputs, is_litgpt, litgpt_loss, untie_head, uses_litgpt_loss
 from ._patches import (
     ATTN_IMPLEMENTATION,
@@ -212,6 +215,9 @@ def _loss(
 
 
 def _loss_tensor(model: Any, ids: torch.Tensor, spec: JobSpec, tr: StorageTracker) -> torch.Tensor:
+    if spec.head is Head.CLASSIFICATION:
+        classes = torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device)
+        return model(input_ids=ids, labels=classes).loss
     if not spec.chunked_loss or model.get_output_embeddings() is None:
         return model(input_ids=ids, labels=ids, use_cache=False).loss
     # torchtune's CEWithChunkedOutputLoss: 16-bit logits of every chunk live, fp32 one at a time.
@@ -236,7 +242,8 @@ def _train_model(spec: JobSpec) -> Any:
     weight = torch.float32 if spec.weight_dtype == DType.FP32 else compute
     if spec.weight_dtype in (DType.BF16, DType.FP16):
         weight = _td(spec.weight_dtype)
-    model = build_meta_model(spec.arch, weight, _attn_impl(spec))
+    classify = spec.head is Head.CLASSIFICATION
+    model = build_meta_model(spec.arch, weight, _attn_impl(spec), classify=classify)
     if is_litgpt(spec):
         untie_head(model)
     if spec.task is Task.QLORA or (
@@ -262,11 +269,7 @@ def _train(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
     # (fp32 master weights, fp32 PEFT adapters under Trainer(bf16=True)).
     amp = compute != torch.float32 and any(p.dtype == torch.float32 for p in params)
     if spec.gradient_checkpointing:
-        kwargs: dict[str, Any] = {"use_reentrant": False, "preserve_rng_state": False}
-        if amp:
-            # checkpoint re-enters autocast for the recompute; the emulation must too.
-            kwargs["context_fn"] = lambda: (nullcontext(), _recompute_autocast(compute))
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        _enable_checkpointing(model, compute if amp else None, saves_softmax_input(spec))
     model.train()
     _track_model(model, tr)
     opt = _optimizer(spec, params)
@@ -305,7 +308,10 @@ def _train(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
         units.sync(tr)
     with tr.in_phase("optimizer"):
         _step_optimizer(opt, params, spec, tr)
-    model.zero_grad(set_to_none=True)
+    # torch >= 2.0 frees the gradients here (pytorch#92731); before, `zero_grad()` zeroed them
+    # in place, so they stay allocated through the next step's forward, and its backward
+    # accumulates into them (the replayed step then allocates none: `_with_second_step`).
+    model.zero_grad(set_to_none=spec.zero_grad_set_to_none is not False)
     if units is not None:
         units.zero_grad()
     end = len(tr.events)
@@ -330,6 +336,24 @@ def _recompute_autocast(dtype: torch.dtype) -> AutocastEmulation:
     mode = AutocastEmulation(dtype)
     mode.caching = False
     return mode
+
+
+def _enable_checkpointing(model: Any, amp: torch.dtype | None, legacy: bool) -> None:
+    """Non-reentrant checkpointing whose recompute re-enters the emulations the forward ran
+    under (autocast's, as checkpoint re-enters autocast; old torch's softmax outside it)."""
+    kwargs: dict[str, Any] = {"use_reentrant": False, "preserve_rng_state": False}
+    if amp is not None or legacy:
+        kwargs["context_fn"] = lambda: (nullcontext(), _recompute_modes(amp, legacy))
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+@contextmanager
+def _recompute_modes(amp: torch.dtype | None, legacy: bool) -> Iterator[None]:
+    with (
+        legacy_softmax() if legacy else nullcontext(),
+        _recompute_autocast(amp) if amp is not None else nullcontext(),
+    ):
+        yield
 
 
 def _infer_model(spec: JobSpec) -> Any:
@@ -514,5 +538,6 @@ def run_trace(spec: JobSpec) -> Timeline:
     install()
     model = _train_model(spec) if spec.task.is_training else _infer_model(spec)
     tr = StorageTracker()
-    with tr:
+    legacy = legacy_softmax() if spec.task.is_training and saves_softmax_input(spec) else None
+    with tr, legacy or nullcontext():
         return _train(spec, model, tr) if spec.task.is_training else _infer(spec, model, tr)

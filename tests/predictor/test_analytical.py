@@ -154,6 +154,42 @@ def test_peft_fp32_adapters_keep_input_copies() -> None:
     assert fp32.breakdown_gib["optimizer"][0, 0] == 2 * bf16.breakdown_gib["optimizer"][0, 0]
 
 
+def test_zeroed_not_freed_gradients_are_alive_at_the_start_of_backward() -> None:
+    """torch < 2.0's ``zero_grad()`` zeroes the gradients: at the start of backward all of
+    them are alive (only the head's is when they are freed), as with gradient accumulation."""
+    from predictor import analytical
+    from predictor.spec import parse_spec
+
+    job = {"model": "bert-large", "task": "full_finetune", "batch_size": 4, "seq_len": 512}
+    job |= {"weight_dtype": "fp32", "compute_dtype": "fp32", "optimizer": "adafactor"}
+
+    def grads(**kw: object) -> float:
+        t = analytical.predict_table([parse_spec({**job, **kw})], ["H100-80GB"])
+        return float(t.breakdown_gib["gradients"][0, 0])
+
+    accumulated = grads(gradient_accumulation=2)
+    assert grads(zero_grad_set_to_none=False) == pytest.approx(accumulated)
+    assert grads() < 0.25 * accumulated
+
+
+def test_classification_head_and_old_torch_softmax() -> None:
+    """A classification head has no vocabulary logits; torch < 1.11 keeps each softmax input
+    (4 bytes per score of every layer in fp32)."""
+    from predictor import analytical
+    from predictor.spec import parse_spec
+
+    job = {"model": "bert-large", "task": "full_finetune", "batch_size": 4, "seq_len": 512}
+    job |= {"weight_dtype": "fp32", "compute_dtype": "fp32", "optimizer": "adafactor"}
+
+    def part(key: str, **kw: object) -> float:
+        t = analytical.predict_table([parse_spec({**job, **kw})], ["H100-80GB"])
+        return float(t.breakdown_gib[key][0, 0]) * 2**30
+
+    assert part("logits") > 0 and part("logits", head="classification") == 0
+    extra = part("activations", torch_version="1.10") - part("activations")
+    assert extra == pytest.approx(24 * 4 * 16 * 512 * 512 * 4, rel=1e-6)
+
+
 def test_lora_dropout_masks_and_eager_attention_scores() -> None:
     from predictor import analytical
     from predictor.spec import parse_spec

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from predictor.conformal import ConformalUpper, conformal_quantile, task_family
-from predictor.exceptions import NotFittedError
+from predictor.exceptions import DataError, NotFittedError
 
 
 def test_quantile_uses_the_finite_sample_rank():
@@ -47,3 +47,18 @@ def test_a_small_family_borrows_its_own_base_before_every_family() -> None:
     assert c.quantiles_["peft"] == pytest.approx(1.0)  # 5 analytical scores: all 25 pooled
     few = ConformalUpper(0.95).fit(traced[:18] + [1.0] * 5, ["peft@traced"] * 18 + ["peft"] * 5)
     assert few.quantiles_["peft@traced"] == pytest.approx(1.0)
+
+
+def test_source_weighted_quantile_gives_each_source_one_unit() -> None:
+    from predictor.conformal import source_weighted_quantile
+
+    # 38 rows of one source at 0.01 and one row each of 19 others at 0.10..0.28: row-weighted,
+    # the big source sets the 95% quantile; by source it is one of 20, so the others count.
+    scores = np.r_[np.full(38, 0.01), np.linspace(0.10, 0.28, 19)]
+    groups = ["big"] * 38 + [f"s{i}" for i in range(19)]
+    assert conformal_quantile(scores, 0.95) == pytest.approx(0.27)
+    # cumulative mass 1 + k over the small sources; it must reach 0.95 x 21 = 19.95
+    assert source_weighted_quantile(scores, groups, 0.95) == pytest.approx(0.28)
+    assert source_weighted_quantile(scores, groups, 0.5) == pytest.approx(0.19)
+    with pytest.raises(DataError):
+        source_weighted_quantile(np.array([np.nan]), ["a"], 0.95)

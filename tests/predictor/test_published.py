@@ -282,6 +282,12 @@ def test_source_programs_reach_the_spec() -> None:
         )
     )["spec"]
     assert (recipes["attn_implementation"], recipes["adapter_dtype"]) == ("eager", "fp32")
+    # HF's v4.2x single-GPU docs ran the Trainer on torch < 2.0: gradients zeroed, not freed.
+    docs = "github:huggingface/transformers docs/source/en/perf_train_gpu_one.mdx @0016acf7"
+    bert = convert_vram_row(_vram(framework="HF transformers Trainer", source=docs))["spec"]
+    assert bert["zero_grad_set_to_none"] is False
+    assert (bert["torch_version"], bert["head"]) == ("1.10", "classification")
+    assert "zero_grad_set_to_none" not in lit
     nf4 = {"workload": "qlora", "num_gpus": 1, "parallelism": "single device"}
     plain = convert_vram_row(_vram(weight_dtype="NF4 (bitsandbytes) base", **nf4))["spec"]
     dq = convert_vram_row(_vram(weight_dtype="NF4 (bitsandbytes, double-quant)", **nf4))["spec"]

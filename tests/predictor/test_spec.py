@@ -173,6 +173,34 @@ def test_lora_dropout_and_attention_kernel_fields() -> None:
             parse_spec({"model": "llama-3.1-8b", "task": "lora", **bad})
 
 
+def test_zero_grad_set_to_none_applies_to_training_only() -> None:
+    from predictor.spec import parse_spec
+
+    job = {"model": "llama-3.1-8b", "task": "full_finetune"}
+    assert parse_spec(job).zero_grad_set_to_none is None  # = true, torch >= 2.0's default
+    assert parse_spec({**job, "zero_grad_set_to_none": False}).zero_grad_set_to_none is False
+    lora = parse_spec({**job, "task": "lora", "zero_grad_set_to_none": False})
+    assert lora.zero_grad_set_to_none is False
+    with pytest.raises(SpecError, match="does not apply"):
+        parse_spec({**job, "task": "inference", "zero_grad_set_to_none": False})
+
+
+def test_head_and_torch_version_fields() -> None:
+    from predictor._spec_rules import saves_softmax_input
+    from predictor.spec import parse_spec
+
+    job = {"model": "bert-large", "task": "full_finetune"}
+    s = parse_spec({**job, "head": "classification", "torch_version": "1.10"})
+    assert (s.head.value, saves_softmax_input(s)) == ("classification", True)
+    assert not saves_softmax_input(parse_spec({**job, "torch_version": "2.1.0"}))
+    assert not saves_softmax_input(parse_spec(job))  # unset: a current torch
+    for bad in ({"torch_version": "1.x"}, {"torch_version": "1"}, {"head": "token"}):
+        with pytest.raises(SpecError):
+            parse_spec({**job, **bad})
+    with pytest.raises(SpecError, match="does not apply"):
+        parse_spec({"model": "bert-large", "task": "inference", "head": "classification"})
+
+
 def test_double_quant_applies_to_nf4_and_follows_the_framework() -> None:
     from predictor._jobarrays import NF4_SINGLE_QUANT_BYTES, weight_qbytes
     from predictor.spec import parse_spec

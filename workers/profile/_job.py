@@ -19,7 +19,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from predictor.spec import DType, JobSpec, Optimizer, Task, parse_spec
+from predictor.spec import DType, Head, JobSpec, Optimizer, Task, parse_spec
 from workers.nvml import Nvml, PeakSampler, index_for_uuid, open_nvml
 from workers.profile._model import UnsupportedJob, attn_implementation, build_model
 
@@ -72,6 +72,10 @@ def _check_supported(spec: JobSpec, device: str) -> None:
         )
     if spec.n_gpus != 1:
         raise UnsupportedJob(f"the profiler runs single-GPU jobs; got n_gpus={spec.n_gpus}")
+    if spec.head is Head.CLASSIFICATION or spec.torch_version is not None:
+        raise UnsupportedJob(
+            "the harness trains an LM head on its own torch (no `head`, `torch_version`)"
+        )
     if not spec.task.is_training and spec.kv_cache_dtype != spec.compute_dtype:
         raise UnsupportedJob(
             f"HF's KV cache is stored in the compute dtype ({spec.compute_dtype}); "
@@ -365,11 +369,13 @@ def _train(spec: JobSpec, model: Any, device: str, out: Outcome) -> None:
             with _autocast(spec, device, model_dtype):
                 loss = model(input_ids=ids, labels=ids).loss
             (loss / spec.gradient_accumulation).backward()
+        # The spec says whether the loop frees its gradients (torch >= 2.0) or zeroes them.
+        to_none = spec.zero_grad_set_to_none is not False
         if optimizer is not None:
             optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad(set_to_none=to_none)
         else:
-            model.zero_grad(set_to_none=True)
+            model.zero_grad(set_to_none=to_none)
         _sync(device)
         times.append(time.perf_counter() - t0)
     timed = times[TRAIN_WARMUP_STEPS:]

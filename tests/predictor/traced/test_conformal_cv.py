@@ -40,3 +40,19 @@ def test_each_source_is_bounded_by_the_other_sources_residuals_only() -> None:
     # source a (under-predicted by 1.2x) gets b's 1.5x margin and vice versa
     assert out[:40] == pytest.approx(np.full(40, 15.0))
     assert out[40:] == pytest.approx(np.full(40, 12.0))
+
+
+def test_source_weighting_counts_each_other_source_once() -> None:
+    """Forty rows of source a fit well, one row of b and one of c are 1.5x and 1.3x under:
+    row-weighted, a held-out b sees 41 rows, a's set the 95% quantile and no margin;
+    source-weighted it sees two sources, so c's margin (the largest of too few) sets b's."""
+    ms = _rows("a", 40, 10.0) + _rows("b", 1, 15.0) + _rows("c", 1, 13.0)
+    n = len(ms)
+    point = {m: np.full(n, np.nan) for m in METRICS}
+    point["peak_vram_gib"] = np.full(n, 10.0)
+    upper = {m: np.full(n, np.nan) for m in METRICS}
+    pv = PredictedValues(point, upper, ("H100-80GB",) * n)
+    rows = conformal_by_source(ms, pv, [True] * n).upper["peak_vram_gib"]
+    by_source = conformal_by_source(ms, pv, [True] * n, weighting="source")
+    assert rows[40] == pytest.approx(10.0)  # rank ceil(42 x 0.95) = 40 of 41: a's
+    assert by_source.upper["peak_vram_gib"][40] == pytest.approx(13.0)

@@ -384,3 +384,53 @@ def test_litgpt_sequential_root_holds_both_tables() -> None:
     table = V * H * 2
     # HF's heaviest stage: one full table; LitGPT's root: both
     assert lit - hf == pytest.approx(table, rel=0.05)
+
+
+def test_zero_grad_without_set_to_none_keeps_the_gradients_through_the_next_step() -> None:
+    """torch < 2.0's ``zero_grad()`` zeroed the gradients in place: they are made once, in the
+    first backward, and the steady-state step accumulates into them (none made again); its
+    forward runs with all of them alive, so the allocated peak grows by at most their size
+    (each rounded up to the allocator's 512 bytes)."""
+    spec = {"model": TINY, "task": "full_finetune", "batch_size": 4, "seq_len": 64}
+    kept = {**spec, "zero_grad_set_to_none": False}
+    _, tl = _live_by_category(kept)
+    grads = [n for op, h, n in tl.events if op and tl.category[h] == "gradients"]
+    assert sum(grads) == N_PARAMS * 2
+    freed = summarise(*_events(spec), parse_spec(spec)).allocated_gib
+    held = summarise(tl.events, tl.category, parse_spec(kept)).allocated_gib
+    assert 0 < (held - freed) * (1 << 30) <= sum(-(-n // 512) * 512 for n in grads)
+
+
+def _events(spec: dict[str, Any]) -> tuple[Any, Any]:
+    tl = run_trace(parse_spec(spec))
+    return tl.events, tl.category
+
+
+def _peak(spec: dict[str, Any]) -> tuple[float, float]:
+    s = parse_spec(spec)
+    tl = run_trace(s)
+    out = summarise(tl.events, tl.category, s)
+    return out.allocated_gib * (1 << 30), out.breakdown_gib["logits"] * (1 << 30)
+
+
+def test_classification_head_has_no_vocabulary_logits() -> None:
+    spec = {"model": TINY, "task": "full_finetune", "batch_size": 2, "seq_len": 64}
+    _, lm_logits = _peak(spec)
+    _, cls_logits = _peak({**spec, "head": "classification"})
+    # the bf16 vocabulary logits at least (the rest of the category is backward's working set)
+    assert lm_logits - cls_logits >= 2 * 64 * V * 2
+
+
+def test_torch_before_1_11_keeps_each_softmax_input() -> None:
+    """Eager Llama attention softmaxes bf16 scores with dtype=fp32, so torch < 1.11 saved the
+    fp32 copy it made: 4 bytes per score of every layer at the start of backward. Under
+    checkpointing the recompute keeps them too (one layer at a time), and traces."""
+    b, s = 2, 64
+    spec = {"model": TINY, "task": "full_finetune", "batch_size": b, "seq_len": s}
+    spec |= {"attn_implementation": "eager"}
+    base, _ = _peak(spec)
+    old, _ = _peak({**spec, "torch_version": "1.10"})
+    assert old - base == L * b * NH * s * s * 4
+    assert _peak({**spec, "torch_version": "1.11"})[0] == base
+    ckpt = {**spec, "gradient_checkpointing": True}
+    assert _peak({**ckpt, "torch_version": "1.10.2"})[0] >= _peak(ckpt)[0]

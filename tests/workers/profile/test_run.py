@@ -303,3 +303,12 @@ def test_spawn_isolation_gives_the_same_kind_of_row(tmp_path: Path) -> None:
     assert summary.measured == ["s"]
     (row,) = load_measurements(out)
     assert row.ttft_s is not None and row.gpu is None
+
+
+def test_programs_the_harness_cannot_run_are_unsupported() -> None:
+    """A classification head or another torch release is not what the harness trains."""
+    job = {"model": "bert-large", "task": "full_finetune", "seq_len": 128}
+    for extra in ({"head": "classification"}, {"torch_version": "1.10"}):
+        with pytest.raises(_profile_job.UnsupportedJob, match="LM head on its own torch"):
+            _profile_job._check_supported(parse_spec({**job, **extra}), "cpu")
+    _profile_job._check_supported(parse_spec(job), "cpu")
