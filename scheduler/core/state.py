@@ -130,6 +130,7 @@ class PoolState:
         "_allocs",
         "_dirty",
         "_over_changed",
+        "_since",
         "_summary",
         "_summary_version",
         "_touched",
@@ -164,6 +165,10 @@ class PoolState:
         # Nodes allocate/release touched since the summary last counted idle GPUs per node,
         # or None (unknown: the next summary recounts every node).
         self._touched: set[int] | None = None
+        # The nodes touched since the last summary (None with ``_touched``): the shared and
+        # MIG parts recount only these (``_touched`` also holds the nodes of allocations that
+        # changed neither since the whole part was last counted).
+        self._since: set[int] | None = None
         self._over_changed = True  # node_over moved since the summary was computed
 
     # -- views --------------------------------------------------------------------------------
@@ -248,6 +253,7 @@ class PoolState:
         self._summary_version = other._summary_version
         self._dirty = other._dirty
         self._touched = None if other._touched is None else set(other._touched)
+        self._since = None if other._since is None else set(other._since)
         self._over_changed = other._over_changed
 
     def fenced(
@@ -275,6 +281,7 @@ class PoolState:
         new._summary_version = -1
         new._dirty = _ALL_KINDS
         new._touched = None
+        new._since = None
         new._over_changed = True
         return new
 
@@ -288,7 +295,7 @@ class PoolState:
         dirty = self._dirty if prev is not None else _ALL_KINDS
         idx = p._indices()
         ct = p.class_type
-        touched = self._touched
+        touched, since = self._touched, self._since
         if prev is not None and dirty & _DIRTY_WHOLE and touched is not None:
             # Only the nodes allocate/release touched since ``prev``'s count changed.
             node_free, tmax = self._node_free_since(prev, touched)
@@ -304,8 +311,8 @@ class PoolState:
             node_free, tmax = prev.node_free, prev.type_max_node_free
         layout = shared_layout(p) if prev is not None and touched is not None else None
         if prev is not None and dirty & _DIRTY_SHARED and layout is not None:
-            assert touched is not None
-            shared_free, shared_node = shared_since(self, prev, touched, layout)
+            assert since is not None
+            shared_free, shared_node = shared_since(self, prev, since, layout)
         elif prev is None or dirty & _DIRTY_SHARED:
             g = idx["shared_gpus"]
             shared_free = np.full(len(GPU_NAMES), -1, np.int64)
@@ -318,8 +325,8 @@ class PoolState:
         else:
             shared_free = prev.type_shared_free_mib
             shared_node = prev.shared_node_free_mib
-        if prev is not None and dirty & _DIRTY_MIG and touched is not None:
-            avail, class_avail = mig_since(self, prev, touched)
+        if prev is not None and dirty & _DIRTY_MIG and since is not None:
+            avail, class_avail = mig_since(self, prev, since)
         elif prev is None or dirty & _DIRTY_MIG:
             if p.cand_gpu.size:
                 avail = (self.mig_occ[p.cand_gpu] & p.cand_mask) == 0
@@ -359,6 +366,7 @@ class PoolState:
         )
         self._summary_version = self.version
         self._dirty = 0
+        self._since = None if self._touched is None else set()
         self._over_changed = False
         return self._summary
 
@@ -411,6 +419,8 @@ class PoolState:
         self._dirty |= self._touches(mode, gpus[0])
         if self._touched is not None:
             self._touched.update(k_node)
+        if self._since is not None:
+            self._since.update(k_node)
 
     def _touches(self, kind: int, gpu: int) -> int:
         """The summary parts an allocation of ``kind`` on ``gpu`` makes stale: on a shared
@@ -504,6 +514,8 @@ class PoolState:
         self._dirty |= self._touches(a.kind, a.gpus[0])
         if self._touched is not None:
             self._touched.update(a.nodes)
+        if self._since is not None:
+            self._since.update(a.nodes)
         return a.option
 
     @classmethod
