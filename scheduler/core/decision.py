@@ -17,7 +17,7 @@ from scheduler.core.reasons import encode_reasons, word_reasons
 from scheduler.core.stored import encode_runs, expand_runs
 from scheduler.exceptions import SchedulerError
 
-__all__ = ["Decision", "DecisionState", "Option", "OptionKind"]
+__all__ = ["Decision", "DecisionState", "Option", "OptionKind", "option_label"]
 
 OptionKind = Literal["whole", "mig", "shared"]
 DecisionState = Literal["placed", "pending", "rejected"]
@@ -71,13 +71,7 @@ class Option:
     def label(self) -> str:
         """Short human name: ``H100-80GB x2``, ``A100-80GB MIG 1g.10gb``, ``H100-80GB shared``,
         ``H100-80GB x16 (2 nodes)``."""
-        if self.kind == "mig":
-            return f"{self.gpu_type} MIG {self.mig_profile}"
-        if self.kind == "shared":
-            return f"{self.gpu_type} shared"
-        if self.n_nodes > 1:
-            return f"{self.gpu_type} x{self.n_gpus} ({self.n_nodes} nodes)"
-        return f"{self.gpu_type} x{self.n_gpus}"
+        return option_label(self.kind, self.gpu_type, self.mig_profile, self.n_gpus, self.n_nodes)
 
     def to_dict(self) -> dict[str, Any]:
         """The record (a new dict each call)."""
@@ -106,6 +100,19 @@ class Option:
             return cls(**kwargs)
         except TypeError as exc:
             raise SchedulerError(f"option record is incomplete: {exc}") from None
+
+
+def option_label(
+    kind: str, gpu_type: str, mig_profile: str | None, n_gpus: int, n_nodes: int = 1
+) -> str:
+    """:attr:`Option.label` from the fields it reads (a stored option dict names them)."""
+    if kind == "mig":
+        return f"{gpu_type} MIG {mig_profile}"
+    if kind == "shared":
+        return f"{gpu_type} shared"
+    if n_nodes > 1:
+        return f"{gpu_type} x{n_gpus} ({n_nodes} nodes)"
+    return f"{gpu_type} x{n_gpus}"
 
 
 # Field order, computed once: dataclasses.fields() per option was a third of to_dict's cost.

@@ -91,7 +91,19 @@ class GreedyPolicy(Policy):
             "backfill": self.backfill if backfill is None else backfill,
             "strict_fifo": self.strict_fifo if strict_fifo is None else strict_fifo,
         }
+        if batch is None:
+            batch = self.given_rows(tick, 0, len(tick.pending))
         return _QueueWalk(self, tick, batch=batch, **knobs).run()
+
+    def given_rows(self, tick: Tick, lo: int, hi: int) -> OptionBatch | None:
+        """Rows ``lo:hi`` of the batch the caller built for ``tick.pending`` (a fresh view,
+        equal to :meth:`batch` of those jobs), where this policy's batch has the default
+        knobs; None otherwise (the walk builds its own)."""
+        if tick.batch is None or type(self).batch is not GreedyPolicy.batch:
+            return None
+        if self.select != "pack":  # OptionBatch's default: the caller's batch has it
+            return None
+        return tick.batch.rows(lo, hi)
 
 
 class _QueueWalk:

@@ -76,7 +76,7 @@ from scheduler.service._commit import (
     commit_chunks,
     placement_record,
 )
-from scheduler.service._intake import InvalidRecord, decode_engine, decode_request
+from scheduler.service._intake import InvalidRecord, RequestDecoder, decode_engine
 from scheduler.service._settle import _Settle
 from scheduler.service._state import _Known
 from scheduler.service._takeover import _Leadership, _new_token
@@ -166,6 +166,8 @@ class SchedulerService(_Leadership, _Settle):
         self._recovered_at = -math.inf
         self._recover_cursor = 0
         self.core = SchedulerCore(pool.state(), self.policy)
+        # Pending records decoded once per distinct request text (a burst of identical jobs).
+        self._decode = RequestDecoder(pool)
         self.is_leader = False
         self._capver = -1
         self._known: dict[str, _Known] = {}
@@ -297,7 +299,9 @@ class SchedulerService(_Leadership, _Settle):
             st, attempt, submitted, reserved, raw, engine_raw, hist_raw = row[:7]
             spec = row[7] if with_spec else None
             try:
-                req = decode_request(self.pool, jid, st, attempt, submitted, reserved, raw)
+                if self._decode.pool is not self.pool:
+                    self._decode = RequestDecoder(self.pool)
+                req = self._decode(jid, st, attempt, submitted, reserved, raw)
                 engine = decode_engine(engine_raw)
                 req, method = self.history.answer(jid, req, attempt, spec, hist_raw)
             except InvalidRecord as exc:
