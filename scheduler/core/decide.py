@@ -83,6 +83,7 @@ def place(
         committed=opt,
         option_thunk=lazy.option,
         columns_thunk=lazy.columns,
+        columns_json_thunk=lazy.columns_json,
     )
 
 
@@ -105,6 +106,9 @@ class _PlacedThunks:
 
     def columns(self) -> dict[str, list[Any]]:
         return self.table.columns(self.chosen, self.opt, self.rule)
+
+    def columns_json(self) -> tuple[int, bytes]:
+        return len(self.table), self.table.columns_json(self.chosen, self.opt, self.rule)
 
 
 def pending_decision(

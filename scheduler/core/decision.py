@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from typing import Any, Literal
 
+import orjson
+
 from scheduler.core.reasons import encode_reasons, word_reasons
 from scheduler.core.stored import encode_runs, expand_runs
 from scheduler.exceptions import SchedulerError
@@ -150,6 +152,7 @@ class Decision:
     """
 
     __slots__ = (
+        "_columns_json_thunk",
         "_columns_thunk",
         "_committed",
         "_option_thunk",
@@ -182,6 +185,7 @@ class Decision:
         committed: Option | None = None,
         option_thunk: Callable[[int], Option] | None = None,
         columns_thunk: Callable[[], dict[str, list[Any]]] | None = None,
+        columns_json_thunk: Callable[[], tuple[int, bytes]] | None = None,
     ) -> None:
         self.job_id = job_id
         self.policy = policy
@@ -199,6 +203,7 @@ class Decision:
         self._committed = committed
         self._option_thunk = option_thunk if options is None else None
         self._columns_thunk = columns_thunk if options is None else None
+        self._columns_json_thunk = columns_json_thunk if options is None else None
         # The runner-up, once built from the arrays: the placement record, the RQ meta and the
         # stored decision all read it.
         self._runner: Option | None = None
@@ -214,6 +219,7 @@ class Decision:
     def options(self, value: list[Option]) -> None:
         self._options = value
         self._thunk = self._option_thunk = self._columns_thunk = None
+        self._columns_json_thunk = None
 
     @property
     def reason(self) -> str:
@@ -310,6 +316,30 @@ class Decision:
         if compact:
             out["option_columns"] = columns
         return out
+
+    def compact_json(self) -> bytes | None:
+        """``orjson.dumps(self.to_dict(compact=True))`` byte for byte, with the columns from
+        the policy's JSON templates (:func:`~scheduler.core.table_columns.table_columns_json`);
+        None where this decision has no such columns (write ``to_dict`` then)."""
+        if self._options is not None or self._columns_json_thunk is None:
+            return None
+        n, columns = self._columns_json_thunk()
+        options: list[Any] = [None] * n
+        for i in (self.chosen, self.runner_up):
+            if i is not None and 0 <= i < n:
+                options[i] = self.option(i).to_dict()
+        head = {
+            "job_id": self.job_id,
+            "policy": self.policy,
+            "state": self.state,
+            "options": options,
+            "chosen": self.chosen,
+            "reason": self.reason,
+            "runner_up": self.runner_up,
+            "time_s": self.time_s,
+        }
+        raw = orjson.dumps(head, option=orjson.OPT_SERIALIZE_NUMPY)
+        return raw[:-1] + b',"option_columns":' + columns + b"}"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Decision:

@@ -37,7 +37,12 @@ from scheduler.core.reasons import REASON_TOO_SMALL, costlier_reason, too_small_
 from scheduler.core.requests import PlacementRequest
 from scheduler.core.selector import gang_free, selector_busy_reason, selector_reason
 from scheduler.core.state import PoolState, Summary
-from scheduler.core.table_columns import busy_reason, pool_columns, table_columns
+from scheduler.core.table_columns import (
+    busy_reason,
+    pool_columns,
+    table_columns,
+    table_columns_json,
+)
 from scheduler.exceptions import PlacementError
 
 __all__ = ["LoserRule", "OptionTable"]
@@ -492,3 +497,12 @@ class OptionTable:
         (:func:`~scheduler.core.table_columns.table_columns`): the service stores one of these
         per placed job, thousands per second."""
         return table_columns(self, chosen, chosen_option, rule)
+
+    def columns_json(
+        self,
+        chosen: int | None = None,
+        chosen_option: Option | None = None,
+        rule: LoserRule = _RANKED,
+    ) -> bytes:
+        """:meth:`columns` as orjson writes them (what the service stores), byte for byte."""
+        return table_columns_json(self, chosen, chosen_option, rule)

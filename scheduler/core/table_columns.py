@@ -16,6 +16,7 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import orjson
 
 from predictor.gpus import GPU_NAMES
 from scheduler.core._host_fit import no_short
@@ -39,7 +40,13 @@ if TYPE_CHECKING:
     from scheduler.core.options import OptionBatch
     from scheduler.core.table import LoserRule, OptionTable
 
-__all__ = ["busy_reason", "empty_codes", "pool_columns", "table_columns"]
+__all__ = [
+    "busy_reason",
+    "empty_codes",
+    "pool_columns",
+    "table_columns",
+    "table_columns_json",
+]
 
 # The binding fields: null (n_nodes 1, gpu_indices empty) on every row but the chosen one.
 _BOUND: tuple[tuple[str, Any], ...] = (
@@ -84,6 +91,47 @@ def table_columns(
     cols = {name: None if name in _BOUND_NAMES else _copy(v) for name, v in tpl.items()}
     _bound_columns(cols, chosen, row, len(table))
     return cols
+
+
+#: What orjson is called with wherever a stored record is written (service.store.records.dumps).
+_ORJSON_OPTS = orjson.OPT_SERIALIZE_NUMPY
+
+
+def table_columns_json(
+    table: OptionTable, chosen: int | None, chosen_option: Option | None, rule: LoserRule
+) -> bytes:
+    """``orjson.dumps(table_columns(...))``, byte for byte, from JSON fragments kept per pool
+    under :func:`_memo_key`: a template hit encodes only the binding columns."""
+    row = chosen_option.to_dict() if chosen is not None and chosen_option is not None else None
+    key = _memo_key(table, chosen, rule, row)
+    if key is None:
+        return orjson.dumps(_table_columns(table, chosen, row, rule), option=_ORJSON_OPTS)
+    memo: dict[tuple[Any, ...], tuple[tuple[str, bytes, bytes | None], ...]]
+    memo = table.pool._empty.setdefault("columns_json_memo", {})
+    parts = memo.get(key)
+    if parts is None:
+        cols = _table_columns(table, chosen, row, rule)
+        parts = tuple(
+            (
+                name,
+                b'"' + name.encode() + b'":',
+                None if name in _BOUND_NAMES else orjson.dumps(v, option=_ORJSON_OPTS),
+            )
+            for name, v in cols.items()
+        )
+        if len(memo) >= _MEMO_SIZE:
+            memo.clear()
+        memo[key] = parts
+    bound: dict[str, Any] = {}
+    _bound_columns(bound, chosen, row, len(table))
+    return (
+        b"{"
+        + b",".join(
+            head + (orjson.dumps(bound[name], option=_ORJSON_OPTS) if frag is None else frag)
+            for name, head, frag in parts
+        )
+        + b"}"
+    )
 
 
 def _copy(v: Any) -> Any:

@@ -153,3 +153,22 @@ def test_same_shaped_jobs_store_the_columns_their_options_give() -> None:
         assert d.to_dict(compact=True)["option_columns"] == want, d.job_id
         full = Decision(d.job_id, d.policy, d.state, d.options, d.chosen, d.reason, d.runner_up)
         assert full.to_dict(compact=True)["option_columns"] == want, d.job_id
+
+
+def test_compact_json_is_the_stored_record_byte_for_byte() -> None:
+    """The leader writes Decision.compact_json (columns from JSON templates): the very bytes
+    the store's dumps writes for to_dict(compact=True), templated or not."""
+    from scheduler.service.store.records import dumps
+
+    jobs = [flat_request(f"j{i}", 9.0) for i in range(12)]
+    decided = list(_decide(*jobs, flat_request("big", 60.0, 2)).values())
+    for _ in range(2):  # the second pass answers every job from the templates
+        for d in decided:
+            raw = d.compact_json()
+            assert raw is not None and raw.decode() == dumps(d.to_dict(compact=True)), d.job_id
+    pending = _filled(10)
+    assert all(
+        d.compact_json() is None
+        for d in _decide(flat_request("p", 9.0), core=pending).values()
+        if d.state != "placed"
+    )
