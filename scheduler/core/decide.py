@@ -66,9 +66,7 @@ def place(
     b = binding if binding is not None else table.bind(chosen, state)
     opt = table.option(chosen, b, reason="")
     state.allocate(opt, table.request.job_id)
-    others = table.fits_now.copy()
-    others[chosen] = False
-    runner = table.best(keys(table), others)
+    runner = table.runner_up(keys(table), chosen)
 
     lazy = _PlacedThunks(table, chosen, opt, LoserRule(loser_reason, by_cost))
     return Decision(

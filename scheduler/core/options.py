@@ -295,6 +295,7 @@ class OptionBatch:
         t._leftover = None
         t._first = None
         t._as_lists = None
+        t._order = None
         return t
 
     def gang_now(self, i: int, now: Summary) -> np.ndarray:

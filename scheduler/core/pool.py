@@ -388,12 +388,18 @@ class Pool:
 
     def mig_instance(self, gpu: int, profile: str, start: int) -> tuple[int, int]:
         """(candidate index, slice memory MiB) of a MIG instance, or PlacementError."""
+        memo: dict[tuple[int, str, int], tuple[int, int]] = self._empty.setdefault("mig_inst", {})
+        got = memo.get((gpu, profile, start))
+        if got is not None:
+            return got
         t = GPU_NAMES[int(self.gpu_type[gpu])]
         hits = np.flatnonzero((self.cand_gpu == gpu) & (self.cand_start == start))
         for k in hits:
             c = int(self.cand_class[k])
             if self.class_profile[c] == profile:
-                return int(k), int(self.class_capacity_mib[c])
+                got = int(k), int(self.class_capacity_mib[c])
+                memo[(gpu, profile, start)] = got  # at most one per candidate
+                return got
         raise PlacementError(
             f"GPU {gpu} ({t}, node {self.nodes[int(self.gpu_node[gpu])].name!r}) has no MIG "
             f"instance {profile}@{start}; its layout or NVIDIA's placement rules forbid it"

@@ -344,9 +344,10 @@ class PoolState:
         # Every allocation touches its node's CPUs and memory: these are O(nodes) copies.
         cpu_free = p.node_cpu_milli - self.node_cpu_milli
         host_free = p.node_host_mib - self.node_host_mib
+        over_any = bool(self.node_over.any())
         if prev is not None and not self._over_changed:
             tight = prev.class_tight
-        elif self.node_over.any():
+        elif over_any:
             tight = np.asarray((class_nodes(p) & (self.node_over > 0)[None, :]).any(axis=1))
         else:
             tight = np.zeros(p.n_classes, bool)
@@ -361,8 +362,8 @@ class PoolState:
             host_free,
             shared_node,
             tight,
-            bool(self.node_over.any()),
-            (self.node_over > 0) if self.node_over.any() else None,
+            over_any,
+            (self.node_over > 0) if over_any else None,
         )
         self._summary_version = self.version
         self._dirty = 0

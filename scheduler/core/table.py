@@ -76,6 +76,7 @@ class OptionTable:
         "_as_lists",
         "_first",
         "_leftover",
+        "_order",
         "_state",
         "allowed",
         "ask",
@@ -144,6 +145,8 @@ class OptionTable:
     _state: PoolState | None
     _leftover: np.ndarray | None
     _first: np.ndarray | None
+    # The last ranking of ``fits_now`` (the mask, keys and order), for runner_up.
+    _order: tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray] | None
     _as_lists: tuple[list[Any], ...] | None
 
     def __init__(
@@ -232,7 +235,31 @@ class OptionTable:
         # Masked-out classes sort last on an extra, most significant key; ties keep class order.
         order = np.lexsort((*keys, ~mask))
         c = int(order[0])
+        if mask is self.fits_now:
+            self._order = (mask, tuple(keys), order)
         return c if mask[c] else None
+
+    def runner_up(self, keys: Sequence[np.ndarray], chosen: int) -> int | None:
+        """``best(keys, fits_now without chosen)``: where ``chosen`` is what ``best(keys,
+        fits_now)`` answered, the next class of that same ordering (the order is total, so
+        taking the winner out moves no other class), without sorting again."""
+        got = self._order
+        if (
+            got is not None
+            and got[0] is self.fits_now
+            and len(got[1]) == len(keys)
+            and all(a is b for a, b in zip(got[1], keys, strict=True))
+            and int(got[2][0]) == chosen
+            and self.fits_now[chosen]
+        ):
+            order = got[2]
+            if len(order) < 2:
+                return None
+            r = int(order[1])
+            return r if self.fits_now[r] else None
+        others = self.fits_now.copy()
+        others[chosen] = False
+        return self.best(keys, others)
 
     def cost_keys(self) -> tuple[np.ndarray, ...]:
         return (self.size_mib(), self.cost)
