@@ -400,14 +400,16 @@ class PoolState:
         used, mask = slot_use(self, option, job_id, gpus, idx, mode, res)
         # GPUs first, then the node's CPUs and memory; nothing changes until both fit.
         k_node, cpu, host, over = self._host_take(option, job_id, gpus, mode, res)
+        # One GPU (the common case) indexes as a scalar: cheaper than a fancy index.
+        at_gpu: int | np.ndarray = gpus[0] if len(gpus) == 1 else idx
         if mode == MODE_WHOLE:
-            self.busy[idx] = True
+            self.busy[at_gpu] = True
         elif mode == MODE_MIG:
             self.mig_occ[gpus[0]] |= mask
         else:
             self.shared_count[gpus[0]] += 1
-        self.used_mib[idx] += used
-        self.reserved_mib[idx] += res
+        self.used_mib[at_gpu] += used
+        self.reserved_mib[at_gpu] += res
         at: int | list[int] = k_node[0] if len(k_node) == 1 else k_node
         self.node_cpu_milli[at] += cpu
         self.node_host_mib[at] += host
