@@ -277,12 +277,11 @@ def option_dict(rec: PlacementRecord) -> dict[str, Any]:
     }
 
 
-def alloc_record(rec: PlacementRecord, option: dict[str, Any] | None = None) -> dict[str, Any]:
+def alloc_record(rec: PlacementRecord) -> dict[str, Any]:
     """The ``P:allocs`` entry: what the commit adds, what every release takes back.
 
     ``cpu_milli`` and ``host_mib`` are charged to each node of the allocation's GPUs, exactly
-    as PoolState.allocate counts them (the option's figures are whole millicores and MiB).
-    ``option``: :func:`option_dict` of ``rec`` when the caller has it already."""
+    as PoolState.allocate counts them (the option's figures are whole millicores and MiB)."""
     return {
         "attempt": rec.attempt,
         "kind": KIND_CODE[rec.kind],
@@ -292,23 +291,17 @@ def alloc_record(rec: PlacementRecord, option: dict[str, Any] | None = None) -> 
         "mig_mask": rec.mig_mask,
         "cpu_milli": 0 if rec.cpus is None else round(rec.cpus * MILLI_PER_CPU),
         "host_mib": 0 if rec.host_memory_gib is None else round(rec.host_memory_gib * MIB_PER_GIB),
-        "option": option_dict(rec) if option is None else option,
+        "option": option_dict(rec),
     }
 
 
-def build_commit(
-    rec: PlacementRecord,
-    expected_attempt: int,
-    decision_json: str,
-    option: dict[str, Any] | None = None,
-) -> Commit:
-    """The atomic commit of ``rec``: capacity, allocation and job record in one script
-    (``option``: :func:`option_dict` of ``rec``, when the caller has it)."""
+def build_commit(rec: PlacementRecord, expected_attempt: int, decision_json: str) -> Commit:
+    """The atomic commit of ``rec``: capacity, allocation and job record in one script."""
     assert rec.job_id is not None and rec.used_mib is not None
     return Commit(
         job_id=rec.job_id,
         expected_attempt=expected_attempt,
-        alloc_json=dumps(alloc_record(rec, option)),
+        alloc_json=dumps(alloc_record(rec)),
         placement_json=record_json(rec),
         decision_json=decision_json,
     )
@@ -372,15 +365,14 @@ def job_meta(rec: PlacementRecord) -> dict[str, Any]:
     return meta
 
 
-def placed_event(rec: PlacementRecord, option: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The ``placed`` event of the placement log (``option``: :func:`option_dict` of ``rec``,
-    when the caller has it)."""
+def placed_event(rec: PlacementRecord) -> dict[str, Any]:
+    """The ``placed`` event of the placement log."""
     return event(
         "placed",
         rec.job_id,
         attempt=rec.attempt,
         node=rec.node,
-        option=option_dict(rec) if option is None else option,
+        option=option_dict(rec),
         cost_usd=rec.cost_usd,
         runner_up=rec.runner_up,
         reason=rec.reason,

@@ -28,21 +28,18 @@ class _Settle(_ServiceState):
         records: list[PlacementRecord],
         commits: list[Commit],
         results: list[str],
-        options: list[dict[str, Any]] | None = None,
     ) -> tuple[int, int]:
         """Enqueue and log what committed, undo our view of what did not: (placed, conflicts).
 
         ``bad:`` (a malformed value in the job's placement) rejects the job with that reason;
         ``err:`` (capacity or the job taken meanwhile) leaves it pending for the next step.
-        ``options``: each record's :func:`option_dict`, when the caller built them.
         """
         items: list[tuple[str, str, int, dict[str, Any]]] = []
         events: list[dict[str, Any]] = []
         versions: list[int] = []
         conflicts = 0
         committed_at = time.time()
-        opts = options if options is not None else [None] * len(records)
-        for d, rec, c, res, opt in zip(placed, records, commits, results, opts, strict=True):
+        for d, rec, c, res in zip(placed, records, commits, results, strict=True):
             seen = self._known.pop(d.job_id, None)
             if not res.startswith("ok"):
                 conflicts += 1
@@ -61,7 +58,7 @@ class _Settle(_ServiceState):
             if self.telemetry is not None and seen is not None:
                 self.telemetry.observe_placement_latency(committed_at - seen.submitted_at)
             items += rank_items(rec)
-            ev = placed_event(rec, opt)
+            ev = placed_event(rec)
             if seen is not None and seen.method is not None:
                 ev["method"] = seen.method
             events.append(ev)

@@ -75,7 +75,6 @@ from scheduler.policies.registry import get_policy
 from scheduler.service._commit import (
     build_commit,
     commit_chunks,
-    option_dict,
     placement_record,
 )
 from scheduler.service._intake import InvalidRecord, RequestDecoder, decode_engine
@@ -346,7 +345,6 @@ class SchedulerService(_Leadership, _Settle):
         policy = self.policy.name.value
         commits: list[Commit] = []
         records: list[PlacementRecord] = []
-        options: list[dict[str, Any]] = []
         for d in placed:
             known = self._known[d.job_id]
             rec = placement_record(
@@ -360,15 +358,12 @@ class SchedulerService(_Leadership, _Settle):
             )
             raw = d.compact_json()
             decision_json = dumps(d.to_dict(compact=True)) if raw is None else raw.decode()
-            # One option dict for the allocation and the placed event (neither changes it).
-            opt = option_dict(rec)
-            commits.append(build_commit(rec, known.attempt, decision_json, opt))
+            commits.append(build_commit(rec, known.attempt, decision_json))
             records.append(rec)
-            options.append(opt)
         results = commit_chunks(
             self.store, commits, self.token, self._still_leader, fenced=self.leader_election
         )
-        return self._after_commit(placed, records, commits, results, options)
+        return self._after_commit(placed, records, commits, results)
 
     # -- views --------------------------------------------------------------------------------
 
