@@ -183,10 +183,9 @@ class SchedulerService(_Leadership, _Settle):
 
     def step(self) -> StepStats:
         """One iteration (see the module doc), with the cyclic garbage collector paused: a
-        step holds thousands of decisions and option tables at once, and each full collection
-        inside it scanned them all (about a fifth of the leader's time on the 8,192-GPU
-        benchmark). What a step frees is freed by reference counting as always; cycles wait
-        for the collector's next run, after the step."""
+        step holds thousands of decisions and option tables at once, and every collection
+        inside it scanned them all. What a step frees is freed by reference counting as
+        always; cycles wait for the collector's next run, after the step."""
         paused = gc.isenabled()
         if paused:
             gc.disable()
