@@ -165,9 +165,7 @@ class PoolState:
         # Nodes allocate/release touched since the summary last counted idle GPUs per node,
         # or None (unknown: the next summary recounts every node).
         self._touched: set[int] | None = None
-        # The nodes touched since the last summary (None with ``_touched``): the shared and
-        # MIG parts recount only these (``_touched`` also holds the nodes of allocations that
-        # changed neither since the whole part was last counted).
+        # Nodes touched since the last summary (None with _touched): the shared and MIG recount.
         self._since: set[int] | None = None
         self._over_changed = True  # node_over moved since the summary was computed
 
@@ -325,17 +323,7 @@ class PoolState:
         else:
             shared_free = prev.type_shared_free_mib
             shared_node = prev.shared_node_free_mib
-        if prev is not None and dirty & _DIRTY_MIG and since is not None:
-            avail, class_avail = mig_since(self, prev, since)
-        elif prev is None or dirty & _DIRTY_MIG:
-            if p.cand_gpu.size:
-                avail = (self.mig_occ[p.cand_gpu] & p.cand_mask) == 0
-                class_avail = np.bincount(p.cand_class[avail], minlength=p.n_classes)
-            else:
-                avail = np.zeros(0, bool)
-                class_avail = np.zeros(p.n_classes, np.int64)
-        else:
-            avail, class_avail = prev.mig_avail, prev.class_avail
+        avail, class_avail = self._mig_part(prev, dirty, since)
         supply = np.where(
             idx["class_whole"],
             tmax[ct],
@@ -371,6 +359,20 @@ class PoolState:
         self._over_changed = False
         return self._summary
 
+    def _mig_part(
+        self, prev: Summary | None, dirty: int, since: set[int] | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The summary's free MIG instances and their count per class."""
+        p = self.pool
+        if prev is not None and dirty & _DIRTY_MIG and since is not None:
+            return mig_since(self, prev, since)
+        if prev is not None and not dirty & _DIRTY_MIG:
+            return prev.mig_avail, prev.class_avail
+        if not p.cand_gpu.size:
+            return np.zeros(0, bool), np.zeros(p.n_classes, np.int64)
+        avail = (self.mig_occ[p.cand_gpu] & p.cand_mask) == 0
+        return avail, np.bincount(p.cand_class[avail], minlength=p.n_classes)
+
     def _node_free_since(self, prev: Summary, touched: set[int]) -> tuple[np.ndarray, np.ndarray]:
         """(idle GPUs per node, most idle whole GPUs in one node per type) from ``prev``, with
         the ``touched`` nodes recounted: the same figures as the full recount."""
@@ -400,8 +402,7 @@ class PoolState:
         used, mask = slot_use(self, option, job_id, gpus, idx, mode, res)
         # GPUs first, then the node's CPUs and memory; nothing changes until both fit.
         k_node, cpu, host, over = self._host_take(option, job_id, gpus, mode, res)
-        # One GPU (the common case) indexes as a scalar: cheaper than a fancy index.
-        at_gpu: int | np.ndarray = gpus[0] if len(gpus) == 1 else idx
+        at_gpu: int | np.ndarray = gpus[0] if len(gpus) == 1 else idx  # a scalar: cheaper
         if mode == MODE_WHOLE:
             self.busy[at_gpu] = True
         elif mode == MODE_MIG:
