@@ -64,7 +64,7 @@ _BOUND_NAMES = frozenset(name for name, _ in _BOUND)
 
 
 #: Column templates kept per pool (:func:`table_columns`); cleared when this many are held.
-_MEMO_SIZE = 4096
+_MEMO_SIZE = 1024
 
 
 def table_columns(

@@ -45,7 +45,7 @@ class RequestDecoder:
     copied per job under its own id and submit time. Every per-job field is still checked,
     in the same order, so a job gets the answer :func:`decode_request` gives it."""
 
-    def __init__(self, pool: Pool, size: int = 4096) -> None:
+    def __init__(self, pool: Pool, size: int = 1024) -> None:
         self.pool = pool
         self.size = size
         self._seen: dict[tuple[str, str | None], PlacementRequest] = {}
