@@ -166,7 +166,8 @@ class _QueueWalk:
         if self.blocked_by is not None:
             why = f"waiting behind {self.blocked_by} (first in, first out)"
             return pending_from_batch(batch, i, state, policy=name, now_s=now_s, reason=why)
-        key = batch.fit_key(i)
+        # Only asked for once some key did not fit (the usual uncontended queue never asks).
+        key = batch.fit_key(i) if self.no_fit else None
         if key in self.no_fit and (not self.backfill or self.reserve_tried):
             # What the check below would answer, without the check (see ``no_fit``).
             if self.fifo:
@@ -182,7 +183,7 @@ class _QueueWalk:
             fits = batch.fits_now_any(i, state)
         self.seen_version = state.version
         if not fits:
-            self.no_fit.add(key)
+            self.no_fit.add(batch.fit_key(i) if key is None else key)
         if not fits and (not self.backfill or self.reserve_tried):
             if self.fifo:
                 self.blocked_by = req.job_id
