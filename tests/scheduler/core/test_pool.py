@@ -297,3 +297,43 @@ def test_allocate_release_is_an_exact_inverse(
         state.assert_consistent()
     assert _snapshot(state) == empty
     assert np.all(state.free_mib == pool.capacity_mib)
+
+
+def test_release_many_leaves_the_state_of_one_by_one_releases() -> None:
+    """Backfill's search releases thousands of jobs from copies of a state at once: every
+    array, the version, the summary's bookkeeping and the allocations come out as releasing
+    them one by one, in order, leaves them."""
+    from scheduler.core._release import release_many
+
+    pool = synthetic_pool(256, seed=4)  # whole, MIG and shared GPUs
+    state = pool.state()
+    state.summary()
+    jobs: list[str] = []
+    for k in range(150):
+        opts = [o for o in enumerate_options(_req(f"j{k}", 5.0 + (k % 7) * 11, 1 + k % 3), state)]
+        fits = [o for o in opts if o.fits_now]
+        if fits:
+            state.allocate(fits[k % len(fits)], f"j{k}")
+            jobs.append(f"j{k}")
+    state.summary()
+    assert {state._allocs[j].kind for j in jobs} == {0, 1, 2}
+    for some in (jobs[::3], jobs[5:60], jobs, []):
+        a, b = state.copy(), state.copy()
+        for j in some:
+            a.release(j)
+        release_many(b, some)
+        assert _snapshot(a) == _snapshot(b)
+        for name in ("node_cpu_milli", "node_host_mib", "node_over"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        assert list(a._allocs) == list(b._allocs) and a.version == b.version
+        assert (a._dirty, a._touched, a._since, a._over_changed) == (
+            b._dirty,
+            b._touched,
+            b._since,
+            b._over_changed,
+        )
+        sa, sb = a.summary(), b.summary()
+        for f in ("node_free", "class_supply", "mig_avail", "type_shared_free_mib"):
+            assert np.array_equal(getattr(sa, f), getattr(sb, f)), f
+    with pytest.raises(PlacementError, match="holds nothing"):
+        release_many(state.copy(), [jobs[0], "nobody"])
