@@ -44,29 +44,44 @@ def release_many(state: PoolState, job_ids: Sequence[str]) -> None:
     mig_gpus: list[int] = []
     mig_keep: list[int] = []
     shared: list[int] = []
-    dirty = 0
+    touches: dict[tuple[int, int], int] = {}
+    over_changed = False
     for j in job_ids:
         a = allocs.pop(j)
-        gpus += a.gpus
-        used += [a.used_mib] * len(a.gpus)
-        res += [a.reserved_mib] * len(a.gpus)
+        g0 = a.gpus[0]
+        if len(a.gpus) == 1:
+            gpus.append(g0)
+            used.append(a.used_mib)
+            res.append(a.reserved_mib)
+        else:
+            gpus += a.gpus
+            used += [a.used_mib] * len(a.gpus)
+            res += [a.reserved_mib] * len(a.gpus)
         nodes += a.nodes
-        cpu += [a.cpu_milli] * len(a.nodes)
-        host += [a.host_mib] * len(a.nodes)
-        over += [int(a.over_share)] * len(a.nodes)
-        state._over_changed |= a.over_share
+        k = len(a.nodes)
+        cpu += [a.cpu_milli] * k
+        host += [a.host_mib] * k
+        over += [int(a.over_share)] * k
+        over_changed |= a.over_share
         if a.kind == MODE_WHOLE:
             whole += a.gpus
         elif a.kind == MODE_MIG:
-            mig_gpus.append(a.gpus[0])
+            mig_gpus.append(g0)
             mig_keep.append(~a.mig_mask)
         else:
-            shared.append(a.gpus[0])
-        dirty |= state._touches(a.kind, a.gpus[0])
-        if state._touched is not None:
-            state._touched.update(a.nodes)
-        if state._since is not None:
-            state._since.update(a.nodes)
+            shared.append(g0)
+        # The summary parts the release makes stale depend on the kind and the GPU's node.
+        key = (a.kind, a.nodes[0] if k == 1 else -1 - g0)
+        if key not in touches:
+            touches[key] = state._touches(a.kind, g0)
+    state._over_changed |= over_changed
+    if state._touched is not None:
+        state._touched.update(nodes)
+    if state._since is not None:
+        state._since.update(nodes)
+    dirty = 0
+    for bits in touches.values():
+        dirty |= bits
     np.subtract.at(state.used_mib, gpus, np.array(used, np.int64))
     np.subtract.at(state.reserved_mib, gpus, np.array(res, np.int64))
     np.subtract.at(state.node_cpu_milli, nodes, np.array(cpu, np.int64))
