@@ -29,6 +29,8 @@ def checked_gpus(
         raise PlacementError(
             f"job {job_id!r}: option {option.label} names no GPUs (it does not fit now)"
         )
+    if len(gpus) == 1:
+        return _checked_one(pool, option, job_id, gpus)
     idx = np.array(gpus, np.int64)
     if idx.min() < 0 or idx.max() >= pool.n_gpus or len(set(gpus)) != len(gpus):
         raise PlacementError(f"job {job_id!r}: GPU indices {gpus} are invalid for this pool")
@@ -50,6 +52,28 @@ def checked_gpus(
             f"(mode {node.mode!r})"
         )
     return gpus, idx, mode
+
+
+def _checked_one(
+    pool: Pool, option: Option, job_id: str, gpus: tuple[int, ...]
+) -> tuple[tuple[int, ...], np.ndarray, int]:
+    """:func:`checked_gpus` of a one-GPU option: the same checks and words, on scalars."""
+    (g,) = gpus
+    if g < 0 or g >= pool.n_gpus:
+        raise PlacementError(f"job {job_id!r}: GPU indices {gpus} are invalid for this pool")
+    if GPU_NAMES[int(pool.gpu_type[g])] != option.gpu_type:
+        raise PlacementError(
+            f"job {job_id!r}: GPUs {gpus} are not all {option.gpu_type}; pool has "
+            f"{[GPU_NAMES[int(pool.gpu_type[g])]]}"
+        )
+    mode = MODE_CODES[option.kind]
+    k = int(pool.gpu_node[g])
+    if pool.gpu_mode[g] != mode and not (mode == MODE_WHOLE and pool.node_whole[k]):
+        raise PlacementError(
+            f"job {job_id!r}: a {option.kind} option cannot go on node {pool.nodes[k].name!r} "
+            f"(mode {pool.nodes[k].mode!r})"
+        )
+    return gpus, np.array(gpus, np.int64), mode
 
 
 def slot_use(

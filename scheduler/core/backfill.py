@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from scheduler.core._release import release_many
 from scheduler.core.decision import Option
 from scheduler.core.requests import RunningJob
 from scheduler.core.state import PoolState
@@ -32,24 +33,29 @@ def earliest_fit(
     """
     ends = sorted((r for r in running if r.job_id in state), key=end_of)
 
-    def at(k: int) -> tuple[PoolState, OptionTable, int | None]:
-        s = state.copy()
-        for r in ends[:k]:
-            s.release(r.job_id)
-        table, idx = probe(s)
-        return s, table, idx
+    def released(base: PoolState, jobs: Sequence[RunningJob]) -> PoolState:
+        s = base.copy()
+        release_many(s, [r.job_id for r in jobs])
+        return s
 
-    s, table, idx = at(len(ends))
+    s = released(state, ends)
+    table, idx = probe(s)
     if idx is None:
         return None
     lo, hi = 0, len(ends)
     best = (s, table, idx)
+    # The state with ends[:lo] released (lo only grows): each probe releases from there, the
+    # same releases in the same order as from ``state``, so a search releases each job about
+    # twice instead of once per probe.
+    base = state
     while lo < hi:
         mid = (lo + hi) // 2
-        s, table, idx = at(mid)
+        s = released(base, ends[lo:mid])
+        table, idx = probe(s)
         if idx is not None:
             hi, best = mid, (s, table, idx)
         else:
+            base = released(s, ends[mid : mid + 1])
             lo = mid + 1
     s, table, idx = best
     assert idx is not None

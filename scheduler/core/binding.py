@@ -98,7 +98,7 @@ def bind(
     t = int(pool.class_type[c])
     if kind == KIND_WHOLE:
         s = state.summary()
-        ok = (pool.node_type == t) & pool.node_whole & (s.node_free >= n)
+        ok = _whole_nodes_of_type(pool, t) & (s.node_free >= n)
         if nodes_ok is not None:
             ok &= nodes_ok
         nodes = ok.nonzero()[0]
@@ -127,6 +127,15 @@ def bind(
     g = int(pool.cand_gpu[k])
     node = pool.nodes[int(pool.gpu_node[g])].name
     return Binding((g,), node, int(pool.cand_start[k]), int(pool.class_capacity_mib[c]))
+
+
+def _whole_nodes_of_type(pool: Pool, t: int) -> np.ndarray:
+    """Per node, whether it serves whole GPUs of type ``t`` (cached per pool)."""
+    cache: dict[int, np.ndarray] = pool._empty.setdefault("whole_nodes_of_type", {})
+    got = cache.get(t)
+    if got is None:
+        got = cache[t] = (pool.node_type == t) & pool.node_whole
+    return got
 
 
 def bind_gang(pool: Pool, state: PoolState, plan: GangPlan, capacity_mib: int) -> Binding:

@@ -73,9 +73,7 @@ def place(
     if ranked is not None and int(ranked[0]) == chosen:
         runner = table.runner_up_of(ranked, table.fits_now)
     else:
-        others = table.fits_now.copy()
-        others[chosen] = False
-        runner = table.best(keys(table), others)
+        runner = table.runner_up(keys(table), chosen)
 
     lazy = _PlacedThunks(table, chosen, opt, LoserRule(loser_reason, by_cost))
     return Decision(
@@ -90,6 +88,7 @@ def place(
         committed=opt,
         option_thunk=lazy.option,
         columns_thunk=lazy.columns,
+        columns_json_thunk=lazy.columns_json,
     )
 
 
@@ -112,6 +111,9 @@ class _PlacedThunks:
 
     def columns(self) -> dict[str, list[Any]]:
         return self.table.columns(self.chosen, self.opt, self.rule)
+
+    def columns_json(self) -> tuple[int, bytes]:
+        return len(self.table), self.table.columns_json(self.chosen, self.opt, self.rule)
 
 
 def pending_decision(

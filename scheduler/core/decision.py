@@ -13,11 +13,13 @@ from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from typing import Any, Literal
 
+import orjson
+
 from scheduler.core.reasons import encode_reasons, word_reasons
 from scheduler.core.stored import encode_runs, expand_runs
 from scheduler.exceptions import SchedulerError
 
-__all__ = ["Decision", "DecisionState", "Option", "OptionKind"]
+__all__ = ["Decision", "DecisionState", "Option", "OptionKind", "option_label"]
 
 OptionKind = Literal["whole", "mig", "shared"]
 DecisionState = Literal["placed", "pending", "rejected"]
@@ -71,13 +73,7 @@ class Option:
     def label(self) -> str:
         """Short human name: ``H100-80GB x2``, ``A100-80GB MIG 1g.10gb``, ``H100-80GB shared``,
         ``H100-80GB x16 (2 nodes)``."""
-        if self.kind == "mig":
-            return f"{self.gpu_type} MIG {self.mig_profile}"
-        if self.kind == "shared":
-            return f"{self.gpu_type} shared"
-        if self.n_nodes > 1:
-            return f"{self.gpu_type} x{self.n_gpus} ({self.n_nodes} nodes)"
-        return f"{self.gpu_type} x{self.n_gpus}"
+        return option_label(self.kind, self.gpu_type, self.mig_profile, self.n_gpus, self.n_nodes)
 
     def to_dict(self) -> dict[str, Any]:
         """The record (a new dict each call)."""
@@ -106,6 +102,19 @@ class Option:
             return cls(**kwargs)
         except TypeError as exc:
             raise SchedulerError(f"option record is incomplete: {exc}") from None
+
+
+def option_label(
+    kind: str, gpu_type: str, mig_profile: str | None, n_gpus: int, n_nodes: int = 1
+) -> str:
+    """:attr:`Option.label` from the fields it reads (a stored option dict names them)."""
+    if kind == "mig":
+        return f"{gpu_type} MIG {mig_profile}"
+    if kind == "shared":
+        return f"{gpu_type} shared"
+    if n_nodes > 1:
+        return f"{gpu_type} x{n_gpus} ({n_nodes} nodes)"
+    return f"{gpu_type} x{n_gpus}"
 
 
 # Field order, computed once: dataclasses.fields() per option was a third of to_dict's cost.
@@ -143,6 +152,7 @@ class Decision:
     """
 
     __slots__ = (
+        "_columns_json_thunk",
         "_columns_thunk",
         "_committed",
         "_option_thunk",
@@ -175,6 +185,7 @@ class Decision:
         committed: Option | None = None,
         option_thunk: Callable[[int], Option] | None = None,
         columns_thunk: Callable[[], dict[str, list[Any]]] | None = None,
+        columns_json_thunk: Callable[[], tuple[int, bytes]] | None = None,
     ) -> None:
         self.job_id = job_id
         self.policy = policy
@@ -192,6 +203,7 @@ class Decision:
         self._committed = committed
         self._option_thunk = option_thunk if options is None else None
         self._columns_thunk = columns_thunk if options is None else None
+        self._columns_json_thunk = columns_json_thunk if options is None else None
         # The runner-up, once built from the arrays: the placement record, the RQ meta and the
         # stored decision all read it.
         self._runner: Option | None = None
@@ -207,6 +219,7 @@ class Decision:
     def options(self, value: list[Option]) -> None:
         self._options = value
         self._thunk = self._option_thunk = self._columns_thunk = None
+        self._columns_json_thunk = None
 
     @property
     def reason(self) -> str:
@@ -303,6 +316,30 @@ class Decision:
         if compact:
             out["option_columns"] = columns
         return out
+
+    def compact_json(self) -> bytes | None:
+        """``orjson.dumps(self.to_dict(compact=True))`` byte for byte, with the columns from
+        the policy's JSON templates (:func:`~scheduler.core.table_columns.table_columns_json`);
+        None where this decision has no such columns (write ``to_dict`` then)."""
+        if self._options is not None or self._columns_json_thunk is None:
+            return None
+        n, columns = self._columns_json_thunk()
+        options: list[Any] = [None] * n
+        for i in (self.chosen, self.runner_up):
+            if i is not None and 0 <= i < n:
+                options[i] = self.option(i).to_dict()
+        head = {
+            "job_id": self.job_id,
+            "policy": self.policy,
+            "state": self.state,
+            "options": options,
+            "chosen": self.chosen,
+            "reason": self.reason,
+            "runner_up": self.runner_up,
+            "time_s": self.time_s,
+        }
+        raw = orjson.dumps(head, option=orjson.OPT_SERIALIZE_NUMPY)
+        return raw[:-1] + b',"option_columns":' + columns + b"}"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Decision:

@@ -19,11 +19,12 @@ from predictor.gpus import GpuType, MigProfile
 from scheduler.exceptions import PoolError
 
 if TYPE_CHECKING:
-    from scheduler.core.pool import NodeConfig
+    from scheduler.core.pool import NodeConfig, Pool
 
 __all__ = [
     "MIG_COMPUTE_SLICES",
     "MIG_MEMORY_SLICES",
+    "mig_instances",
     "mig_mask",
     "place_layout",
     "popcount15",
@@ -123,3 +124,16 @@ def place_layout(
     if not dfs(0, 0):
         return None
     return [(wanted[i][0].name, starts[i]) for i in range(len(wanted))]
+
+
+def mig_instances(pool: Pool) -> dict[tuple[int, str | None, int], tuple[int, int]]:
+    """Per (GPU, profile, start slot), the (candidate index, slice MiB) of that MIG instance:
+    every candidate once, the lowest index first (what a scan of the candidates finds first);
+    :meth:`Pool.mig_instance <scheduler.core.pool.Pool.mig_instance>` reads it."""
+    out: dict[tuple[int, str | None, int], tuple[int, int]] = {}
+    cls = pool.cand_class.tolist()
+    for k, (g, s) in enumerate(zip(pool.cand_gpu.tolist(), pool.cand_start.tolist(), strict=True)):
+        key = (g, pool.class_profile[cls[k]], s)
+        if key not in out:
+            out[key] = (k, int(pool.class_capacity_mib[cls[k]]))
+    return out

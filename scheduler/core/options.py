@@ -145,7 +145,6 @@ class OptionBatch:
         why_excluded: str | Sequence[str] = "not considered by this policy",
     ) -> None:
         n_jobs = len(requests)
-        k = pool.n_classes
         ct = pool.class_type
         by_kind = class_masks(pool)[1]
         is_whole = by_kind[KIND_WHOLE]
@@ -208,11 +207,15 @@ class OptionBatch:
         self.size_mib = pool.class_capacity_mib * np.where(is_whole, n[:, None], 1)
         self._cheapest_empty: list[int] = _cheapest(self.fits_empty, self.cost, self.size_mib)
         self._any_empty: list[bool] = self.fits_empty.any(axis=1).tolist()
+        self._fresh_walk()
+
+    def _fresh_walk(self) -> None:
+        """:meth:`fits_now_any`'s chunk cache, empty."""
         self._ck: tuple[int, int] = (0, -1)
         self._lo = self._hi = 0
         self._chunk = 8
         self._rows: list[bool | None] = []
-        self._ok = np.zeros((0, k), bool)
+        self._ok = np.zeros((0, self.pool.n_classes), bool)
         self._now: Summary | None = None
 
     def __len__(self) -> int:
@@ -295,6 +298,7 @@ class OptionBatch:
         t._leftover = None
         t._first = None
         t._as_lists = None
+        t._order = None
         return t
 
     def gang_now(self, i: int, now: Summary) -> np.ndarray:

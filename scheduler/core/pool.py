@@ -25,6 +25,7 @@ from predictor._node_selector import check_labels
 from predictor.exceptions import UnknownGpuError
 from predictor.gpus import GPU_NAMES, GpuType, gpu_catalogue, with_prices
 from predictor.limits import MAX_CPUS, MAX_HOST_MEMORY_GIB
+from scheduler.core import mig as _mig
 from scheduler.core._host_defaults import HOST_PER_GPU
 from scheduler.core.mig import MIG_COMPUTE_SLICES, MIG_MEMORY_SLICES, mig_mask, static_layout
 from scheduler.exceptions import PlacementError, PoolError
@@ -388,16 +389,17 @@ class Pool:
 
     def mig_instance(self, gpu: int, profile: str, start: int) -> tuple[int, int]:
         """(candidate index, slice memory MiB) of a MIG instance, or PlacementError."""
-        t = GPU_NAMES[int(self.gpu_type[gpu])]
-        hits = np.flatnonzero((self.cand_gpu == gpu) & (self.cand_start == start))
-        for k in hits:
-            c = int(self.cand_class[k])
-            if self.class_profile[c] == profile:
-                return int(k), int(self.class_capacity_mib[c])
-        raise PlacementError(
-            f"GPU {gpu} ({t}, node {self.nodes[int(self.gpu_node[gpu])].name!r}) has no MIG "
-            f"instance {profile}@{start}; its layout or NVIDIA's placement rules forbid it"
-        )
+        memo = self._empty.get("mig_instances")
+        if memo is None:
+            memo = self._empty["mig_instances"] = _mig.mig_instances(self)
+        got: tuple[int, int] | None = memo.get((int(gpu), profile, int(start)))
+        if got is None:
+            t = GPU_NAMES[int(self.gpu_type[gpu])]
+            raise PlacementError(
+                f"GPU {gpu} ({t}, node {self.nodes[int(self.gpu_node[gpu])].name!r}) has no MIG "
+                f"instance {profile}@{start}; its layout or NVIDIA's placement rules forbid it"
+            )
+        return got
 
 
 def _build(

@@ -193,6 +193,13 @@ class PlacementRequest:
         new.runtime_s, new.runtime_upper_s = runtime_s, runtime_upper_s
         return new
 
+    def with_identity(self, job_id: str, submit_time_s: float) -> PlacementRequest:
+        """A copy under another id and submit time, everything else the same objects (a
+        leader decodes a burst of identical records once): the rest was checked already."""
+        new = _shallow_copy(self)
+        new.job_id, new.submit_time_s = job_id, submit_time_s
+        return new
+
     def with_reservation(self, reserved_gib: float) -> PlacementRequest:
         """A copy whose reservation floor is at least ``reserved_gib`` (after an OOM)."""
         floor = reserved_gib if self.reserved_gib is None else max(self.reserved_gib, reserved_gib)

@@ -130,6 +130,7 @@ class PoolState:
         "_allocs",
         "_dirty",
         "_over_changed",
+        "_since",
         "_summary",
         "_summary_version",
         "_touched",
@@ -164,6 +165,8 @@ class PoolState:
         # Nodes allocate/release touched since the summary last counted idle GPUs per node,
         # or None (unknown: the next summary recounts every node).
         self._touched: set[int] | None = None
+        # Nodes touched since the last summary (None with _touched): the shared and MIG recount.
+        self._since: set[int] | None = None
         self._over_changed = True  # node_over moved since the summary was computed
 
     # -- views --------------------------------------------------------------------------------
@@ -248,6 +251,7 @@ class PoolState:
         self._summary_version = other._summary_version
         self._dirty = other._dirty
         self._touched = None if other._touched is None else set(other._touched)
+        self._since = None if other._since is None else set(other._since)
         self._over_changed = other._over_changed
 
     def fenced(
@@ -275,6 +279,7 @@ class PoolState:
         new._summary_version = -1
         new._dirty = _ALL_KINDS
         new._touched = None
+        new._since = None
         new._over_changed = True
         return new
 
@@ -288,7 +293,7 @@ class PoolState:
         dirty = self._dirty if prev is not None else _ALL_KINDS
         idx = p._indices()
         ct = p.class_type
-        touched = self._touched
+        touched, since = self._touched, self._since
         if prev is not None and dirty & _DIRTY_WHOLE and touched is not None:
             # Only the nodes allocate/release touched since ``prev``'s count changed.
             node_free, tmax = self._node_free_since(prev, touched)
@@ -304,8 +309,8 @@ class PoolState:
             node_free, tmax = prev.node_free, prev.type_max_node_free
         layout = shared_layout(p) if prev is not None and touched is not None else None
         if prev is not None and dirty & _DIRTY_SHARED and layout is not None:
-            assert touched is not None
-            shared_free, shared_node = shared_since(self, prev, touched, layout)
+            assert since is not None
+            shared_free, shared_node = shared_since(self, prev, since, layout)
         elif prev is None or dirty & _DIRTY_SHARED:
             g = idx["shared_gpus"]
             shared_free = np.full(len(GPU_NAMES), -1, np.int64)
@@ -318,17 +323,7 @@ class PoolState:
         else:
             shared_free = prev.type_shared_free_mib
             shared_node = prev.shared_node_free_mib
-        if prev is not None and dirty & _DIRTY_MIG and touched is not None:
-            avail, class_avail = mig_since(self, prev, touched)
-        elif prev is None or dirty & _DIRTY_MIG:
-            if p.cand_gpu.size:
-                avail = (self.mig_occ[p.cand_gpu] & p.cand_mask) == 0
-                class_avail = np.bincount(p.cand_class[avail], minlength=p.n_classes)
-            else:
-                avail = np.zeros(0, bool)
-                class_avail = np.zeros(p.n_classes, np.int64)
-        else:
-            avail, class_avail = prev.mig_avail, prev.class_avail
+        avail, class_avail = self._mig_part(prev, dirty, since)
         supply = np.where(
             idx["class_whole"],
             tmax[ct],
@@ -360,8 +355,23 @@ class PoolState:
         )
         self._summary_version = self.version
         self._dirty = 0
+        self._since = None if self._touched is None else set()
         self._over_changed = False
         return self._summary
+
+    def _mig_part(
+        self, prev: Summary | None, dirty: int, since: set[int] | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The summary's free MIG instances and their count per class."""
+        p = self.pool
+        if prev is not None and dirty & _DIRTY_MIG and since is not None:
+            return mig_since(self, prev, since)
+        if prev is not None and not dirty & _DIRTY_MIG:
+            return prev.mig_avail, prev.class_avail
+        if not p.cand_gpu.size:
+            return np.zeros(0, bool), np.zeros(p.n_classes, np.int64)
+        avail = (self.mig_occ[p.cand_gpu] & p.cand_mask) == 0
+        return avail, np.bincount(p.cand_class[avail], minlength=p.n_classes)
 
     def _node_free_since(self, prev: Summary, touched: set[int]) -> tuple[np.ndarray, np.ndarray]:
         """(idle GPUs per node, most idle whole GPUs in one node per type) from ``prev``, with
@@ -392,14 +402,15 @@ class PoolState:
         used, mask = slot_use(self, option, job_id, gpus, idx, mode, res)
         # GPUs first, then the node's CPUs and memory; nothing changes until both fit.
         k_node, cpu, host, over = self._host_take(option, job_id, gpus, mode, res)
+        at_gpu: int | np.ndarray = gpus[0] if len(gpus) == 1 else idx  # a scalar: cheaper
         if mode == MODE_WHOLE:
-            self.busy[idx] = True
+            self.busy[at_gpu] = True
         elif mode == MODE_MIG:
             self.mig_occ[gpus[0]] |= mask
         else:
             self.shared_count[gpus[0]] += 1
-        self.used_mib[idx] += used
-        self.reserved_mib[idx] += res
+        self.used_mib[at_gpu] += used
+        self.reserved_mib[at_gpu] += res
         at: int | list[int] = k_node[0] if len(k_node) == 1 else k_node
         self.node_cpu_milli[at] += cpu
         self.node_host_mib[at] += host
@@ -412,6 +423,8 @@ class PoolState:
         self._dirty |= self._touches(mode, gpus[0])
         if self._touched is not None:
             self._touched.update(k_node)
+        if self._since is not None:
+            self._since.update(k_node)
 
     def _touches(self, kind: int, gpu: int) -> int:
         """The summary parts an allocation of ``kind`` on ``gpu`` makes stale: on a shared
@@ -505,6 +518,8 @@ class PoolState:
         self._dirty |= self._touches(a.kind, a.gpus[0])
         if self._touched is not None:
             self._touched.update(a.nodes)
+        if self._since is not None:
+            self._since.update(a.nodes)
         return a.option
 
     @classmethod

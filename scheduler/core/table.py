@@ -37,7 +37,12 @@ from scheduler.core.reasons import REASON_TOO_SMALL, costlier_reason, too_small_
 from scheduler.core.requests import PlacementRequest
 from scheduler.core.selector import gang_free, selector_busy_reason, selector_reason
 from scheduler.core.state import PoolState, Summary
-from scheduler.core.table_columns import busy_reason, pool_columns, table_columns
+from scheduler.core.table_columns import (
+    busy_reason,
+    pool_columns,
+    table_columns,
+    table_columns_json,
+)
 from scheduler.exceptions import PlacementError
 
 __all__ = ["LoserRule", "OptionTable"]
@@ -71,6 +76,7 @@ class OptionTable:
         "_as_lists",
         "_first",
         "_leftover",
+        "_order",
         "_state",
         "allowed",
         "ask",
@@ -139,6 +145,8 @@ class OptionTable:
     _state: PoolState | None
     _leftover: np.ndarray | None
     _first: np.ndarray | None
+    # The last ranking of ``fits_now`` (the mask, keys and order), for runner_up.
+    _order: tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray] | None
     _as_lists: tuple[list[Any], ...] | None
 
     def __init__(
@@ -224,7 +232,10 @@ class OptionTable:
 
     def best(self, keys: Sequence[np.ndarray], mask: np.ndarray) -> int | None:
         """Index minimising ``keys`` (lexsort order: last key is primary) among ``mask``."""
-        return self.best_of(self.ranked(keys, mask), mask)
+        order = self.ranked(keys, mask)
+        if mask is self.fits_now:  # kept for runner_up, which reads the same ordering
+            self._order = (mask, tuple(keys), order)
+        return self.best_of(order, mask)
 
     @staticmethod
     def ranked(keys: Sequence[np.ndarray], mask: np.ndarray) -> np.ndarray:
@@ -246,6 +257,28 @@ class OptionTable:
             return None
         c = int(order[1])
         return c if mask[c] else None
+
+    def runner_up(self, keys: Sequence[np.ndarray], chosen: int) -> int | None:
+        """``best(keys, fits_now without chosen)``: where ``chosen`` is what ``best(keys,
+        fits_now)`` answered, the next class of that same ordering (the order is total, so
+        taking the winner out moves no other class), without sorting again."""
+        got = self._order
+        if (
+            got is not None
+            and got[0] is self.fits_now
+            and len(got[1]) == len(keys)
+            and all(a is b for a, b in zip(got[1], keys, strict=True))
+            and int(got[2][0]) == chosen
+            and self.fits_now[chosen]
+        ):
+            order = got[2]
+            if len(order) < 2:
+                return None
+            r = int(order[1])
+            return r if self.fits_now[r] else None
+        others = self.fits_now.copy()
+        others[chosen] = False
+        return self.best(keys, others)
 
     def cost_keys(self) -> tuple[np.ndarray, ...]:
         return (self.size_mib(), self.cost)
@@ -510,3 +543,12 @@ class OptionTable:
         (:func:`~scheduler.core.table_columns.table_columns`): the service stores one of these
         per placed job, thousands per second."""
         return table_columns(self, chosen, chosen_option, rule)
+
+    def columns_json(
+        self,
+        chosen: int | None = None,
+        chosen_option: Option | None = None,
+        rule: LoserRule = _RANKED,
+    ) -> bytes:
+        """:meth:`columns` as orjson writes them (what the service stores), byte for byte."""
+        return table_columns_json(self, chosen, chosen_option, rule)

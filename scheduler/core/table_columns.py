@@ -16,6 +16,7 @@ from itertools import groupby
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import orjson
 
 from predictor.gpus import GPU_NAMES
 from scheduler.core._host_fit import no_short
@@ -39,7 +40,13 @@ if TYPE_CHECKING:
     from scheduler.core.options import OptionBatch
     from scheduler.core.table import LoserRule, OptionTable
 
-__all__ = ["busy_reason", "empty_codes", "pool_columns", "table_columns"]
+__all__ = [
+    "busy_reason",
+    "empty_codes",
+    "pool_columns",
+    "table_columns",
+    "table_columns_json",
+]
 
 # The binding fields: null (n_nodes 1, gpu_indices empty) on every row but the chosen one.
 _BOUND: tuple[tuple[str, Any], ...] = (
@@ -53,12 +60,136 @@ _BOUND: tuple[tuple[str, Any], ...] = (
 )
 # The list columns the chosen row's own option overrides (its reason is "", not a loser's).
 _CHOSEN_ROW = ("mig_profile", "capacity_gib", "runtime_s", "cost_usd", "fits_now", "reason")
+_BOUND_NAMES = frozenset(name for name, _ in _BOUND)
+
+
+#: Column templates kept per pool (:func:`table_columns`); cleared when this many are held.
+_MEMO_SIZE = 1024
 
 
 def table_columns(
     table: OptionTable, chosen: int | None, chosen_option: Option | None, rule: LoserRule
 ) -> dict[str, Any]:
-    """:meth:`OptionTable.columns`: the compact decision's ``option_columns``."""
+    """:meth:`OptionTable.columns`: the compact decision's ``option_columns``.
+
+    A queue of same-shaped jobs asks for the same columns again and again, apart from the
+    chosen option's binding: the rest is kept per pool under a key of everything it is built
+    from (:func:`_memo_key`), and each answer is a fresh copy with its own binding columns.
+    """
+    row = chosen_option.to_dict() if chosen is not None and chosen_option is not None else None
+    key = _memo_key(table, chosen, rule, row)
+    if key is None:
+        return _table_columns(table, chosen, row, rule)
+    memo: dict[tuple[Any, ...], dict[str, Any]] = table.pool._empty.setdefault("columns_memo", {})
+    tpl = memo.get(key)
+    if tpl is None:
+        cols = _table_columns(table, chosen, row, rule)
+        if len(memo) >= _MEMO_SIZE:
+            memo.clear()
+        memo[key] = {name: _copy(v) for name, v in cols.items()}
+        return cols
+    cols = {name: None if name in _BOUND_NAMES else _copy(v) for name, v in tpl.items()}
+    _bound_columns(cols, chosen, row, len(table))
+    return cols
+
+
+#: What orjson is called with wherever a stored record is written (service.store.records.dumps).
+_ORJSON_OPTS = orjson.OPT_SERIALIZE_NUMPY
+
+
+def table_columns_json(
+    table: OptionTable, chosen: int | None, chosen_option: Option | None, rule: LoserRule
+) -> bytes:
+    """``orjson.dumps(table_columns(...))``, byte for byte, from JSON fragments kept per pool
+    under :func:`_memo_key`: a template hit encodes only the binding columns."""
+    row = chosen_option.to_dict() if chosen is not None and chosen_option is not None else None
+    key = _memo_key(table, chosen, rule, row)
+    if key is None:
+        return orjson.dumps(_table_columns(table, chosen, row, rule), option=_ORJSON_OPTS)
+    memo: dict[tuple[Any, ...], tuple[tuple[str, bytes, bytes | None], ...]]
+    memo = table.pool._empty.setdefault("columns_json_memo", {})
+    parts = memo.get(key)
+    if parts is None:
+        cols = _table_columns(table, chosen, row, rule)
+        parts = tuple(
+            (
+                name,
+                b'"' + name.encode() + b'":',
+                None if name in _BOUND_NAMES else orjson.dumps(v, option=_ORJSON_OPTS),
+            )
+            for name, v in cols.items()
+        )
+        if len(memo) >= _MEMO_SIZE:
+            memo.clear()
+        memo[key] = parts
+    bound: dict[str, Any] = {}
+    _bound_columns(bound, chosen, row, len(table))
+    return (
+        b"{"
+        + b",".join(
+            head + (orjson.dumps(bound[name], option=_ORJSON_OPTS) if frag is None else frag)
+            for name, head, frag in parts
+        )
+        + b"}"
+    )
+
+
+def _copy(v: Any) -> Any:
+    """A column, copied down to its scalars (a list of scalars, or ``{"runs": [[v, n]]}``)."""
+    if type(v) is list:
+        return list(v)
+    return {"runs": [list(r) for r in v["runs"]]}
+
+
+def _memo_key(
+    table: OptionTable, chosen: int | None, rule: LoserRule, row: dict[str, Any] | None
+) -> tuple[Any, ...] | None:
+    """Everything the columns but the binding ones are built from, or None where they read
+    more of the state than its per-type summaries (a CPU or memory shortfall, a gang)."""
+    if table.host_short is not no_short(table.pool) or table.gang.any():
+        return None
+    req, now, sel = table.request, table.now, table.node_ok
+    return (
+        chosen,
+        rule,
+        None if row is None else tuple(row[name] for name in _CHOSEN_ROW),
+        req.n_gpus,
+        req.gpu,
+        req.node_selector,
+        table.ask,
+        table.why_excluded,
+        None if sel is None else sel.tobytes(),
+        req.vram_gib.tobytes(),
+        req.vram_upper_gib.tobytes(),
+        now.type_max_node_free.tobytes(),
+        now.type_shared_free_mib.tobytes(),
+        *(getattr(table, name).tobytes() for name in _ROW_KEYS),
+    )
+
+
+#: The table's per-class arrays the columns read (the state's part is ``fits_now``).
+_ROW_KEYS = (
+    "fits_now",
+    "need_mib",
+    "cost",
+    "runtime",
+    "fits_empty",
+    "empty_code",
+    "finite",
+    "pinned_ok",
+    "allowed",
+    "kind_ok",
+    "cap_ok",
+    "empty_room",
+    "host_empty",
+    "sel_ok",
+)
+
+
+def _table_columns(
+    table: OptionTable, chosen: int | None, row: dict[str, Any] | None, rule: LoserRule
+) -> dict[str, Any]:
+    """The columns, built from the table (``row``: the chosen option's dict)."""
     pool = table.pool
     k = len(table)
     req = table.request
@@ -86,7 +217,17 @@ def table_columns(
         "fits_empty": table.fits_empty.tolist(),
         "reason": _reasons(table, chosen, rule),
     }
-    row = chosen_option.to_dict() if chosen is not None and chosen_option is not None else None
+    _bound_columns(cols, chosen, row, k)
+    if row is not None and chosen is not None:
+        for name in _CHOSEN_ROW:
+            cols[name][chosen] = row[name]
+    return cols
+
+
+def _bound_columns(
+    cols: dict[str, Any], chosen: int | None, row: dict[str, Any] | None, k: int
+) -> None:
+    """The binding columns: unbound on every row but the chosen one."""
     for name, default in _BOUND:
         v = default if row is None else row[name]
         fill = [] if name == "gpu_indices" else default
@@ -99,10 +240,6 @@ def table_columns(
         if chosen + 1 < k:
             spots.append([[] if name == "gpu_indices" else default, k - chosen - 1])
         cols[name] = {"runs": spots}
-    if row is not None and chosen is not None:
-        for name in _CHOSEN_ROW:
-            cols[name][chosen] = row[name]
-    return cols
 
 
 def _by_type(values: list[float], by_type: tuple[tuple[int, int], ...]) -> list[list[Any]]:

@@ -91,7 +91,19 @@ class GreedyPolicy(Policy):
             "backfill": self.backfill if backfill is None else backfill,
             "strict_fifo": self.strict_fifo if strict_fifo is None else strict_fifo,
         }
+        if batch is None:
+            batch = self.given_rows(tick, 0, len(tick.pending))
         return _QueueWalk(self, tick, batch=batch, **knobs).run()
+
+    def given_rows(self, tick: Tick, lo: int, hi: int) -> OptionBatch | None:
+        """Rows ``lo:hi`` of the batch the caller built for ``tick.pending`` (a fresh view,
+        equal to :meth:`batch` of those jobs), where this policy's batch has the default
+        knobs; None otherwise (the walk builds its own)."""
+        if tick.batch is None or type(self).batch is not GreedyPolicy.batch:
+            return None
+        if self.select != "pack":  # OptionBatch's default: the caller's batch has it
+            return None
+        return tick.batch.rows(lo, hi)
 
 
 class _QueueWalk:
@@ -158,7 +170,8 @@ class _QueueWalk:
         if self.blocked_by is not None:
             why = f"waiting behind {self.blocked_by} (first in, first out)"
             return pending_from_batch(batch, i, state, policy=name, now_s=now_s, reason=why)
-        key = batch.fit_key(i)
+        # Only asked for once some key did not fit (the usual uncontended queue never asks).
+        key = batch.fit_key(i) if self.no_fit else None
         if key in self.no_fit and (not self.backfill or self.reserve_tried):
             # What the check below would answer, without the check (see ``no_fit``).
             if self.fifo:
@@ -174,7 +187,7 @@ class _QueueWalk:
             fits = batch.fits_now_any(i, state)
         self.seen_version = state.version
         if not fits:
-            self.no_fit.add(key)
+            self.no_fit.add(batch.fit_key(i) if key is None else key)
         if not fits and (not self.backfill or self.reserve_tried):
             if self.fifo:
                 self.blocked_by = req.job_id

@@ -86,12 +86,13 @@ class RightSizePolicy(GreedyPolicy):
     def decide(self, tick: Tick) -> list[Decision]:
         pending, state, now_s = tick.pending, tick.state, tick.now_s
         if self.lookahead == 0 or self.wait_for_cheaper or len(pending) < 2:
-            return self._greedy(tick, pending, state, backfill=self.backfill)
+            given = self.given_rows(tick, 0, len(pending))
+            return self._greedy(tick, pending, state, backfill=self.backfill, batch=given)
         # A: the queue prefix that starts now, each job on its cheapest option in queue order.
         # Bursts whose prefix exceeds repack_max_jobs skip the repack (bounded extra work).
         first = state.copy()
         head = pending[: self.repack_max_jobs]
-        head_batch = self.batch(head, state.pool)
+        head_batch = self.given_rows(tick, 0, len(head)) or self.batch(head, state.pool)
         a = self._greedy(tick, head, first, backfill=False, strict_fifo=True, batch=head_batch)
         n_prefix = next((k for k, d in enumerate(a) if d.state != "placed"), len(a))
         window = list(range(min(len(head), n_prefix + self.lookahead)))
@@ -136,7 +137,8 @@ class RightSizePolicy(GreedyPolicy):
             repacked = repacked or moved
         if not repacked:
             # Nothing beat queue order: plain greedy with backfill, as without lookahead.
-            return self._greedy(tick, pending, state, backfill=self.backfill)
+            given = self.given_rows(tick, 0, len(pending))
+            return self._greedy(tick, pending, state, backfill=self.backfill, batch=given)
         # C: the window's placements stand; the rest of the queue goes on from there.
         rest = [r for r in pending if r.job_id not in placed]
         c_by_id = {d.job_id: d for d in self._greedy(tick, rest, trial, backfill=self.backfill)}
@@ -157,7 +159,10 @@ class RightSizePolicy(GreedyPolicy):
             end = now_s + (opt.runtime_s if opt.runtime_s is not None else math.inf)
             live.append(RunningJob(d.job_id, opt, now_s, end))
         rest_tick = Tick(tick.pending, first, now_s, live)
-        rest = self._greedy(rest_tick, tick.pending[len(head) :], first, backfill=self.backfill)
+        batch = self.given_rows(tick, len(head), len(tick.pending))
+        rest = self._greedy(
+            rest_tick, tick.pending[len(head) :], first, backfill=self.backfill, batch=batch
+        )
         state.adopt(first)
         return [*head, *rest]
 

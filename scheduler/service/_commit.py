@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from scheduler.core.decision import Decision, Option
+from scheduler.core.decision import Decision, Option, option_label
 from scheduler.core.pool import MIB_PER_GIB, MILLI_PER_CPU, Pool, gib_to_mib_ceil
 from scheduler.service.events import event
 from scheduler.service.store.keys import queue_name, rq_job_id
@@ -326,11 +326,22 @@ def commit_chunks(
     return results
 
 
+_OPTION_KEYS = frozenset(f for f in Option.__dataclass_fields__ if not f.startswith("_"))
+_KINDS = frozenset(KIND_CODE)
+
+
 def _runner_up_line(rec: PlacementRecord) -> str | None:
     ru = rec.runner_up
     if ru is None:
         return None
-    return f"{Option.from_dict(ru).label}: {ru.get('reason', '')}"
+    if ru.keys() == _OPTION_KEYS and ru["kind"] in _KINDS:
+        # What Option.to_dict wrote (every field, a known kind): the label straight from it.
+        label = option_label(
+            ru["kind"], ru["gpu_type"], ru["mig_profile"], ru["n_gpus"], ru["n_nodes"]
+        )
+    else:
+        label = Option.from_dict(ru).label  # anything else is checked (and refused) as before
+    return f"{label}: {ru.get('reason', '')}"
 
 
 def job_meta(rec: PlacementRecord) -> dict[str, Any]:

@@ -54,6 +54,7 @@ capacity sync in :mod:`scheduler.service._housekeeping`, what follows a commit i
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import math
@@ -76,7 +77,7 @@ from scheduler.service._commit import (
     commit_chunks,
     placement_record,
 )
-from scheduler.service._intake import InvalidRecord, decode_engine, decode_request
+from scheduler.service._intake import InvalidRecord, RequestDecoder, decode_engine
 from scheduler.service._settle import _Settle
 from scheduler.service._state import _Known
 from scheduler.service._takeover import _Leadership, _new_token
@@ -166,6 +167,8 @@ class SchedulerService(_Leadership, _Settle):
         self._recovered_at = -math.inf
         self._recover_cursor = 0
         self.core = SchedulerCore(pool.state(), self.policy)
+        # Pending records decoded once per distinct request text (a burst of identical jobs).
+        self._decode = RequestDecoder(pool)
         self.is_leader = False
         self._capver = -1
         self._known: dict[str, _Known] = {}
@@ -179,6 +182,20 @@ class SchedulerService(_Leadership, _Settle):
     # -- one iteration ------------------------------------------------------------------------
 
     def step(self) -> StepStats:
+        """One iteration (see the module doc), with the cyclic garbage collector paused: a
+        step holds thousands of decisions and option tables at once, and every collection
+        inside it scanned them all. What a step frees is freed by reference counting as
+        always; cycles wait for the collector's next run, after the step."""
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            return self._step()
+        finally:
+            if paused:
+                gc.enable()
+
+    def _step(self) -> StepStats:
         stats = StepStats()
         if not self._lead():
             return stats
@@ -297,7 +314,9 @@ class SchedulerService(_Leadership, _Settle):
             st, attempt, submitted, reserved, raw, engine_raw, hist_raw = row[:7]
             spec = row[7] if with_spec else None
             try:
-                req = decode_request(self.pool, jid, st, attempt, submitted, reserved, raw)
+                if self._decode.pool is not self.pool:
+                    self._decode = RequestDecoder(self.pool)
+                req = self._decode(jid, st, attempt, submitted, reserved, raw)
                 engine = decode_engine(engine_raw)
                 req, method = self.history.answer(jid, req, attempt, spec, hist_raw)
             except InvalidRecord as exc:
@@ -336,7 +355,8 @@ class SchedulerService(_Leadership, _Settle):
                 simulated=self.simulated,
                 engine=known.engine,
             )
-            decision_json = dumps(d.to_dict(compact=True))
+            raw = d.compact_json()
+            decision_json = dumps(d.to_dict(compact=True)) if raw is None else raw.decode()
             commits.append(build_commit(rec, known.attempt, decision_json))
             records.append(rec)
         results = commit_chunks(

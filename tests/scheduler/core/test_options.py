@@ -225,3 +225,31 @@ def test_batch_row_slices_equal_the_batch_of_those_jobs() -> None:
             for name in ("fits_now", "fits_empty", "cost", "need_mib", "host_exact", "gang"):
                 np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
             assert a.cheapest_empty == b.cheapest_empty
+
+
+def test_runner_up_is_the_best_of_the_rest() -> None:
+    """OptionTable.runner_up reads the winner's ranking instead of sorting again: the same
+    class as ranking every class that fits now but the winner, for every winner and keys."""
+    from scheduler.core.synthetic import synthetic_pool
+
+    pool = synthetic_pool(256, seed=2)
+    state = pool.state()
+    reqs = [flat_request(f"j{k}", 6.0 + 9 * (k % 9), 1 + (k % 3)) for k in range(90)]
+    batch = OptionBatch(reqs, pool)
+    checked = 0
+    for i in range(len(reqs)):
+        table = batch.table(i, state)
+        for keys in (table.cost_keys(), (table.cost,), (-table.size_mib(), table.cost)):
+            for chosen in [table.best(keys, table.fits_now), *np.flatnonzero(table.fits_now)]:
+                if chosen is None:
+                    continue
+                others = table.fits_now.copy()
+                others[chosen] = False
+                want = OptionTable.best(table, keys, others)
+                table.best(keys, table.fits_now)  # the ranking runner_up reads
+                assert table.runner_up(keys, int(chosen)) == want
+                checked += 1
+        c = table.best(table.cost_keys(), table.fits_now)
+        if c is not None and i % 2:
+            state.allocate(table.option(c, table.bind(c, state)), reqs[i].job_id)
+    assert checked > 200

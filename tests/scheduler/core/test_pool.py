@@ -197,6 +197,45 @@ def test_adopt_keeps_the_summary_equal_to_a_recount() -> None:
         assert np.array_equal(getattr(got, f), getattr(want, f)), f
 
 
+def test_incremental_summary_equals_a_recount_across_kinds() -> None:
+    """The shared and MIG parts recount only the nodes touched since the last summary (the
+    whole part those since its own last count): after every allocation and release of any
+    kind, every figure equals a full recount from the arrays."""
+    pool = synthetic_pool(256, seed=1)
+    state = pool.state()
+    state.summary()
+    placed: list[str] = []
+    for k in range(120):
+        if k % 9 == 8 and placed:
+            state.release(placed.pop(k % len(placed)))
+        else:
+            opts = [o for o in enumerate_options(_req(f"j{k}", 8.0 + (k % 5) * 7), state)]
+            fits = [o for o in opts if o.fits_now]
+            if not fits:
+                continue
+            o = fits[k % len(fits)]  # every kind in turn, not only the cheapest
+            state.allocate(o, f"j{k}")
+            placed.append(f"j{k}")
+        if k % 3:
+            continue  # several changes between two summaries, too
+        fresh = state.copy()
+        fresh._summary, fresh._touched, fresh._since = None, None, None
+        got, want = state.summary(), fresh.summary()
+        for f in (
+            "node_free",
+            "type_max_node_free",
+            "type_shared_free_mib",
+            "class_avail",
+            "mig_avail",
+            "class_supply",
+            "shared_node_free_mib",
+        ):
+            a, b = getattr(got, f), getattr(want, f)
+            if f == "node_free":  # only whole-serving nodes' idle counts are ever read
+                a, b = a[pool.node_whole], b[pool.node_whole]
+            assert np.array_equal(a, b), (k, f)
+
+
 def test_synthetic_pool_is_seeded_and_sized() -> None:
     a = synthetic_pool(1024, seed=3)
     b = synthetic_pool(1024, seed=3)
@@ -258,3 +297,43 @@ def test_allocate_release_is_an_exact_inverse(
         state.assert_consistent()
     assert _snapshot(state) == empty
     assert np.all(state.free_mib == pool.capacity_mib)
+
+
+def test_release_many_leaves_the_state_of_one_by_one_releases() -> None:
+    """Backfill's search releases thousands of jobs from copies of a state at once: every
+    array, the version, the summary's bookkeeping and the allocations come out as releasing
+    them one by one, in order, leaves them."""
+    from scheduler.core._release import release_many
+
+    pool = synthetic_pool(256, seed=4)  # whole, MIG and shared GPUs
+    state = pool.state()
+    state.summary()
+    jobs: list[str] = []
+    for k in range(150):
+        opts = [o for o in enumerate_options(_req(f"j{k}", 5.0 + (k % 7) * 11, 1 + k % 3), state)]
+        fits = [o for o in opts if o.fits_now]
+        if fits:
+            state.allocate(fits[k % len(fits)], f"j{k}")
+            jobs.append(f"j{k}")
+    state.summary()
+    assert {state._allocs[j].kind for j in jobs} == {0, 1, 2}
+    for some in (jobs[::3], jobs[5:60], jobs, []):
+        a, b = state.copy(), state.copy()
+        for j in some:
+            a.release(j)
+        release_many(b, some)
+        assert _snapshot(a) == _snapshot(b)
+        for name in ("node_cpu_milli", "node_host_mib", "node_over"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        assert list(a._allocs) == list(b._allocs) and a.version == b.version
+        assert (a._dirty, a._touched, a._since, a._over_changed) == (
+            b._dirty,
+            b._touched,
+            b._since,
+            b._over_changed,
+        )
+        sa, sb = a.summary(), b.summary()
+        for f in ("node_free", "class_supply", "mig_avail", "type_shared_free_mib"):
+            assert np.array_equal(getattr(sa, f), getattr(sb, f)), f
+    with pytest.raises(PlacementError, match="holds nothing"):
+        release_many(state.copy(), [jobs[0], "nobody"])

@@ -135,3 +135,40 @@ def test_malformed_runs_are_refused_with_the_column() -> None:
     # A runs column expands to one fresh value per row.
     rows = expand_runs(stored["option_columns"])["gpu_indices"]
     assert len(rows) == n and len({id(r) for r in rows}) == n
+
+
+def test_same_shaped_jobs_store_the_columns_their_options_give() -> None:
+    """A queue of identical jobs fills one class after another: their columns come from the
+    per-pool template (all but the binding), each equal to the columns of the decision's own
+    options, and each a fresh copy (changing one stored record changes no other)."""
+    jobs = [flat_request(f"j{i}", 9.0) for i in range(12)]
+    decided = list(_decide(*jobs, flat_request("big", 60.0, 2)).values())
+    assert sum(d.state == "placed" for d in decided) >= 8
+    got = [json.loads(json.dumps(d.to_dict(compact=True)["option_columns"])) for d in decided]
+    for d in decided:  # every answer from here on is the template's
+        again = d.to_dict(compact=True)["option_columns"]
+        again["reason"][0] = "changed"
+        again["gpu_type"]["runs"][0][1] = -1
+    for d, want in zip(decided, got, strict=True):
+        assert d.to_dict(compact=True)["option_columns"] == want, d.job_id
+        full = Decision(d.job_id, d.policy, d.state, d.options, d.chosen, d.reason, d.runner_up)
+        assert full.to_dict(compact=True)["option_columns"] == want, d.job_id
+
+
+def test_compact_json_is_the_stored_record_byte_for_byte() -> None:
+    """The leader writes Decision.compact_json (columns from JSON templates): the very bytes
+    the store's dumps writes for to_dict(compact=True), templated or not."""
+    from scheduler.service.store.records import dumps
+
+    jobs = [flat_request(f"j{i}", 9.0) for i in range(12)]
+    decided = list(_decide(*jobs, flat_request("big", 60.0, 2)).values())
+    for _ in range(2):  # the second pass answers every job from the templates
+        for d in decided:
+            raw = d.compact_json()
+            assert raw is not None and raw.decode() == dumps(d.to_dict(compact=True)), d.job_id
+    pending = _filled(10)
+    assert all(
+        d.compact_json() is None
+        for d in _decide(flat_request("p", 9.0), core=pending).values()
+        if d.state != "placed"
+    )

@@ -103,6 +103,8 @@ local function check(job, expected, raw)
 end
 
 local ok = {}
+-- Touched GPUs and nodes in first-touch order (the chunk's counters are written once each).
+local gpu_order, node_order = {}, {}
 for j = 1, n do
   local b = 4 + (j - 1) * 5
   local job = ARGV[b + 1]
@@ -112,10 +114,12 @@ for j = 1, n do
   else
     seen_job[job] = true
     for _, node in ipairs(a.nodes) do
+      if d_cpu[node] == nil then node_order[#node_order + 1] = node end
       d_cpu[node] = (d_cpu[node] or 0) + a.cpu_milli
       d_host[node] = (d_host[node] or 0) + a.host_mib
     end
     for _, g in ipairs(a.gpus) do
+      if d_used[g] == nil then gpu_order[#gpu_order + 1] = {g, a.kind} end
       d_used[g] = (d_used[g] or 0) + a.used_mib
       if a.kind == 1 then d_mig[g] = bit.bor(d_mig[g] or 0, a.mig_mask) end
       if a.kind == 2 then d_shared[g] = (d_shared[g] or 0) + 1 end
@@ -123,15 +127,43 @@ for j = 1, n do
     ok[#ok + 1] = {j, b, a}
   end
 end
-for _, item in ipairs(ok) do
-  local j, b, a = item[1], item[2], item[3]
+if #ok == 0 then return out end
+-- What add_alloc(a, 1) of every committed job adds, summed per counter: the same counters
+-- (every figure was checked in range above, so no sum overflows), one write each.
+for _, node in ipairs(node_order) do
+  redis.call('HINCRBY', gk, 'n' .. node .. ':cpu', string.format('%d', d_cpu[node]))
+  redis.call('HINCRBY', gk, 'n' .. node .. ':host', string.format('%d', d_host[node]))
+end
+for _, entry in ipairs(gpu_order) do
+  local g, kind = entry[1], entry[2]
+  local p = g .. ':'
+  redis.call('HINCRBY', gk, p .. 'used', string.format('%d', d_used[g]))
+  if kind == 1 then
+    local m = tonumber(redis.call('HGET', gk, p .. 'mig') or '0')
+    redis.call('HSET', gk, p .. 'mig', string.format('%d', bit.bor(m, d_mig[g])))
+  elseif kind == 2 then
+    redis.call('HINCRBY', gk, p .. 'shared', d_shared[g])
+  end
+end
+local jobs = {}
+for k, item in ipairs(ok) do
+  local b, a = item[2], item[3]
   local job = ARGV[b + 1]
-  add_alloc(a, 1)
+  jobs[k] = job
   redis.call('HSET', P .. ':allocs', job, ARGV[b + 3])
   redis.call('HSET', P .. ':job:' .. job, 'attempt', a.attempt, 'placement', ARGV[b + 4],
-             'decision', ARGV[b + 5], 'updated_at', now)
-  redis.call('ZREM', P .. ':pending', job)
-  set_state(job, 'pending', 'placed')
-  out[j] = 'ok:' .. redis.call('INCR', P .. ':capver')
+             'decision', ARGV[b + 5], 'updated_at', now, 'state', 'placed')
+end
+-- set_state(job, 'pending', 'placed') and the pending index, for the chunk at once.
+for s = 1, #jobs, 1000 do
+  local part = {unpack(jobs, s, math.min(s + 999, #jobs))}
+  redis.call('ZREM', P .. ':pending', unpack(part))
+  redis.call('SREM', P .. ':state:pending', unpack(part))
+  redis.call('SADD', P .. ':state:placed', unpack(part))
+end
+-- One capacity version per committed job, in chunk order, as one INCR each would number them.
+local last = redis.call('INCRBY', P .. ':capver', #ok)
+for k, item in ipairs(ok) do
+  out[item[1]] = 'ok:' .. (last - #ok + k)
 end
 return out
