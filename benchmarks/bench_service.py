@@ -17,7 +17,9 @@ the same spec), so the figures are the client's Redis path and the scheduler, no
    of a separate scheduler process after several steps. Goal <= 300 MB.
 
 Writes ``benchmarks/results/service.json``. Run: ``.venv/bin/python benchmarks/bench_service.py``
-(``--quick`` for a smaller run). The machine's load is recorded with the results.
+(``--quick`` for a smaller run; ``--only latency`` (repeatable: ``throughput``, ``latency``,
+``rss``) runs only those parts, beside the redis reference, and writes
+``service_<parts>.json`` instead). The machine's load is recorded with the results.
 """
 
 from __future__ import annotations
@@ -250,19 +252,27 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--pending", type=int, default=100_000)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--only",
+        action="append",
+        choices=["throughput", "latency", "rss"],
+        help="run only this part (repeatable); the redis reference always runs",
+    )
     args = ap.parse_args()
+    parts = set(args.only or ["throughput", "latency", "rss"])
     if args.quick:
         args.jobs, args.seconds, args.pending = 4000, 5.0, 20_000
     pool = synthetic_pool(8192, seed=0)
     with private_redis() as url:
-        results = {
-            "redis_reference": redis_reference(url),
-            "throughput": bench_throughput(url, args.jobs, pool),
-            "latency": bench_latency(url, args.rate, args.seconds, pool),
-            "rss": bench_rss(url, args.pending),
-        }
+        results: dict[str, Any] = {"redis_reference": redis_reference(url)}
+        if "throughput" in parts:
+            results["throughput"] = bench_throughput(url, args.jobs, pool)
+        if "latency" in parts:
+            results["latency"] = bench_latency(url, args.rate, args.seconds, pool)
+        if "rss" in parts:
+            results["rss"] = bench_rss(url, args.pending)
         ref = results["redis_reference"].get("set_per_s")
-        if ref:
+        if ref and "throughput" in results:
             results["throughput"]["ratio_to_redis_set"] = round(
                 results["throughput"]["jobs_per_s"] / ref, 5
             )
@@ -274,7 +284,9 @@ def main() -> None:
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "results": results,
     }
-    write_result("service.json", doc)
+    # A partial run must not overwrite the full run's file that the README cites.
+    name = "service.json" if args.only is None else f"service_{'_'.join(sorted(parts))}.json"
+    write_result(name, doc)
 
 
 if __name__ == "__main__":
