@@ -33,6 +33,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -88,19 +90,28 @@ def _same_shape_table_fn() -> Any:
     return table_fn
 
 
-def _submitter(url: str, n: int, batch: int, rate: float | None, offset: int) -> None:
+def _submitter(
+    url: str, n: int, batch: int, rate: float | None, offset: int, cpu: Any = None
+) -> None:
+    """Submit ``n`` jobs: in batches (``Client.submit_many``), or at ``rate`` jobs/s one
+    ``Client.submit`` each, on an absolute schedule (a late submit is not made up for by
+    waiting less later, it is caught up at once). ``cpu``: a shared double that gets this
+    process's CPU seconds (user + system) over the timed submits."""
     client = Client(url, table_fn=_same_shape_table_fn())
     client.submit_many([spec(10**9 + offset)])  # warm up outside the timing
+    c0 = time.process_time()
     if rate is None:
         for start in range(0, n, batch):
             client.submit_many([spec(offset + i) for i in range(start, min(n, start + batch))])
-        return
-    t0 = time.perf_counter()
-    for i in range(n):
-        wait = t0 + i / rate - time.perf_counter()
-        if wait > 0:
-            time.sleep(wait)
-        client.submit(spec(offset + i))
+    else:
+        t0 = time.perf_counter()
+        for i in range(n):
+            wait = t0 + i / rate - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            client.submit(spec(offset + i))
+    if cpu is not None:
+        cpu.value = time.process_time() - c0
 
 
 def _enqueued_at(store: RedisStore, ids: list[str]) -> dict[str, float]:
@@ -166,10 +177,21 @@ def bench_latency(url: str, rate: float, seconds: float, pool: Pool) -> dict[str
     svc = SchedulerService(store, pool, window=5000, poll_s=0.005, placement_lease_s=1e9)
     svc.step()
     n = int(rate * seconds)
-    proc = mp.Process(target=_submitter, args=(url, n, 1, rate, 0))
-    proc.start()
-    run_until_enqueued(svc, store, n + 1, timeout_s=seconds * 5 + 60, proc=proc)
-    proc.join()
+    cpu = mp.Value("d", float("nan"))
+    proc = mp.Process(target=_submitter, args=(url, n, 1, rate, 0, cpu))
+    redis0, leader0 = _redis_cpu_s(store), time.process_time()
+    with _gc_pauses() as gc_ms:
+        proc.start()
+        run_until_enqueued(svc, store, n + 1, timeout_s=seconds * 5 + 60, proc=proc)
+        proc.join()
+    # Where the two cores went: this machine runs the leader, the submitter and redis-server.
+    cpu_split = {
+        "submitter_cpu_ms_per_submit": round(cpu.value / n * 1000, 3),
+        "leader_cpu_ms_per_job": round((time.process_time() - leader0) / n * 1000, 3),
+        "redis_cpu_ms_per_job": round((_redis_cpu_s(store) - redis0) / n * 1000, 3),
+        "leader_gc_pause_ms_total": round(sum(gc_ms), 1),
+        "leader_gc_pause_ms_max": round(max(gc_ms, default=0.0), 1),
+    }
     ids = [j for j in store.job_ids() if j != f"b{10**9}"]
     rows = store.get_fields(ids, ["placement", "submitted_at"])
     enq = _enqueued_at(store, ids)
@@ -189,8 +211,36 @@ def bench_latency(url: str, rate: float, seconds: float, pool: Pool) -> dict[str
         "p99_ms": round(float(np.percentile(a, 99)), 2),
         "max_ms": round(float(a.max()), 2),
         "goal_p99_ms": 20,
+        **cpu_split,
         "load_avg_1m": _load(),
     }
+
+
+def _redis_cpu_s(store: RedisStore) -> float:
+    info = store.r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+@contextmanager
+def _gc_pauses() -> Iterator[list[float]]:
+    """The milliseconds of each garbage collection in this (the leader's) process meanwhile:
+    a long one stalls every job that arrives during it."""
+    import gc
+
+    out: list[float] = []
+    began = [0.0]
+
+    def cb(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+        else:
+            out.append((time.perf_counter() - began[0]) * 1000)
+
+    gc.callbacks.append(cb)
+    try:
+        yield out
+    finally:
+        gc.callbacks.remove(cb)
 
 
 def _load() -> float:
