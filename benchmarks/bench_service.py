@@ -74,11 +74,12 @@ def _same_shape_table_fn() -> Any:
     from scheduler.service.client import default_table_fn
 
     one = default_table_fn()([parse_spec(spec(0))])
+    fields = {f.name: getattr(one, f.name) for f in dataclasses.fields(one)}
 
     def table_fn(specs: Any) -> Any:
         n = len(specs)
         if n == 1:  # a one-job submit: the row as it is (its arrays are never written)
-            return dataclasses.replace(one, job_ids=(specs[0].id,))
+            return type(one)(**{**fields, "job_ids": (specs[0].id,)})
         rep: dict[str, Any] = {
             f.name: np.repeat(getattr(one, f.name), n, axis=0)
             for f in dataclasses.fields(one)
