@@ -107,40 +107,49 @@ class PredictionTable:
         fast path for bulk output: no per-object validation, the arrays are already checked.
         """
         cols = {name: k for k, name in enumerate(self.gpu_names)}
-
-        def r3(a: np.ndarray) -> Any:
-            return np.round(a, 3).tolist()
-
-        peak, upper = r3(self.peak_vram_gib), r3(self.peak_vram_upper_gib)
-        runtime, runtime_up = r3(self.runtime_s), r3(self.runtime_upper_s)
+        bkeys = list(self.breakdown_gib)
+        peak, upper, runtime, runtime_up, *bvals = _rounded_lists(
+            [
+                self.peak_vram_gib,
+                self.peak_vram_upper_gib,
+                self.runtime_s,
+                self.runtime_upper_s,
+                *self.breakdown_gib.values(),
+            ],
+            3,
+        )
         fits: Any = self.fits.tolist()
-        breakdown = {k: r3(v) for k, v in self.breakdown_gib.items()}
-        optional: dict[str, Any] = {
-            name: np.where(np.isnan(arr), np.nan, np.round(arr, 6)).tolist()
-            for name, arr in (
-                ("step_time_s", self.step_time_s),
-                ("ttft_s", self.ttft_s),
-                ("tpot_s", self.tpot_s),
+        breakdown = dict(zip(bkeys, bvals, strict=True))
+        optional = dict(
+            zip(
+                ("step_time_s", "ttft_s", "tpot_s"),
+                _rounded_lists([self.step_time_s, self.ttft_s, self.tpot_s], 6, floats=True),
+                strict=True,
             )
-        }
+        )
         for i, job_id in enumerate(self.job_ids):
             names = gpus_per_job[i] if gpus_per_job is not None else self.gpu_names
+            method = self.method[i]
+            fits_i, peak_i, upper_i = fits[i], peak[i], upper[i]
+            runtime_i, runtime_up_i = runtime[i], runtime_up[i]
+            breakdown_i = [(k, v[i]) for k, v in breakdown.items()]
+            optional_i = [(k, v[i]) for k, v in optional.items()]
             for name in names:
                 j = cols[name]
                 row: dict[str, Any] = {
                     "id": job_id,
                     "gpu": name,
-                    "fits": fits[i][j],
-                    "peak_vram_gib": peak[i][j],
-                    "peak_vram_upper_gib": upper[i][j],
-                    "breakdown_gib": {k: v[i][j] for k, v in breakdown.items()},
-                    "runtime_s": runtime[i][j],
-                    "runtime_upper_s": runtime_up[i][j],
+                    "fits": fits_i[j],
+                    "peak_vram_gib": peak_i[j],
+                    "peak_vram_upper_gib": upper_i[j],
+                    "breakdown_gib": {k: v[j] for k, v in breakdown_i},
+                    "runtime_s": runtime_i[j],
+                    "runtime_upper_s": runtime_up_i[j],
                 }
-                for key, vals in optional.items():
-                    v = vals[i][j]
+                for key, vals in optional_i:
+                    v = vals[j]
                     row[key] = None if v != v else v  # NaN -> null
-                row["method"] = self.method[i]
+                row["method"] = method
                 yield row
 
     def to_predictions(self, gpus_per_job: list[list[str]] | None = None) -> list[Prediction]:
@@ -178,3 +187,22 @@ def contract_rows(
     table = table_fn(specs, wanted)
     per_job = [[s.gpu] if s.gpu else list(names) for s in specs]
     return table.iter_dicts(per_job)
+
+
+def _rounded_lists(
+    arrays: Sequence[np.ndarray], decimals: int, *, floats: bool = False
+) -> list[Any]:
+    """``np.round(a, decimals).tolist()`` for each array (``floats``: as float64, NaN kept),
+    in one rounding pass when they share a shape and dtype: a one-job table's dozen tiny
+    arrays cost more in per-call numpy overhead than in arithmetic. Rounding is elementwise,
+    so stacking changes no value."""
+
+    def rounded(a: np.ndarray) -> np.ndarray:
+        r = np.round(a, decimals)
+        return np.where(np.isnan(a), np.nan, r) if floats else r
+
+    first = arrays[0]
+    if all(a.shape == first.shape and a.dtype == first.dtype for a in arrays):
+        out: list[Any] = rounded(np.array(arrays)).tolist()
+        return out
+    return [rounded(a).tolist() for a in arrays]

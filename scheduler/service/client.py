@@ -103,11 +103,10 @@ def build_records(
     for k, row in enumerate(table.iter_dicts()):
         per_job[k // len(table.gpu_names)][row["gpu"]] = row
     out: list[dict[str, str]] = []
-    vram = _catalogue_columns(table.peak_vram_gib, cols)
-    upper = _catalogue_columns(table.peak_vram_upper_gib, cols)
-    runtime = _catalogue_columns(table.runtime_s, cols)
-    runtime_up = _catalogue_columns(table.runtime_upper_s, cols)
-    busy = _catalogue_columns(table.busy_frac, cols) if table.busy_frac is not None else None
+    arrays = [table.peak_vram_gib, table.peak_vram_upper_gib, table.runtime_s]
+    arrays += [table.runtime_upper_s] + ([] if table.busy_frac is None else [table.busy_frac])
+    vram, upper, runtime, runtime_up, *rest = _catalogue_columns(arrays, cols)
+    busy = rest[0] if rest else None
     host_floor = host_floor_gib(specs)
     syncs = gradient_syncs(specs)
 
@@ -152,17 +151,21 @@ def build_records(
     return out
 
 
-def _catalogue_columns(a: np.ndarray, cols: Sequence[int]) -> list[list[float | None]]:
-    """``a`` (jobs, the table's GPU types) as one list per job over the whole catalogue, in
-    one vectorised pass: types the table lacks and inf/NaN become null."""
-    full = np.full((a.shape[0], len(cols)), np.nan)
-    for k, c in enumerate(cols):
-        if c >= 0:
-            full[:, k] = a[:, c]
-    rows: list[list[float | None]] = full.tolist()
+def _catalogue_columns(
+    arrays: Sequence[np.ndarray], cols: Sequence[int]
+) -> list[list[list[float | None]]]:
+    """Each of ``arrays`` (jobs, the table's GPU types) as one list per job over the whole
+    catalogue, in one vectorised pass for them all: types the table lacks and inf/NaN become
+    null."""
+    n = arrays[0].shape[0]
+    full = np.full((len(arrays), n, len(cols)), np.nan)
+    have = [k for k, c in enumerate(cols) if c >= 0]
+    if have:
+        full[:, :, have] = np.array(arrays, dtype=np.float64)[:, :, [cols[k] for k in have]]
+    out: list[list[list[float | None]]] = full.tolist()
     if not np.isfinite(full).all():
-        rows = [[x if math.isfinite(x) else None for x in r] for r in rows]  # type: ignore[arg-type]
-    return rows
+        out = [[[x if math.isfinite(x) else None for x in r] for r in a] for a in out]  # type: ignore[arg-type]
+    return out
 
 
 def _sync_figures(g: GradientSync) -> list[float | None]:

@@ -22,7 +22,7 @@ import orjson
 import redis
 
 from scheduler.exceptions import UnknownDependencyError
-from scheduler.service.store._resp import packer_kwargs
+from scheduler.service.store._resp import eval_direct, packer_kwargs
 from scheduler.service.store.durability import Durability, NotDurableError
 from scheduler.service.store.embedded import connect
 from scheduler.service.store.keys import DEFAULT_PREFIX, EVENTS_MAXLEN, LOG_CAP_BYTES, Keys
@@ -171,7 +171,7 @@ class RedisStore:
             pipe.execute_command("WAIT", d.replicas, d.timeout_ms)
             out, acked = pipe.execute()
         else:
-            out, acked = self._add(args=args), None
+            out, acked = eval_direct(self.r, self._add, args), None
         if out and out[0] == "exists":
             return None, [None if v is None else str(v) for v in out[1:]]
         if acked is not None and int(acked) < d.replicas:

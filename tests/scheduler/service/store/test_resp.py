@@ -55,3 +55,38 @@ def test_refuses_what_redis_py_refuses() -> None:
 def test_store_round_trips_through_the_packer(store: RedisStore) -> None:
     store.set_fields("j1", {"a": "ü" * 3, "b": "1"})
     assert store.get_fields(["j1"], ["a", "b", "c"]) == [["ü" * 3, "1", None]]
+
+
+def _record(job_id: str) -> dict[str, str]:
+    return {"id": job_id, "submitted_at": "1.0", "updated_at": "1.0", "attempt": "0"}
+
+
+def test_add_loads_the_script_when_the_server_lost_it(store: RedisStore) -> None:
+    """The direct EVALSHA of a one-job add falls back to redis-py's call, which loads it."""
+    store.r.script_flush()
+    assert store.add_new_jobs([_record("a")]) == ([True], [])
+    assert store.get_fields(["a"], ["state"]) == [["pending"]]
+
+
+def test_add_retries_the_ordinary_way_when_the_connection_fails(
+    store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import redis
+
+    conn = store.r.connection_pool.get_connection()
+    store.r.connection_pool.release(conn)
+    real = type(conn).send_command
+    calls = []
+
+    def broken_once(self: Any, *args: Any, **kw: Any) -> None:
+        calls.append(args[0])
+        if len(calls) == 1:
+            raise redis.ConnectionError("reset by peer")
+        real(self, *args, **kw)
+
+    monkeypatch.setattr(type(conn), "send_command", broken_once)
+    assert store.add_new_jobs([_record("b")]) == ([True], [])
+    assert len(calls) >= 2 and store.job_ids() == ["b"]
+    # An error reply raises, as it does from redis-py's own call.
+    with pytest.raises(redis.ResponseError):
+        store.add_new_jobs([{"id": "c", "submitted_at": "not a number"}])
