@@ -16,6 +16,8 @@ TINY_LLAMA: dict[str, Any] = {
     "intermediate_size": 128,
     "vocab_size": 1000,
 }
+#: The same body with every head its own KV head (plain multi-head attention).
+TINY_MHA: dict[str, Any] = {**TINY_LLAMA, "name": "tiny-mha", "n_kv_heads": 4}
 
 #: 70B in fp8, batch 1: ~70 GiB per GPU predicted at TP=1, so one H100 holds the prediction
 #: and a true peak above it OOMs (the OOM-escalation tests).

@@ -303,16 +303,7 @@ class Decision:
                 listed = _columns(opts)
                 encode_reasons(listed, self.chosen)
                 columns = encode_runs(listed)
-        out: dict[str, Any] = {
-            "job_id": self.job_id,
-            "policy": self.policy,
-            "state": self.state,
-            "options": options,
-            "chosen": self.chosen,
-            "reason": self.reason,
-            "runner_up": self.runner_up,
-            "time_s": self.time_s,
-        }
+        out = self._head(options)
         if compact:
             out["option_columns"] = columns
         return out
@@ -328,7 +319,12 @@ class Decision:
         for i in (self.chosen, self.runner_up):
             if i is not None and 0 <= i < n:
                 options[i] = self.option(i).to_dict()
-        head = {
+        raw = orjson.dumps(self._head(options), option=orjson.OPT_SERIALIZE_NUMPY)
+        return raw[:-1] + b',"option_columns":' + columns + b"}"
+
+    def _head(self, options: list[Any]) -> dict[str, Any]:
+        """The stored form's fields before ``option_columns``, in their stored order."""
+        return {
             "job_id": self.job_id,
             "policy": self.policy,
             "state": self.state,
@@ -338,8 +334,6 @@ class Decision:
             "runner_up": self.runner_up,
             "time_s": self.time_s,
         }
-        raw = orjson.dumps(head, option=orjson.OPT_SERIALIZE_NUMPY)
-        return raw[:-1] + b',"option_columns":' + columns + b"}"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Decision:

@@ -29,13 +29,18 @@ def _rows(source: str, n: int, measured: float) -> list:
     ]
 
 
-def test_each_source_is_bounded_by_the_other_sources_residuals_only() -> None:
-    ms = _rows("a", 40, 12.0) + _rows("b", 40, 15.0)
-    n = len(ms)
+def _predicted_10_gib(n: int) -> PredictedValues:
+    """A 10 GiB peak-VRAM point for each of ``n`` rows on one H100, nothing else predicted."""
     point = {m: np.full(n, np.nan) for m in METRICS}
     point["peak_vram_gib"] = np.full(n, 10.0)
     upper = {m: np.full(n, np.nan) for m in METRICS}
-    pv = PredictedValues(point, upper, ("H100-80GB",) * n)
+    return PredictedValues(point, upper, ("H100-80GB",) * n)
+
+
+def test_each_source_is_bounded_by_the_other_sources_residuals_only() -> None:
+    ms = _rows("a", 40, 12.0) + _rows("b", 40, 15.0)
+    n = len(ms)
+    pv = _predicted_10_gib(n)
     out = conformal_by_source(ms, pv, [True] * n).upper["peak_vram_gib"]
     # source a (under-predicted by 1.2x) gets b's 1.5x margin and vice versa
     assert out[:40] == pytest.approx(np.full(40, 15.0))
@@ -48,10 +53,7 @@ def test_source_weighting_counts_each_other_source_once() -> None:
     source-weighted it sees two sources, so c's margin (the largest of too few) sets b's."""
     ms = _rows("a", 40, 10.0) + _rows("b", 1, 15.0) + _rows("c", 1, 13.0)
     n = len(ms)
-    point = {m: np.full(n, np.nan) for m in METRICS}
-    point["peak_vram_gib"] = np.full(n, 10.0)
-    upper = {m: np.full(n, np.nan) for m in METRICS}
-    pv = PredictedValues(point, upper, ("H100-80GB",) * n)
+    pv = _predicted_10_gib(n)
     rows = conformal_by_source(ms, pv, [True] * n).upper["peak_vram_gib"]
     by_source = conformal_by_source(ms, pv, [True] * n, weighting="source")
     assert rows[40] == pytest.approx(10.0)  # rank ceil(42 x 0.95) = 40 of 41: a's

@@ -14,20 +14,12 @@ from predictor.spec import parse_spec  # noqa: E402
 from predictor.traced._fsdp import ROOT, UNSHARDED, uses_no_sync_accumulation  # noqa: E402
 from predictor.traced._step import run_trace  # noqa: E402
 from predictor.traced._summary import shard_factors, summarise  # noqa: E402
+from tests.jobs import TINY_MHA  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore")]
 
 L, H, NH, HD, FFN, V, R = 2, 64, 4, 16, 128, 1000, 4
-MHA: dict[str, Any] = {
-    "name": "tiny-mha",
-    "n_layers": L,
-    "hidden_size": H,
-    "n_heads": NH,
-    "n_kv_heads": NH,
-    "head_dim": HD,
-    "intermediate_size": FFN,
-    "vocab_size": V,
-}
+MHA: dict[str, Any] = TINY_MHA
 # q, k, v, o; gate, up, down; two RMSNorms; LoRA A and B on q and v
 LAYER = 4 * H * NH * HD + 3 * H * FFN + 2 * H + 2 * (R * H + NH * HD * R)
 SPEC: dict[str, Any] = {

@@ -15,20 +15,12 @@ from predictor.traced import _step  # noqa: E402
 from predictor.traced._build import build_meta_model  # noqa: E402
 from predictor.traced._litgpt import LM_HEAD_CHUNK, fuse_qkv_outputs, untie_head  # noqa: E402
 from predictor.traced._patches import ATTN_IMPLEMENTATION, install  # noqa: E402
+from tests.jobs import TINY_MHA  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore")]
 
 L, H, NH, HD, FFN, V = 2, 64, 4, 16, 128, 1000
-MHA: dict[str, Any] = {
-    "name": "tiny-mha",
-    "n_layers": L,
-    "hidden_size": H,
-    "n_heads": NH,
-    "n_kv_heads": NH,
-    "head_dim": HD,
-    "intermediate_size": FFN,
-    "vocab_size": V,
-}
+MHA: dict[str, Any] = TINY_MHA
 
 
 def _model(arch: dict[str, Any]) -> Any:

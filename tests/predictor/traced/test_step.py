@@ -13,20 +13,12 @@ pytest.importorskip("peft")
 from predictor.spec import parse_spec  # noqa: E402
 from predictor.traced._step import run_trace  # noqa: E402
 from predictor.traced._summary import summarise  # noqa: E402
+from tests.jobs import TINY_LLAMA  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.filterwarnings("ignore")]
 
 L, H, NH, KVH, HD, FFN, V = 2, 64, 4, 2, 16, 128, 1000
-TINY: dict[str, Any] = {
-    "name": "tiny-llama",
-    "n_layers": L,
-    "hidden_size": H,
-    "n_heads": NH,
-    "n_kv_heads": KVH,
-    "head_dim": HD,
-    "intermediate_size": FFN,
-    "vocab_size": V,
-}
+TINY: dict[str, Any] = TINY_LLAMA
 # q, k, v, o + gate, up, down per layer; 2 RMSNorms per layer, final norm; untied embed + head
 N_PARAMS = L * (H * NH * HD + 2 * H * KVH * HD + NH * HD * H + 3 * H * FFN + 2 * H) + H + 2 * V * H
 
@@ -204,6 +196,22 @@ def test_hf_trainer_adamw_makes_no_foreach_temporaries() -> None:
     assert peaks["other"] - peaks["hf"] >= n * 2 - 4 * H * FFN * 2
 
 
+def _tiny_lora(**kw: Any) -> Any:
+    """The tiny model's bf16-adapter LoRA step, batch 2 × 64 tokens, with ``kw`` on top."""
+    return parse_spec(
+        {
+            "model": TINY,
+            "task": "lora",
+            "batch_size": 2,
+            "seq_len": 64,
+            "lora_rank": 4,
+            "lora_target": "qv",
+            "adapter_dtype": "bf16",
+            **kw,
+        }
+    )
+
+
 def test_qv_lora_on_a_fused_qkv_model_adapts_the_fused_projection() -> None:
     """GPT-NeoX has one query_key_value linear: q/v LoRA adapts it, as LitGPT's fused
     LoRAQKVLinear does, so only adapter weights get gradients."""
@@ -235,18 +243,7 @@ def test_qv_lora_on_a_fused_qkv_model_adapts_the_fused_projection() -> None:
 
 
 def _lora_peak(**kw: Any) -> float:
-    spec = parse_spec(
-        {
-            "model": TINY,
-            "task": "lora",
-            "batch_size": 2,
-            "seq_len": 64,
-            "lora_rank": 4,
-            "lora_target": "qv",
-            "adapter_dtype": "bf16",
-            **kw,
-        }
-    )
+    spec = _tiny_lora(**kw)
     tl = run_trace(spec)
     return summarise(tl.events, tl.category, spec).allocated_gib * (1 << 30)
 
@@ -254,18 +251,7 @@ def _lora_peak(**kw: Any) -> float:
 def _saved_at_backward(**kw: Any) -> int:
     """Activation bytes alive when backward reaches the last decoder layer (everything the
     layers saved for it), in the first traced step."""
-    spec = parse_spec(
-        {
-            "model": TINY,
-            "task": "lora",
-            "batch_size": 2,
-            "seq_len": 64,
-            "lora_rank": 4,
-            "lora_target": "qv",
-            "adapter_dtype": "bf16",
-            **kw,
-        }
-    )
+    spec = _tiny_lora(**kw)
     tl = run_trace(spec)
     live: dict[int, int] = {}
     for op, h, n in tl.events:
