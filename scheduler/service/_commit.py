@@ -309,21 +309,46 @@ def build_commit(rec: PlacementRecord, expected_attempt: int, decision_json: str
 
 def commit_chunks(
     store: Store,
-    commits: Sequence[Commit],
+    n: int,
+    build: Callable[[int], Sequence[Commit]],
     token: str,
     still_leader: Callable[[], bool],
     *,
     fenced: bool = True,
-) -> list[str]:
-    """Commit in chunks of :data:`COMMIT_CHUNK` (one atomic script each), re-checking the
-    lease between chunks."""
+) -> tuple[list[str], Exception | None]:
+    """Commit ``n`` placements in chunks of :data:`COMMIT_CHUNK` (one atomic script each),
+    re-checking the lease between chunks; ``build(start)`` makes the chunk from ``start``.
+
+    A store with ``commit_send`` runs chunk k while the next chunk is built: the same scripts
+    in the same order, each answered (and the lease re-checked) before the next is sent.
+    Returns the answers of the chunks sent, in order, and what a build or a store call raised
+    (None when nothing did): the caller settles what committed before raising it, so no job
+    holds capacity without its RQ job because a later chunk failed."""
+    send = getattr(store, "commit_send", None)
     results: list[str] = []
-    for start in range(0, len(commits), COMMIT_CHUNK):
-        if start and not still_leader():
-            results += ["err:lease lost during commit"] * (len(commits) - start)
-            break
-        results += store.commit(commits[start : start + COMMIT_CHUNK], token, fenced=fenced)
-    return results
+    pending: Callable[[], list[str]] | None = None
+    lost = False
+    try:
+        for start in range(0, n, COMMIT_CHUNK):
+            chunk = build(start)
+            if pending is not None:
+                answers, pending = pending, None
+                results += answers()
+            if lost or (start and not still_leader()):
+                lost = True
+                results += ["err:lease lost during commit"] * len(chunk)
+            elif send is None:
+                results += store.commit(chunk, token, fenced=fenced)
+            else:
+                pending = send(chunk, token, fenced=fenced)
+        if pending is not None:
+            answers, pending = pending, None
+            results += answers()
+    except Exception as exc:
+        if pending is not None:
+            results += pending()
+        return results, exc
+    return results, None
 
 
 _OPTION_KEYS = frozenset(f for f in Option.__dataclass_fields__ if not f.startswith("_"))

@@ -73,6 +73,7 @@ from scheduler.exceptions import ServiceError
 from scheduler.policies.base import Policy
 from scheduler.policies.registry import get_policy
 from scheduler.service._commit import (
+    COMMIT_CHUNK,
     build_commit,
     commit_chunks,
     placement_record,
@@ -344,25 +345,38 @@ class SchedulerService(_Leadership, _Settle):
         policy = self.policy.name.value
         commits: list[Commit] = []
         records: list[PlacementRecord] = []
-        for d in placed:
-            known = self._known[d.job_id]
-            rec = placement_record(
-                self.pool,
-                d,
-                known.attempt + 1,
-                now=now,
-                policy=policy,
-                simulated=self.simulated,
-                engine=known.engine,
-            )
-            raw = d.compact_json()
-            decision_json = dumps(d.to_dict(compact=True)) if raw is None else raw.decode()
-            commits.append(build_commit(rec, known.attempt, decision_json))
-            records.append(rec)
-        results = commit_chunks(
-            self.store, commits, self.token, self._still_leader, fenced=self.leader_election
+
+        def build(start: int) -> list[Commit]:
+            for d in placed[start : start + COMMIT_CHUNK]:
+                known = self._known[d.job_id]
+                rec = placement_record(
+                    self.pool,
+                    d,
+                    known.attempt + 1,
+                    now=now,
+                    policy=policy,
+                    simulated=self.simulated,
+                    engine=known.engine,
+                )
+                raw = d.compact_json()
+                decision_json = dumps(d.to_dict(compact=True)) if raw is None else raw.decode()
+                commits.append(build_commit(rec, known.attempt, decision_json))
+                records.append(rec)
+            return commits[start:]
+
+        results, failed = commit_chunks(
+            self.store,
+            len(placed),
+            build,
+            self.token,
+            self._still_leader,
+            fenced=self.leader_election,
         )
-        return self._after_commit(placed, records, commits, results)
+        k = len(results)  # what was sent, and answered: settled even when a later chunk failed
+        out = self._after_commit(placed[:k], records[:k], commits[:k], results)
+        if failed is not None:
+            raise failed
+        return out
 
     # -- views --------------------------------------------------------------------------------
 

@@ -13,14 +13,14 @@ accepts or refuses is unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 from redis._parsers.encoders import Encoder
 from redis.utils import HIREDIS_AVAILABLE
 
-__all__ = ["FastRespPacker", "eval_direct", "packer_kwargs"]
+__all__ = ["FastRespPacker", "eval_direct", "eval_send", "packer_kwargs"]
 
 #: The packed command is handed over in pieces of about this size (redis-py sends each in
 #: turn). A 500-job commit is megabytes of arguments (each job's stored decision is kilobytes):
@@ -103,3 +103,31 @@ def eval_direct(client: redis.Redis, script: Any, args: Sequence[Any]) -> Any:
     finally:
         pool.release(conn)
     return script(args=args)
+
+
+def eval_send(client: redis.Redis, script: Any, args: Sequence[Any]) -> Callable[[], Any]:
+    """:func:`eval_direct` in two halves: the EVALSHA is sent now, on a connection of its own,
+    and the returned call reads its reply (call it exactly once), so the caller can work
+    while the server runs the script. A failed send or read, or a server without the script,
+    falls back as :func:`eval_direct` does (the call made again the ordinary way)."""
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    try:
+        conn.send_command("EVALSHA", script.sha, 0, *args)
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        conn.disconnect()
+        pool.release(conn)
+        return lambda: script(args=args)
+
+    def read() -> Any:
+        try:
+            return conn.read_response()
+        except redis.exceptions.NoScriptError:
+            pass
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            conn.disconnect()
+        finally:
+            pool.release(conn)
+        return script(args=args)
+
+    return read

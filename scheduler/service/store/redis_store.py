@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -22,7 +22,7 @@ import orjson
 import redis
 
 from scheduler.exceptions import UnknownDependencyError
-from scheduler.service.store._resp import eval_direct, packer_kwargs
+from scheduler.service.store._resp import eval_direct, eval_send, packer_kwargs
 from scheduler.service.store.durability import Durability, NotDurableError
 from scheduler.service.store.embedded import connect
 from scheduler.service.store.keys import DEFAULT_PREFIX, EVENTS_MAXLEN, LOG_CAP_BYTES, Keys
@@ -286,16 +286,27 @@ class RedisStore:
         token never passes. A script that fails as a whole (it should not: every value is
         checked before anything is written) answers ``err:`` for every job of the chunk.
         """
+        return self.commit_send(commits, token, fenced=fenced)()
+
+    def commit_send(
+        self, commits: Sequence[Commit], token: str, *, fenced: bool = True
+    ) -> Callable[[], list[str]]:
+        """:meth:`commit`, sent now; the returned call (once) waits for and reads its answers."""
         if not commits:
-            return []
+            return list
         args: list[Any] = [self.prefix, token, "1" if fenced else "0", _now()]
         for c in commits:
             args += [c.job_id, c.expected_attempt, c.alloc_json, c.placement_json, c.decision_json]
-        try:
-            got = self._commit(args=args)
-        except redis.ResponseError as exc:
-            return [f"err:commit failed: {str(exc)[:200]}"] * len(commits)
-        return [str(x) for x in got]
+        read = eval_send(self.r, self._commit, args)
+
+        def answers() -> list[str]:
+            try:
+                got = read()
+            except redis.ResponseError as exc:
+                return [f"err:commit failed: {str(exc)[:200]}"] * len(commits)
+            return [str(x) for x in got]
+
+        return answers
 
     # -- transitions --------------------------------------------------------------------------
 

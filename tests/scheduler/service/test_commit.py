@@ -261,3 +261,65 @@ def test_the_leader_rejects_a_job_whose_commit_is_malformed_and_places_the_rest(
     svc.step()
     svc.assert_consistent()
     assert_ledger_matches_allocations(store)
+
+
+def _chunked_leader(
+    store: RedisStore, small: Pool, monkeypatch: pytest.MonkeyPatch, n_jobs: int
+) -> SchedulerService:
+    """A leader whose commits go out two jobs per chunk (each chunk its own script call)."""
+    import scheduler.service._commit as commit_mod
+    import scheduler.service.leader as leader_mod
+
+    monkeypatch.setattr(commit_mod, "COMMIT_CHUNK", 2)
+    monkeypatch.setattr(leader_mod, "COMMIT_CHUNK", 2)
+    Client(store=store).submit_many([spec(i) for i in range(n_jobs)])
+    return SchedulerService(store, small)
+
+
+def test_chunks_sent_while_the_next_is_built_all_commit_and_enqueue(
+    store: RedisStore, small: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    svc = _chunked_leader(store, small, monkeypatch, 5)
+    assert svc.step().placed == 5
+    assert store.count("placed") == 5 and _holders_without_rq_job(store) == []
+    svc.assert_consistent()
+    assert_ledger_matches_allocations(store)
+
+
+def test_a_chunk_that_fails_to_build_leaves_the_sent_chunks_enqueued(
+    store: RedisStore, small: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunk k is in Redis while chunk k+1 is built: when that build raises, the step still
+    fails, but only after what committed is enqueued (no capacity held without an RQ job)."""
+    import scheduler.service.leader as leader_mod
+
+    svc = _chunked_leader(store, small, monkeypatch, 5)
+    real = leader_mod.build_commit
+    calls = []
+
+    def flaky(*a: object, **k: object) -> Commit:
+        calls.append(1)
+        if len(calls) == 3:  # the first job of the second chunk
+            raise RuntimeError("boom")
+        return real(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(leader_mod, "build_commit", flaky)
+    with pytest.raises(RuntimeError, match="boom"):
+        svc.step()
+    assert store.count("placed") == 2 and store.count("pending") == 3
+    assert _holders_without_rq_job(store) == []
+    assert_ledger_matches_allocations(store)
+
+
+def test_a_lease_lost_between_chunks_commits_nothing_after_it(
+    store: RedisStore, small: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    svc = _chunked_leader(store, small, monkeypatch, 5)
+    assert svc._lead()
+    monkeypatch.setattr(svc, "_still_leader", lambda: False)
+    now = time.time()
+    svc._ingest(now)
+    placed = [d for d in svc.core.tick(now) if d.state == "placed"]
+    assert len(placed) == 5
+    assert svc._commit(placed, now) == (2, 3)
+    assert store.count("placed") == 2 and _holders_without_rq_job(store) == []
