@@ -90,19 +90,10 @@ def eval_direct(client: redis.Redis, script: Any, args: Sequence[Any]) -> Any:
     The reply is what the wrapper returns (EVALSHA has no response callback), and an error
     reply raises as it does there. When the connection fails, or the server does not hold the
     script, the call is made again the ordinary way, with redis-py's retries and its script
-    loading: every script this serves is safe to repeat (``add.lua`` only adds new ids)."""
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    try:
-        conn.send_command("EVALSHA", script.sha, 0, *args)
-        return conn.read_response()
-    except redis.exceptions.NoScriptError:
-        pass
-    except (redis.ConnectionError, redis.TimeoutError, OSError):
-        conn.disconnect()
-    finally:
-        pool.release(conn)
-    return script(args=args)
+    loading, as redis-py's own retries would make it again (``add.lua`` only adds new ids; a
+    repeated ``commit.lua`` refuses the jobs it already placed as a stale attempt, and the
+    leader's enqueue check enqueues a placed job whose RQ job is missing)."""
+    return eval_send(client, script, args)()
 
 
 def eval_send(client: redis.Redis, script: Any, args: Sequence[Any]) -> Callable[[], Any]:
