@@ -61,19 +61,14 @@ def place(
     loser_reason: str = "ranked lower by this policy",
     by_cost: bool = True,
     binding: Binding | None = None,
-    ranked: np.ndarray | None = None,
 ) -> Decision:
-    """Bind ``chosen`` on ``state``, commit it, and return the ``placed`` Decision.
-
-    ``ranked``: ``OptionTable.ranked(keys(table), table.fits_now)`` when the caller has it
-    (the runner-up is then read from it when ``chosen`` heads it)."""
+    """Bind ``chosen`` on ``state``, commit it, and return the ``placed`` Decision (the
+    runner-up read from the table's :meth:`~OptionTable.best_by` ordering when it has one
+    for ``keys``)."""
     b = binding if binding is not None else table.bind(chosen, state)
     opt = table.option(chosen, b, reason="")
     state.allocate(opt, table.request.job_id)
-    if ranked is not None and int(ranked[0]) == chosen:
-        runner = table.runner_up_of(ranked, table.fits_now)
-    else:
-        runner = table.runner_up(keys(table), chosen)
+    runner = table.runner_up(keys, chosen)
 
     lazy = _PlacedThunks(table, chosen, opt, LoserRule(loser_reason, by_cost))
     return Decision(

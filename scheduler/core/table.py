@@ -4,7 +4,7 @@ bind."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,7 +146,7 @@ class OptionTable:
     _leftover: np.ndarray | None
     _first: np.ndarray | None
     # The last ranking of ``fits_now`` (the mask, keys and order), for runner_up.
-    _order: tuple[np.ndarray, tuple[np.ndarray, ...], np.ndarray] | None
+    _order: tuple[np.ndarray, Callable[..., Any], np.ndarray] | None
     _as_lists: tuple[list[Any], ...] | None
 
     def __init__(
@@ -232,10 +232,15 @@ class OptionTable:
 
     def best(self, keys: Sequence[np.ndarray], mask: np.ndarray) -> int | None:
         """Index minimising ``keys`` (lexsort order: last key is primary) among ``mask``."""
-        order = self.ranked(keys, mask)
-        if mask is self.fits_now:  # kept for runner_up, which reads the same ordering
-            self._order = (mask, tuple(keys), order)
-        return self.best_of(order, mask)
+        return self.best_of(self.ranked(keys, mask), mask)
+
+    def best_by(self, keys: Callable[[OptionTable], Sequence[np.ndarray]]) -> int | None:
+        """:meth:`best` of ``keys(self)`` among what fits now, its ordering kept for
+        :meth:`runner_up` (the commit reads the runner-up from it: no second sort, and the
+        keys as they were before the winner was allocated)."""
+        order = self.ranked(keys(self), self.fits_now)
+        self._order = (self.fits_now, keys, order)
+        return self.best_of(order, self.fits_now)
 
     @staticmethod
     def ranked(keys: Sequence[np.ndarray], mask: np.ndarray) -> np.ndarray:
@@ -249,25 +254,17 @@ class OptionTable:
         c = int(order[0])
         return c if mask[c] else None
 
-    @staticmethod
-    def runner_up_of(order: np.ndarray, mask: np.ndarray) -> int | None:
-        """:meth:`best` over ``mask`` without ``order[0]``, from :meth:`ranked`'s order over
-        ``mask`` (the stable sort keeps the others' order when the first leaves the group)."""
-        if order.size < 2:
-            return None
-        c = int(order[1])
-        return c if mask[c] else None
-
-    def runner_up(self, keys: Sequence[np.ndarray], chosen: int) -> int | None:
-        """``best(keys, fits_now without chosen)``: where ``chosen`` is what ``best(keys,
-        fits_now)`` answered, the next class of that same ordering (the order is total, so
-        taking the winner out moves no other class), without sorting again."""
+    def runner_up(
+        self, keys: Callable[[OptionTable], Sequence[np.ndarray]], chosen: int
+    ) -> int | None:
+        """``best(keys(self), fits_now without chosen)``. Where ``chosen`` is what
+        :meth:`best_by` with the same ``keys`` answered, the next class of that ordering (the
+        sort is stable, so taking the winner out moves no other class)."""
         got = self._order
         if (
             got is not None
             and got[0] is self.fits_now
-            and len(got[1]) == len(keys)
-            and all(a is b for a, b in zip(got[1], keys, strict=True))
+            and got[1] == keys
             and int(got[2][0]) == chosen
             and self.fits_now[chosen]
         ):
@@ -278,7 +275,7 @@ class OptionTable:
             return r if self.fits_now[r] else None
         others = self.fits_now.copy()
         others[chosen] = False
-        return self.best(keys, others)
+        return self.best(keys(self), others)
 
     def cost_keys(self) -> tuple[np.ndarray, ...]:
         return (self.size_mib(), self.cost)
@@ -286,7 +283,7 @@ class OptionTable:
     def cheapest(self, *, now: bool = True) -> int | None:
         if not now:
             return self.cheapest_empty
-        return self.best(self.cost_keys(), self.fits_now)
+        return self.best_by(OptionTable.cost_keys)
 
     def _lists(self) -> tuple[list[Any], ...]:
         """The per-class arrays :meth:`reason` reads, as lists (read once per table: a stored

@@ -145,13 +145,9 @@ class _QueueWalk:
         # OptionBatch.fit_key of the jobs that did not fit: the walk's state only takes
         # allocations, so a later job with the same key does not fit either.
         self.no_fit: set[tuple[object, ...]] = set()
-        # The table the last pick ranked and its order (the commit reads its runner-up).
-        self.last_ranked: tuple[OptionTable | None, np.ndarray | None] = (None, None)
 
     def pick(self, table: OptionTable) -> int | None:
-        order = table.ranked(self.policy.keys(table), table.fits_now)
-        self.last_ranked = (table, order)
-        return table.best_of(order, table.fits_now)
+        return table.best_by(self.policy.keys)
 
     def probe_for(self, i: int) -> Probe:
         def f(s: PoolState) -> tuple[OptionTable, int | None]:
@@ -297,7 +293,6 @@ class _QueueWalk:
             loser_reason=policy.loser_reason,
             by_cost=policy.by_cost,
             binding=binding,
-            ranked=self.last_ranked[1] if self.last_ranked[0] is table else None,
         )
         opt = state.option_of(req.job_id)
         d.reason = policy.chosen_reason(opt) + note

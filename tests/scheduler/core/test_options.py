@@ -239,14 +239,15 @@ def test_runner_up_is_the_best_of_the_rest() -> None:
     checked = 0
     for i in range(len(reqs)):
         table = batch.table(i, state)
-        for keys in (table.cost_keys(), (table.cost,), (-table.size_mib(), table.cost)):
-            for chosen in [table.best(keys, table.fits_now), *np.flatnonzero(table.fits_now)]:
+        by_cost = OptionTable.cost_keys
+        for keys in (by_cost, lambda t: (t.cost,), lambda t: (-t.size_mib(), t.cost)):
+            for chosen in [table.best_by(keys), *np.flatnonzero(table.fits_now)]:
                 if chosen is None:
                     continue
                 others = table.fits_now.copy()
                 others[chosen] = False
-                want = OptionTable.best(table, keys, others)
-                table.best(keys, table.fits_now)  # the ranking runner_up reads
+                want = OptionTable.best(table, keys(table), others)
+                table.best_by(keys)  # the ranking runner_up reads
                 assert table.runner_up(keys, int(chosen)) == want
                 checked += 1
         c = table.best(table.cost_keys(), table.fits_now)
