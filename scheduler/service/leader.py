@@ -315,8 +315,6 @@ class SchedulerService(_Leadership, _Settle):
             st, attempt, submitted, reserved, raw, engine_raw, hist_raw = row[:7]
             spec = row[7] if with_spec else None
             try:
-                if self._decode.pool is not self.pool:
-                    self._decode = RequestDecoder(self.pool)
                 req = self._decode(jid, st, attempt, submitted, reserved, raw)
                 engine = decode_engine(engine_raw)
                 req, method = self.history.answer(jid, req, attempt, spec, hist_raw)
