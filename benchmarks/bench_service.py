@@ -83,18 +83,7 @@ def _same_shape_table_fn() -> Any:
         n = len(specs)
         if n == 1:  # a one-job submit: the row as it is (its arrays are never written)
             return type(one)(**{**fields, "job_ids": (specs[0].id,)})
-        rep: dict[str, Any] = {
-            f.name: np.repeat(getattr(one, f.name), n, axis=0)
-            for f in dataclasses.fields(one)
-            if isinstance(getattr(one, f.name), np.ndarray)
-        }
-        return dataclasses.replace(
-            one,
-            **rep,
-            job_ids=tuple(s.id for s in specs),
-            breakdown_gib={k: np.repeat(v, n, axis=0) for k, v in one.breakdown_gib.items()},
-            method=one.method * n,
-        )
+        return one.take(np.zeros(n, np.intp), tuple(s.id for s in specs))
 
     return table_fn
 
