@@ -62,8 +62,8 @@ def build(
 
     Python's cyclic collector is paused while they are built and what they built is then
     frozen out of it (``gc.freeze``): millions of long-lived objects, no garbage cycles to
-    find among them, and every full collection would walk them all again (a fifth of the
-    setup's time at 1M jobs, and again in each full collection of the run).
+    find among them, and every full collection would walk them all again (during the setup,
+    and again in each full collection of the run).
     """
     gc.disable()
     try:
