@@ -190,6 +190,8 @@ class JobArrays:
     grads_kept: np.ndarray  # 1 when `zero_grad` zeroes the gradients instead of freeing them
     classify: np.ndarray  # 1 for a sequence-classification head (no vocabulary logits)
     softmax_keeps_input: np.ndarray  # 1 when the job's torch (< 1.11) saves softmax's input
+    kv_len: np.ndarray  # tokens the KV cache holds at its peak (preallocated or input + output)
+    kv_heads_scale: np.ndarray  # cached heads over KV heads (query heads / KV heads if expanded)
 
     def __len__(self) -> int:
         return len(self.n_layers)
@@ -300,7 +302,18 @@ def _job_row(spec: JobSpec) -> tuple[float, ...]:
         1.0 if task.is_training and spec.zero_grad_set_to_none is False else 0.0,
         1.0 if spec.head is Head.CLASSIFICATION else 0.0,
         1.0 if task.is_training and saves_softmax_input(spec) else 0.0,
+        float(spec.kv_cache_max_len or (spec.input_len or 0) + (spec.output_len or 0)),
+        _kv_heads_scale(spec),
     )
+
+
+def _kv_heads_scale(spec: JobSpec) -> float:
+    """Heads the cache stores per KV head: the query heads' share when K/V are expanded before
+    caching (``kv_cache_query_heads``), else 1."""
+    arch = spec.arch
+    if not spec.kv_cache_query_heads or not arch.n_kv_heads or arch.kv_lora_rank is not None:
+        return 1.0
+    return arch.n_heads / arch.n_kv_heads
 
 
 _FIELDS = tuple(f.name for f in fields(JobArrays))

@@ -214,8 +214,19 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
     # Inference: KV cache for every sequence in the batch at full length, one layer's prefill
     # activations, and logits: only the last token's, as HF `generate` (logits_to_keep=1) and
     # the engines compute them; generate also keeps an fp32 copy for sampling.
-    ctx = j.input_len + j.output_len
-    kv = (1.0 - j.encoder_only) * j.n_layers / pp * j.kv_dim / tp * j.kv_bytes * j.batch * ctx
+    # A preallocated cache (`kv_cache_max_len`) holds its full length from the start; one that
+    # stores K/V expanded to the query heads (`kv_cache_query_heads`) is that much wider.
+    kv = (
+        (1.0 - j.encoder_only)
+        * j.n_layers
+        / pp
+        * j.kv_dim
+        * j.kv_heads_scale
+        / tp
+        * j.kv_bytes
+        * j.batch
+        * j.kv_len
+    )
     prefill_tokens = j.batch * j.input_len
     prefill_tokens = np.where(
         serving, np.minimum(prefill_tokens, mm.serving_prefill_token_cap), prefill_tokens

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TASK_DEFAULTS",
+    "check_kv_cache",
     "check_layout",
     "check_serve",
     "check_training_dtypes",
@@ -40,7 +41,14 @@ _TRAINING_FIDELITY = (
     "head",
     "torch_version",
 )
-_INFERENCE_ONLY = ("input_len", "output_len", "num_requests", "kv_cache_dtype")
+_INFERENCE_ONLY = (
+    "input_len",
+    "output_len",
+    "num_requests",
+    "kv_cache_dtype",
+    "kv_cache_max_len",
+    "kv_cache_query_heads",
+)
 _TRAINING_ONLY = (
     "seq_len",
     "steps",
@@ -121,6 +129,29 @@ def saves_softmax_input(spec: JobSpec) -> bool:
         return False
     major, minor = (int(x) for x in spec.torch_version.split(".")[:2])
     return (major, minor) < (1, 11)
+
+
+def check_kv_cache(spec: JobSpec) -> None:
+    """A preallocated KV cache (``kv_cache_max_len``) holds every token the job generates; a
+    `serve` deployment's engine sizes its own cache (by memory fraction), so neither field
+    applies there."""
+    for f in ("kv_cache_max_len", "kv_cache_query_heads"):
+        if spec.task is Task.SERVE and getattr(spec, f) is not None:
+            raise SpecError(
+                f"`{f}` does not apply to `serve` deployments (got {getattr(spec, f)!r}); the "
+                "serving engine sizes its KV cache itself: drop the field"
+            )
+    n = spec.kv_cache_max_len
+    if n is None or spec.input_len is None or spec.output_len is None:
+        return
+    need = spec.input_len + spec.output_len
+    if n < need:
+        raise SpecError(
+            f"`kv_cache_max_len` {n} is below `input_len` + `output_len` = {need}: a cache "
+            f"preallocated for {n} tokens cannot hold the job's tokens; set it to at least "
+            f"{need} (the length the program allocates, e.g. the model's max_seq_len), or "
+            "drop it for a cache that grows"
+        )
 
 
 def reject_inapplicable(spec: JobSpec) -> None:

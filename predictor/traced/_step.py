@@ -378,6 +378,8 @@ def _infer(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
     assert spec.input_len is not None and spec.output_len is not None
     kv = _td(spec.kv_cache_dtype) if spec.kv_cache_dtype in _TORCH_DTYPE else compute
     encoder = spec.arch.encoder_only
+    if spec.kv_cache_max_len is not None and not encoder:
+        return _infer_static(spec, model, tr, kv)
     with torch.no_grad():
         ids = torch.zeros(b, spec.input_len, dtype=torch.long, device="meta")
         with tr.in_phase("forward"):
@@ -395,8 +397,7 @@ def _infer(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
         # The last decode step: the cache holds input + output − 1 tokens and grows by one.
         ctx = spec.input_len + spec.output_len - 1
         cfg = model.config
-        n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        n_kv, hd = _kv_heads(cfg)
         with tr.in_phase("kv_cache"):
             cache = DynamicCache(config=cfg)
             for layer in range(cfg.num_hidden_layers):
@@ -405,6 +406,9 @@ def _infer(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
                 cache.update(k, v, layer)
                 del k, v
             _mark_cache(cache, tr)
+            # K/V expanded to the query heads before caching: the extra heads' storage, at
+            # the length the cache reaches in the last step.
+            wide = _query_head_storage(spec, cfg, b, ctx + 1, kv, tr)
         one = torch.zeros(b, 1, dtype=torch.long, device="meta")
         with tr.in_phase("forward"):
             out = model(input_ids=one, past_key_values=cache, use_cache=True, logits_to_keep=1)
@@ -413,7 +417,72 @@ def _infer(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
             _mark_cache(cache, tr)
             del out, nxt
     n_params = sum(p.numel() for p in model.parameters())
-    del model, cache
+    del model, cache, wide
+    return _timeline(tr, n_params)
+
+
+def _kv_heads(cfg: Any) -> tuple[int, int]:
+    n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return n_kv, hd
+
+
+def _query_head_storage(
+    spec: JobSpec, cfg: Any, b: int, length: int, kv: torch.dtype, tr: StorageTracker
+) -> list[torch.Tensor]:
+    """With ``kv_cache_query_heads``, what the cache holds beyond the KV heads: K and V of
+    ``num_attention_heads - num_key_value_heads`` more heads per layer at ``length`` tokens
+    (torchtune @20747cd87's ``MultiHeadAttention`` expands k/v to ``num_heads`` before
+    ``kv_cache.update``, so its ``KVCache`` buffers are ``num_heads`` wide). HF's cache takes
+    the KV heads, so the extra heads are held beside it, as ``kv_cache``."""
+    n_kv, hd = _kv_heads(cfg)
+    extra = cfg.num_attention_heads - n_kv
+    if not spec.kv_cache_query_heads or extra <= 0:
+        return []
+    held = [
+        torch.empty(b, extra, length, hd, dtype=kv, device="meta")
+        for _ in range(2 * cfg.num_hidden_layers)
+    ]
+    for t in held:
+        tr.mark(t, "kv_cache")
+    return held
+
+
+def _infer_static(spec: JobSpec, model: Any, tr: StorageTracker, kv: torch.dtype) -> Timeline:
+    """Generation with a cache preallocated for ``kv_cache_max_len`` tokens before the prefill
+    (torchtune's ``setup_caches``, HF's ``StaticCache``): HF's ``StaticCache`` sized up front
+    (``early_initialization``), the prefill and the last decode step writing into it at
+    explicit cache positions (its ``get_seq_length`` reads the cache's values, which meta
+    tensors do not have)."""
+    from transformers import StaticCache
+
+    assert spec.kv_cache_max_len is not None and spec.input_len is not None
+    assert spec.output_len is not None
+    b, n, cfg = spec.batch_size, spec.kv_cache_max_len, model.config
+    n_kv, hd = _kv_heads(cfg)
+    with torch.no_grad():
+        with tr.in_phase("kv_cache"):
+            cache = StaticCache(config=cfg, max_cache_len=n)
+            cache.early_initialization(b, n_kv, hd, kv, torch.device("meta"))
+            _mark_cache(cache, tr)
+            wide = _query_head_storage(spec, cfg, b, n, kv, tr)
+        ids = torch.zeros(b, spec.input_len, dtype=torch.long, device="meta")
+        pos = torch.arange(spec.input_len, device="meta")
+        last = torch.tensor([spec.input_len + spec.output_len - 1], device="meta")
+        for step_ids, step_pos in ((ids, pos), (ids[:, :1], last)):
+            with tr.in_phase("forward"):
+                out = model(
+                    input_ids=step_ids,
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                    cache_position=step_pos,
+                )
+                with tr.in_phase("logits"):
+                    nxt = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
+                del out, nxt
+    n_params = sum(p.numel() for p in model.parameters())
+    del model, cache, wide
     return _timeline(tr, n_params)
 
 

@@ -214,3 +214,22 @@ def test_double_quant_applies_to_nf4_and_follows_the_framework() -> None:
     assert parse_spec({"model": "llama-3.1-8b", "task": "lora"}).double_quant is None
     with pytest.raises(SpecError, match="double_quant"):
         parse_spec({"model": "llama-3.1-8b", "task": "lora", "double_quant": True})
+
+
+def test_preallocated_kv_cache_fields() -> None:
+    from predictor.spec import parse_spec
+
+    job = {"model": "llama-3-8b", "task": "inference", "input_len": 6, "output_len": 206}
+    s = parse_spec({**job, "kv_cache_max_len": 4096, "kv_cache_query_heads": True})
+    assert (s.kv_cache_max_len, s.kv_cache_query_heads) == (4096, True)
+    assert parse_spec(job).kv_cache_max_len is None  # unset: a cache that grows
+    with pytest.raises(SpecError, match=r"`kv_cache_max_len` 100 is below .* = 212.*at least 212"):
+        parse_spec({**job, "kv_cache_max_len": 100})
+    with pytest.raises(SpecError, match="kv_cache_max_len"):
+        parse_spec({**job, "kv_cache_max_len": 0})
+    train = {"model": "llama-3-8b", "task": "full_finetune", "kv_cache_max_len": 4096}
+    with pytest.raises(SpecError, match="`kv_cache_max_len` does not apply to `full_finetune`"):
+        parse_spec(train)
+    serve = {"model": "llama-3-8b", "task": "serve", "kv_cache_query_heads": True}
+    with pytest.raises(SpecError, match="`kv_cache_query_heads` does not apply to `serve`"):
+        parse_spec({**serve, "request_rate": 1.0, "duration_s": 60})
