@@ -208,6 +208,10 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
         [np.full_like(a, 4.0), a + 1.5, a + 8.0],
         default=a + 12.0,  # bf16 logits, fp32 upcast, log-softmax and its gradient (HF)
     )
+    # transformers < 4.50's Llama loss also copies the shifted fp32 logits (`.contiguous()`).
+    logit_bytes = logit_bytes + np.where(
+        (j.shifted_logits > 0) & (j.chunked_loss == 0) & (fw != _IDX_F[Framework.UNSLOTH]), 4.0, 0.0
+    )
     # A sequence-classification head's logits are batch × labels: nothing next to these.
     logits_train = np.where(j.classify > 0, 0.0, tokens_mb * j.vocab / tp * logit_bytes)
 

@@ -232,9 +232,15 @@ _DROPOUT = re.compile(r"dropout[ =:]*(0?\.\d+)")
 _SOURCE_PROGRAMS: tuple[tuple[str, dict[str, Any], str], ...] = (
     (
         "llama-cookbook/pull/41",
-        {"lora_dropout": 0.05, "attn_implementation": "eager", "adapter_dtype": "fp32"},
+        {
+            "lora_dropout": 0.05,
+            "attn_implementation": "eager",
+            "adapter_dtype": "fp32",
+            "transformers_version": "4.31",
+        },
         "llama-recipes @e5970e2e: configs/peft.py lora_dropout=0.05; requirements.txt "
-        "transformers>=4.31, whose LlamaAttention is eager (SDPA came in 4.36); "
+        "transformers>=4.31, whose LlamaAttention is eager (SDPA came in 4.36), and 4.31.0 "
+        "(2023-07-18) was the newest release at the merge (4.32.0: 2023-08-22); "
         "model.to(bfloat16) runs before get_peft_model, and peft then made fp32 adapters "
         "(nn.Linear in the default dtype) and cast their inputs to fp32",
     ),

@@ -32,6 +32,7 @@ __all__ = [
     "reject_inapplicable",
     "resolve_arch",
     "saves_softmax_input",
+    "shifts_fp32_logits",
 ]
 
 _TRAINING_FIDELITY = (
@@ -40,6 +41,7 @@ _TRAINING_FIDELITY = (
     "zero_grad_set_to_none",
     "head",
     "torch_version",
+    "transformers_version",
 )
 _INFERENCE_ONLY = (
     "input_len",
@@ -152,6 +154,19 @@ def check_kv_cache(spec: JobSpec) -> None:
             f"{need} (the length the program allocates, e.g. the model's max_seq_len), or "
             "drop it for a cache that grows"
         )
+
+
+def shifts_fp32_logits(spec: JobSpec) -> bool:
+    """Whether the job's transformers computes a causal-LM loss on a shifted fp32 copy of the
+    logits: releases before 4.50. Read in the code: v4.31.0 ``models/llama/modeling_llama.py``
+    lines 825-838 (``logits = logits.float()``, then ``shift_logits = logits[..., :-1,
+    :].contiguous()``), the same in v4.46.0 and v4.48.0 ``loss/loss_utils.py``
+    ``ForCausalLMLoss``; v4.50.0's pads the labels and shifts them instead (4.49 not read, taken
+    as the older code: the larger of the two)."""
+    if spec.transformers_version is None:
+        return False
+    major, minor = (int(x) for x in spec.transformers_version.split(".")[:2])
+    return (major, minor) < (4, 50)
 
 
 def reject_inapplicable(spec: JobSpec) -> None:

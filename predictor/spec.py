@@ -156,8 +156,12 @@ class JobSpec(BaseModel):
     # `torch_version` (training): the torch release the job runs ("1.10", "2.1.0"). Unset: a
     # current one.
     # Below 1.11 softmax's backward node also keeps its input (pytorch#65242 stopped that).
+    # `transformers_version` (training): the transformers release the job runs ("4.31"). Unset:
+    # a current one. Before 4.50 Llama's loss upcast the whole logits to fp32 and copied the
+    # shifted logits (`logits[..., :-1, :].contiguous()`); 4.50 shifts the labels instead.
     head: Head | None = None
     torch_version: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
+    transformers_version: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
     # Execution (read by the worker, not the predictor): see predictor/_execution.py.
     time_limit_s: float | None = Field(default=None, gt=0, le=MAX_TIME_LIMIT_S, allow_inf_nan=False)
     env: dict[str, str] | None = None

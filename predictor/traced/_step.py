@@ -27,9 +27,9 @@ from typing import Any
 import torch
 
 from .._jobarrays import weight_qbytes
-from .._spec_rules import saves_softmax_input
+from .._spec_rules import saves_softmax_input, shifts_fp32_logits
 from ..spec import AttnImplementation, DType, Framework, Head, JobSpec, LoraTarget, Optimizer, Task
-from ._build import build_meta_model
+from ._build import build_meta_model, hf_family
 from ._dispatch import OpCost, StorageTracker
 from ._fsdp import emulate_flat_units, flat_units, unshard_root, uses_no_sync_accumulation
 from ._legacy import legacy_softmax
@@ -218,6 +218,8 @@ def _loss_tensor(model: Any, ids: torch.Tensor, spec: JobSpec, tr: StorageTracke
     if spec.head is Head.CLASSIFICATION:
         classes = torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device)
         return model(input_ids=ids, labels=classes).loss
+    if not spec.chunked_loss and _legacy_llama_loss(spec, model):
+        return _shifted_fp32_loss(model, ids, tr)
     if not spec.chunked_loss or model.get_output_embeddings() is None:
         return model(input_ids=ids, labels=ids, use_cache=False).loss
     # torchtune's CEWithChunkedOutputLoss: 16-bit logits of every chunk live, fp32 one at a time.
@@ -234,6 +236,36 @@ def _loss_tensor(model: Any, ids: torch.Tensor, spec: JobSpec, tr: StorageTracke
             for c, lab in zip(chunks, labels, strict=True)
         )
     return total / ids.numel()  # type: ignore[operator,return-value]
+
+
+def _legacy_llama_loss(spec: JobSpec, model: Any) -> bool:
+    """Llama under a transformers release before 4.50 (``transformers_version``), whose
+    ``LlamaForCausalLM.forward`` computed the loss itself (other families at those releases
+    are not read: they trace as the current code)."""
+    if not shifts_fp32_logits(spec) or model.get_output_embeddings() is None:
+        return False
+    return hf_family(spec.arch) == "llama"
+
+
+def _shifted_fp32_loss(model: Any, ids: torch.Tensor, tr: StorageTracker) -> torch.Tensor:
+    """The loss as transformers v4.31.0 ``models/llama/modeling_llama.py`` computes it:
+    ``logits = logits.float()`` (line 825: the 16-bit logits are rebound, so freed, and the
+    output holds the fp32 copy), ``shift_logits = logits[..., :-1, :].contiguous()`` (line
+    830: a second fp32 copy, whose backward scatters the gradient into a zero-filled fp32
+    tensor of the full logits' shape) and ``CrossEntropyLoss()`` on its ``view(-1, vocab)``
+    (lines 833-838). The training loop keeps only ``.loss`` (llama-recipes'
+    ``loss = model(**batch).loss``), so the fp32 logits go when the loss is made."""
+    out = model(input_ids=ids, use_cache=False)
+    with tr.in_phase("logits"):
+        logits = out.logits.float()
+        del out
+        shift_logits = logits[..., :-1, :].contiguous()
+        shift_labels = ids[..., 1:].contiguous()
+        loss = torch.nn.functional.cross_entropy(
+            shift_logits.view(-1, shift_logits.shape[-1]), shift_labels.view(-1)
+        )
+        del logits, shift_logits
+    return loss
 
 
 def _train_model(spec: JobSpec) -> Any:

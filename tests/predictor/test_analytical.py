@@ -224,3 +224,18 @@ def test_preallocated_and_query_head_kv_cache() -> None:
     # torchtune @20747cd87: K/V expanded to the 32 query heads before caching
     both = kv(kv_cache_max_len=4096, kv_cache_query_heads=True)
     assert both == pytest.approx(per_token * 4096 * 32 / 8)
+
+
+def test_transformers_before_4_50_adds_the_shifted_fp32_logits_copy() -> None:
+    from predictor import analytical
+    from predictor.spec import parse_spec
+
+    job = {"model": "llama-2-7b", "task": "full_finetune", "batch_size": 4, "seq_len": 2048}
+
+    def logits(**kw: object) -> float:
+        t = analytical.predict_table([parse_spec({**job, **kw})], ["A100-80GB"])
+        return float(t.breakdown_gib["logits"][0, 0])
+
+    copy = 4 * 2048 * 32000 * 4 / GIB  # b x s x vocab fp32
+    assert logits(transformers_version="4.31") - logits() == pytest.approx(copy)
+    assert logits(transformers_version="4.50") == logits()

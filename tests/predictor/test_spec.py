@@ -233,3 +233,18 @@ def test_preallocated_kv_cache_fields() -> None:
     serve = {"model": "llama-3-8b", "task": "serve", "kv_cache_query_heads": True}
     with pytest.raises(SpecError, match="`kv_cache_query_heads` does not apply to `serve`"):
         parse_spec({**serve, "request_rate": 1.0, "duration_s": 60})
+
+
+def test_transformers_version_field() -> None:
+    from predictor._spec_rules import shifts_fp32_logits
+    from predictor.spec import parse_spec
+
+    job = {"model": "llama-2-7b", "task": "lora"}
+    assert shifts_fp32_logits(parse_spec({**job, "transformers_version": "4.31"}))
+    assert shifts_fp32_logits(parse_spec({**job, "transformers_version": "4.48.0"}))
+    assert not shifts_fp32_logits(parse_spec({**job, "transformers_version": "4.50.0"}))
+    assert not shifts_fp32_logits(parse_spec(job))  # unset: a current transformers
+    with pytest.raises(SpecError, match="transformers_version"):
+        parse_spec({**job, "transformers_version": "four"})
+    with pytest.raises(SpecError, match="`transformers_version` does not apply to `inference`"):
+        parse_spec({"model": "llama-2-7b", "task": "inference", "transformers_version": "4.31"})

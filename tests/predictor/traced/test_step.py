@@ -460,3 +460,37 @@ def test_torch_before_1_11_keeps_each_softmax_input() -> None:
     assert _peak({**spec, "torch_version": "1.11"})[0] == base
     ckpt = {**spec, "gradient_checkpointing": True}
     assert _peak({**ckpt, "torch_version": "1.10.2"})[0] >= _peak(ckpt)[0]
+
+
+def test_transformers_before_4_50_shifts_a_fp32_copy_of_the_logits() -> None:
+    """transformers v4.31.0 modeling_llama.py (lines 825-838): ``logits.float()``, then
+    ``logits[..., :-1, :].contiguous()``, a second fp32 copy of b x (s-1) x V, whose backward
+    scatters into a zero-filled b x s x V fp32 tensor. Current transformers shifts the labels."""
+    b, s = 2, 32
+    spec = {"model": TINY, "task": "full_finetune", "batch_size": b, "seq_len": s}
+    shifted, full = b * (s - 1) * V * 4, b * s * V * 4
+
+    def sizes(**kw: object) -> list[int]:
+        tl = run_trace(parse_spec({**spec, **kw}))
+        return [n for op, h, n in tl.events if op and tl.category[h] == "logits"]
+
+    old, new = sizes(transformers_version="4.31"), sizes()
+    assert shifted in old and shifted not in new
+    # the fp32 logits themselves, and the zero-filled gradient of the slice in backward
+    assert old.count(full) >= 2
+    assert sizes(transformers_version="4.50.0") == new
+
+    def live_logits(**kw: object) -> int:
+        tl = run_trace(parse_spec({**spec, **kw}))
+        live: dict[int, int] = {}
+        most = 0
+        for op, h, n in tl.events:
+            if op:
+                live[h] = n
+            else:
+                live.pop(h, None)
+            most = max(most, sum(v for k, v in live.items() if tl.category[k] == "logits"))
+        return most
+
+    # at the loss: the fp32 logits, their shifted copy and log-softmax's fp32 output
+    assert live_logits(transformers_version="4.31.0") >= full + 2 * shifted
