@@ -193,9 +193,8 @@ class JobArrays:
     softmax_keeps_input: np.ndarray  # 1 when the job's torch (< 1.11) saves softmax's input
     kv_len: np.ndarray  # tokens the KV cache holds at its peak (preallocated or input + output)
     kv_heads_scale: np.ndarray  # cached heads over KV heads (query heads / KV heads if expanded)
-    shifted_logits: (
-        np.ndarray
-    )  # 1 when the loss copies the shifted fp32 logits (transformers < 4.50)
+    shifted_logits: np.ndarray  # 1 when the loss copies the shifted fp32 logits (< 4.50)
+    train_kv: np.ndarray  # 1 when the training forward keeps every layer's K/V (`use_cache`)
 
     def __len__(self) -> int:
         return len(self.n_layers)
@@ -309,6 +308,7 @@ def _job_row(spec: JobSpec) -> tuple[float, ...]:
         float(spec.kv_cache_max_len or (spec.input_len or 0) + (spec.output_len or 0)),
         _kv_heads_scale(spec),
         1.0 if task.is_training and _shifts_llama_logits(spec) else 0.0,
+        1.0 if task.is_training and spec.use_cache else 0.0,
     )
 
 

@@ -248,7 +248,11 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
     # Gradients are all alive at the start of backward when an earlier micro-batch made them,
     # or when `zero_grad` only zeroed the last step's (torch < 2.0's `set_to_none=False`).
     all_grads = (j.grad_accum > 1) | (j.grads_kept > 0)
-    start_of_backward = acts_train + logits_train + np.where(all_grads, grads, grad_first)
+    # `use_cache` in training: every layer's K and V live with the logits at the loss.
+    kv_train = j.train_kv * j.n_layers / pp * j.kv_dim / tp * a * tokens_mb
+    start_of_backward = (
+        acts_train + logits_train + kv_train + np.where(all_grads, grads, grad_first)
+    )
     optimizer_step = grads + step_temp
     backward_wins = start_of_backward >= optimizer_step
 
@@ -264,7 +268,7 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
             is_infer, zeros, optimizer + np.where(backward_wins, zeros, step_temp)
         ),
         "activations": np.where(is_infer, acts_infer, np.where(backward_wins, acts_train, zeros)),
-        "kv_cache": np.where(is_infer, kv, zeros),
+        "kv_cache": np.where(is_infer, kv, np.where(backward_wins, kv_train, zeros)),
         "logits": np.where(is_infer, logits_infer, np.where(backward_wins, logits_train, zeros)),
     }
     out["_serving"] = serving.astype(np.float64)

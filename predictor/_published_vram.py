@@ -237,10 +237,14 @@ _SOURCE_PROGRAMS: tuple[tuple[str, dict[str, Any], str], ...] = (
             "attn_implementation": "eager",
             "adapter_dtype": "fp32",
             "transformers_version": "4.31",
+            "use_cache": True,
         },
         "llama-recipes @e5970e2e: configs/peft.py lora_dropout=0.05; requirements.txt "
         "transformers>=4.31, whose LlamaAttention is eager (SDPA came in 4.36), and 4.31.0 "
         "(2023-07-18) was the newest release at the merge (4.32.0: 2023-08-22); "
+        "llama_finetuning.py loads LlamaForCausalLM.from_pretrained without use_cache=False "
+        "and checkpoints with FSDP's apply_fsdp_checkpointing, not HF's, so 4.31's "
+        "LlamaModel keeps use_cache=config.use_cache (true) and returns every layer's K/V; "
         "model.to(bfloat16) runs before get_peft_model, and peft then made fp32 adapters "
         "(nn.Linear in the default dtype) and cast their inputs to fp32",
     ),

@@ -42,6 +42,7 @@ _TRAINING_FIDELITY = (
     "head",
     "torch_version",
     "transformers_version",
+    "use_cache",
 )
 _INFERENCE_ONLY = (
     "input_len",

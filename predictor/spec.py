@@ -159,6 +159,11 @@ class JobSpec(BaseModel):
     # `transformers_version` (training): the transformers release the job runs ("4.31"). Unset:
     # a current one. Before 4.50 Llama's loss upcast the whole logits to fp32 and copied the
     # shifted logits (`logits[..., :-1, :].contiguous()`); 4.50 shifts the labels instead.
+    # `use_cache` (training): the training forward keeps every layer's K and V (HF's
+    # `use_cache`, which the Llama config defaults to true) until the loop drops the output:
+    # left on when the loop checkpoints with FSDP's wrapper instead of HF's own (which turns it
+    # off), e.g. llama-recipes @e5970e2e. Unset: false.
+    use_cache: bool | None = None
     head: Head | None = None
     torch_version: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
     transformers_version: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")

@@ -211,7 +211,49 @@ def _loss(
     """The step's loss, and what the training loop keeps alive until backward ends."""
     if uses_litgpt_loss(spec, model):
         return litgpt_loss(model, ids, spec, tr)
-    return _loss_tensor(model, ids, spec, tr), []
+    with _kept_kv(model, spec, tr):
+        return _loss_tensor(model, ids, spec, tr), []
+
+
+@contextmanager
+def _kept_kv(model: Any, spec: JobSpec, tr: StorageTracker) -> Iterator[None]:
+    """``use_cache``: each decoder attention's K and V (``(batch, kv_heads, seq, head_dim)``,
+    the activations' dtype) kept from its forward until the loss is made, as transformers'
+    cache returned in the output: v4.31.0 ``modeling_llama.py`` line 615 (``use_cache`` from
+    ``config.use_cache``, default true at ``configuration_llama.py`` line 118), line 324
+    (``past_key_value = (key_states, value_states)``), lines 704-716 (collected into
+    ``next_decoder_cache`` and returned), turned off only by HF's own checkpointing (lines
+    659-663). The loop keeps only ``.loss`` (``loss = model(**batch).loss``), so they go before
+    backward; the checkpoint recompute in backward keeps none."""
+    if not spec.use_cache:
+        yield
+        return
+    held: list[torch.Tensor] = []
+    cfg = model.config
+
+    def hook(_m: Any, args: Any, kwargs: Any, _out: Any) -> None:
+        hs = kwargs.get("hidden_states", args[0] if args else None)
+        if not isinstance(hs, torch.Tensor) or hs.dim() != 3:
+            return
+        n_kv, hd = _kv_heads(cfg)
+        b, s, _ = hs.shape
+        with tr.in_phase("forward"):
+            for _ in range(2):
+                t = torch.empty(b, n_kv, s, hd, dtype=hs.dtype, device=hs.device)
+                tr.mark(t, "kv_cache")
+                held.append(t)
+
+    hooks = [
+        m.register_forward_hook(hook, with_kwargs=True)
+        for m in model.modules()
+        if type(m).__name__.endswith("Attention") and hasattr(m, "layer_idx")
+    ]
+    try:
+        yield
+    finally:
+        for h in hooks:
+            h.remove()
+        held.clear()
 
 
 def _loss_tensor(model: Any, ids: torch.Tensor, spec: JobSpec, tr: StorageTracker) -> torch.Tensor:

@@ -239,3 +239,16 @@ def test_transformers_before_4_50_adds_the_shifted_fp32_logits_copy() -> None:
     copy = 4 * 2048 * 32000 * 4 / GIB  # b x s x vocab fp32
     assert logits(transformers_version="4.31") - logits() == pytest.approx(copy)
     assert logits(transformers_version="4.50") == logits()
+
+
+def test_use_cache_in_training_adds_every_layers_k_and_v() -> None:
+    from predictor import analytical
+    from predictor.spec import parse_spec
+
+    job = {"model": "llama-2-7b", "task": "lora", "batch_size": 4, "seq_len": 2048}
+    job |= {"gradient_checkpointing": True, "weight_dtype": "bf16"}
+    t = analytical.predict_table([parse_spec({**job, "use_cache": True})], ["A100-80GB"])
+    kv = 32 * 2 * 4096 * 2 * 4 * 2048 / GIB  # layers x K,V x kv width x bf16 x tokens
+    assert float(t.breakdown_gib["kv_cache"][0, 0]) == pytest.approx(kv)
+    base = analytical.predict_table([parse_spec(job)], ["A100-80GB"])
+    assert float(base.breakdown_gib["kv_cache"][0, 0]) == 0.0

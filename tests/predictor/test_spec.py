@@ -248,3 +248,11 @@ def test_transformers_version_field() -> None:
         parse_spec({**job, "transformers_version": "four"})
     with pytest.raises(SpecError, match="`transformers_version` does not apply to `inference`"):
         parse_spec({"model": "llama-2-7b", "task": "inference", "transformers_version": "4.31"})
+
+
+def test_use_cache_applies_to_training_only() -> None:
+    from predictor.spec import parse_spec
+
+    assert parse_spec({"model": "llama-2-7b", "task": "lora", "use_cache": True}).use_cache
+    with pytest.raises(SpecError, match="`use_cache` does not apply to `inference`"):
+        parse_spec({"model": "llama-2-7b", "task": "inference", "use_cache": True})

@@ -78,7 +78,7 @@ def _check_supported(spec: JobSpec, device: str) -> None:
         )
     other = [
         f
-        for f in ("transformers_version", "kv_cache_max_len", "kv_cache_query_heads")
+        for f in ("transformers_version", "use_cache", "kv_cache_max_len", "kv_cache_query_heads")
         if getattr(spec, f) is not None
     ]
     if other:

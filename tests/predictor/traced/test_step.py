@@ -494,3 +494,13 @@ def test_transformers_before_4_50_shifts_a_fp32_copy_of_the_logits() -> None:
 
     # at the loss: the fp32 logits, their shifted copy and log-softmax's fp32 output
     assert live_logits(transformers_version="4.31.0") >= full + 2 * shifted
+
+
+def test_use_cache_keeps_every_layers_k_and_v_until_the_loss() -> None:
+    """``use_cache`` in training (transformers v4.31.0 modeling_llama.py lines 324, 615, 704-716):
+    K and V of every layer, b x kv_heads x s x head_dim in bf16, live at the loss, none after."""
+    b, s = 2, 32
+    spec = {"model": TINY, "task": "full_finetune", "batch_size": b, "seq_len": s}
+    peak_kv, _, _ = _peak_kv({**spec, "use_cache": True})
+    assert peak_kv == 2 * L * b * KVH * s * HD * 2
+    assert _peak_kv(spec)[0] == 0
