@@ -12,7 +12,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from ._spec_rules import saves_softmax_input
+from ._spec_rules import saves_softmax_input, shifts_fp32_logits
+from .exceptions import UnmappedArchError
 from .models import ModelArch
 from .spec import AttnImplementation, DType, Framework, Head, JobSpec, Optimizer, Task
 
@@ -190,6 +191,10 @@ class JobArrays:
     grads_kept: np.ndarray  # 1 when `zero_grad` zeroes the gradients instead of freeing them
     classify: np.ndarray  # 1 for a sequence-classification head (no vocabulary logits)
     softmax_keeps_input: np.ndarray  # 1 when the job's torch (< 1.11) saves softmax's input
+    kv_len: np.ndarray  # tokens the KV cache holds at its peak (preallocated or input + output)
+    kv_heads_scale: np.ndarray  # cached heads over KV heads (query heads / KV heads if expanded)
+    shifted_logits: np.ndarray  # 1 when the loss copies the shifted fp32 logits (< 4.50)
+    train_kv: np.ndarray  # 1 when the training forward keeps every layer's K/V (`use_cache`)
 
     def __len__(self) -> int:
         return len(self.n_layers)
@@ -300,7 +305,32 @@ def _job_row(spec: JobSpec) -> tuple[float, ...]:
         1.0 if task.is_training and spec.zero_grad_set_to_none is False else 0.0,
         1.0 if spec.head is Head.CLASSIFICATION else 0.0,
         1.0 if task.is_training and saves_softmax_input(spec) else 0.0,
+        float(spec.kv_cache_max_len or (spec.input_len or 0) + (spec.output_len or 0)),
+        _kv_heads_scale(spec),
+        1.0 if task.is_training and _shifts_llama_logits(spec) else 0.0,
+        1.0 if task.is_training and spec.use_cache else 0.0,
     )
+
+
+def _shifts_llama_logits(spec: JobSpec) -> bool:
+    """Llama's loss under transformers < 4.50 (``shifts_fp32_logits``): the family read."""
+    if not shifts_fp32_logits(spec):
+        return False
+    from .arch_to_hf import hf_family
+
+    try:
+        return hf_family(spec.arch) == "llama"
+    except UnmappedArchError:
+        return False
+
+
+def _kv_heads_scale(spec: JobSpec) -> float:
+    """Heads the cache stores per KV head: the query heads' share when K/V are expanded before
+    caching (``kv_cache_query_heads``), else 1."""
+    arch = spec.arch
+    if not spec.kv_cache_query_heads or not arch.n_kv_heads or arch.kv_lora_rank is not None:
+        return 1.0
+    return arch.n_heads / arch.n_kv_heads
 
 
 _FIELDS = tuple(f.name for f in fields(JobArrays))

@@ -208,14 +208,29 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
         [np.full_like(a, 4.0), a + 1.5, a + 8.0],
         default=a + 12.0,  # bf16 logits, fp32 upcast, log-softmax and its gradient (HF)
     )
+    # transformers < 4.50's Llama loss also copies the shifted fp32 logits (`.contiguous()`).
+    logit_bytes = logit_bytes + np.where(
+        (j.shifted_logits > 0) & (j.chunked_loss == 0) & (fw != _IDX_F[Framework.UNSLOTH]), 4.0, 0.0
+    )
     # A sequence-classification head's logits are batch × labels: nothing next to these.
     logits_train = np.where(j.classify > 0, 0.0, tokens_mb * j.vocab / tp * logit_bytes)
 
     # Inference: KV cache for every sequence in the batch at full length, one layer's prefill
     # activations, and logits: only the last token's, as HF `generate` (logits_to_keep=1) and
     # the engines compute them; generate also keeps an fp32 copy for sampling.
-    ctx = j.input_len + j.output_len
-    kv = (1.0 - j.encoder_only) * j.n_layers / pp * j.kv_dim / tp * j.kv_bytes * j.batch * ctx
+    # A preallocated cache (`kv_cache_max_len`) holds its full length from the start; one that
+    # stores K/V expanded to the query heads (`kv_cache_query_heads`) is that much wider.
+    kv = (
+        (1.0 - j.encoder_only)
+        * j.n_layers
+        / pp
+        * j.kv_dim
+        * j.kv_heads_scale
+        / tp
+        * j.kv_bytes
+        * j.batch
+        * j.kv_len
+    )
     prefill_tokens = j.batch * j.input_len
     prefill_tokens = np.where(
         serving, np.minimum(prefill_tokens, mm.serving_prefill_token_cap), prefill_tokens
@@ -233,7 +248,11 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
     # Gradients are all alive at the start of backward when an earlier micro-batch made them,
     # or when `zero_grad` only zeroed the last step's (torch < 2.0's `set_to_none=False`).
     all_grads = (j.grad_accum > 1) | (j.grads_kept > 0)
-    start_of_backward = acts_train + logits_train + np.where(all_grads, grads, grad_first)
+    # `use_cache` in training: every layer's K and V live with the logits at the loss.
+    kv_train = j.train_kv * j.n_layers / pp * j.kv_dim / tp * a * tokens_mb
+    start_of_backward = (
+        acts_train + logits_train + kv_train + np.where(all_grads, grads, grad_first)
+    )
     optimizer_step = grads + step_temp
     backward_wins = start_of_backward >= optimizer_step
 
@@ -249,7 +268,7 @@ def _components(j: JobArrays, mm: MemoryModel) -> dict[str, np.ndarray]:
             is_infer, zeros, optimizer + np.where(backward_wins, zeros, step_temp)
         ),
         "activations": np.where(is_infer, acts_infer, np.where(backward_wins, acts_train, zeros)),
-        "kv_cache": np.where(is_infer, kv, zeros),
+        "kv_cache": np.where(is_infer, kv, np.where(backward_wins, kv_train, zeros)),
         "logits": np.where(is_infer, logits_infer, np.where(backward_wins, logits_train, zeros)),
     }
     out["_serving"] = serving.astype(np.float64)

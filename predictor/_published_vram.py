@@ -21,7 +21,7 @@ from ._published_fields import (
 from ._published_models import _resolve_model
 from .measurements import measurement_row
 
-__all__ = ["PREALLOCATED_KV_QUIRK", "convert_vram_row"]
+__all__ = ["PREALLOCATED_KV_NOTE", "convert_vram_row"]
 
 _VRAM_TASKS = {
     "lora": "lora",
@@ -39,26 +39,31 @@ _VRAM_TASKS = {
 #: ``predictor/traced/_fsdp.py``.)
 
 
-#: Tag of a torchtune generate row whose peak includes the KV cache its recipe preallocates
-#: (read at the cited commit; no JobSpec field carries the cache's length or head count).
-PREALLOCATED_KV_QUIRK = (
-    "[quirk:preallocated-kv] torchtune @20747cd87 recipes/generate.py calls "
-    "model.setup_caches(max_batch_size=1) before generating: modules/transformer.py sizes each "
-    "layer's KVCache (max_batch_size, num_heads, max_seq_len, head_dim) with the 32 query heads "
-    "(attention.py expands k/v to num_heads before caching) and the builder's max_seq_len "
-    "(llama3_8b: 4096), plus a max_seq_len^2 bool causal mask: 32 layers x 2 x 4096 x 32 x 128 "
-    "x 2 B = 2.0 GiB whatever the prompt and output lengths (the row's note says 8192 and "
-    "~1 GiB; the code at that commit says 4096 and 2.0 GiB). Weights 14.96 GiB + 2.0 + "
-    "0.016 = 16.98 GiB against the measured 17.05"
+#: The cache a torchtune generate row's recipe preallocates, read at the cited commit; the
+#: JobSpec fields ``kv_cache_max_len`` and ``kv_cache_query_heads`` say it, so the row is an
+#: ordinary one (it carried ``[quirk:preallocated-kv]`` while no field could).
+PREALLOCATED_KV_NOTE = (
+    "kv_cache_max_len=4096, kv_cache_query_heads=true (torchtune @20747cd87 recipes/generate.py "
+    "calls model.setup_caches(max_batch_size=1) before generating: modules/transformer.py sizes "
+    "each layer's KVCache (max_batch_size, num_heads, max_seq_len, head_dim) with the 32 query "
+    "heads (attention.py expands k/v to num_heads before caching) and the builder's max_seq_len "
+    "(llama3_8b: 4096), plus a max_seq_len^2 bool causal mask (16 MiB, not modelled): 32 layers "
+    "x 2 x 4096 x 32 x 128 x 2 B = 2.0 GiB whatever the prompt and output lengths (the row's "
+    "note says 8192 and ~1 GiB; the code at that commit says 4096 and 2.0 GiB). Weights 14.96 "
+    "GiB + 2.0 + 0.016 = 16.98 GiB against the measured 17.05)"
 )
 _PREALLOCATED_KV_SOURCES = ("recipes/generate.py @20747cd87",)
+_PREALLOCATED_KV_FIELDS = {"kv_cache_max_len": 4096, "kv_cache_query_heads": True}
 
 
-def _preallocated_kv_quirk(r: Mapping[str, Any]) -> bool:
+def _preallocated_kv(r: Mapping[str, Any], spec: dict[str, Any], notes: list[str]) -> None:
+    """The preallocated cache of a generate recipe read at its commit, as JobSpec fields."""
     source = str(r.get("source") or "")
-    return r.get("workload") == "inference-decode" and any(
+    if r.get("workload") == "inference-decode" and any(
         key in source for key in _PREALLOCATED_KV_SOURCES
-    )
+    ):
+        spec.update(_PREALLOCATED_KV_FIELDS)
+        notes.append("read in the source's code: " + PREALLOCATED_KV_NOTE)
 
 
 def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
@@ -117,8 +122,8 @@ def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
         notes.append("source said GB without saying 1e9 or 2^30")
     if r.get("notes"):
         notes.append(str(r["notes"]))
-    if _preallocated_kv_quirk(r):
-        notes.append(PREALLOCATED_KV_QUIRK)
+    if task == "inference":
+        _preallocated_kv(r, spec, notes)
     if task != "inference":
         _stated_memory_flags(r, spec, notes)
     hardware = _stated_hardware(meas_text, notes)
@@ -227,9 +232,19 @@ _DROPOUT = re.compile(r"dropout[ =:]*(0?\.\d+)")
 _SOURCE_PROGRAMS: tuple[tuple[str, dict[str, Any], str], ...] = (
     (
         "llama-cookbook/pull/41",
-        {"lora_dropout": 0.05, "attn_implementation": "eager", "adapter_dtype": "fp32"},
+        {
+            "lora_dropout": 0.05,
+            "attn_implementation": "eager",
+            "adapter_dtype": "fp32",
+            "transformers_version": "4.31",
+            "use_cache": True,
+        },
         "llama-recipes @e5970e2e: configs/peft.py lora_dropout=0.05; requirements.txt "
-        "transformers>=4.31, whose LlamaAttention is eager (SDPA came in 4.36); "
+        "transformers>=4.31, whose LlamaAttention is eager (SDPA came in 4.36), and 4.31.0 "
+        "(2023-07-18) was the newest release at the merge (4.32.0: 2023-08-22); "
+        "llama_finetuning.py loads LlamaForCausalLM.from_pretrained without use_cache=False "
+        "and checkpoints with FSDP's apply_fsdp_checkpointing, not HF's, so 4.31's "
+        "LlamaModel keeps use_cache=config.use_cache (true) and returns every layer's K/V; "
         "model.to(bfloat16) runs before get_peft_model, and peft then made fp32 adapters "
         "(nn.Linear in the default dtype) and cast their inputs to fp32",
     ),

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TASK_DEFAULTS",
+    "check_kv_cache",
     "check_layout",
     "check_serve",
     "check_training_dtypes",
@@ -31,6 +32,7 @@ __all__ = [
     "reject_inapplicable",
     "resolve_arch",
     "saves_softmax_input",
+    "shifts_fp32_logits",
 ]
 
 _TRAINING_FIDELITY = (
@@ -39,8 +41,17 @@ _TRAINING_FIDELITY = (
     "zero_grad_set_to_none",
     "head",
     "torch_version",
+    "transformers_version",
+    "use_cache",
 )
-_INFERENCE_ONLY = ("input_len", "output_len", "num_requests", "kv_cache_dtype")
+_INFERENCE_ONLY = (
+    "input_len",
+    "output_len",
+    "num_requests",
+    "kv_cache_dtype",
+    "kv_cache_max_len",
+    "kv_cache_query_heads",
+)
 _TRAINING_ONLY = (
     "seq_len",
     "steps",
@@ -121,6 +132,42 @@ def saves_softmax_input(spec: JobSpec) -> bool:
         return False
     major, minor = (int(x) for x in spec.torch_version.split(".")[:2])
     return (major, minor) < (1, 11)
+
+
+def check_kv_cache(spec: JobSpec) -> None:
+    """A preallocated KV cache (``kv_cache_max_len``) holds every token the job generates; a
+    `serve` deployment's engine sizes its own cache (by memory fraction), so neither field
+    applies there."""
+    for f in ("kv_cache_max_len", "kv_cache_query_heads"):
+        if spec.task is Task.SERVE and getattr(spec, f) is not None:
+            raise SpecError(
+                f"`{f}` does not apply to `serve` deployments (got {getattr(spec, f)!r}); the "
+                "serving engine sizes its KV cache itself: drop the field"
+            )
+    n = spec.kv_cache_max_len
+    if n is None or spec.input_len is None or spec.output_len is None:
+        return
+    need = spec.input_len + spec.output_len
+    if n < need:
+        raise SpecError(
+            f"`kv_cache_max_len` {n} is below `input_len` + `output_len` = {need}: a cache "
+            f"preallocated for {n} tokens cannot hold the job's tokens; set it to at least "
+            f"{need} (the length the program allocates, e.g. the model's max_seq_len), or "
+            "drop it for a cache that grows"
+        )
+
+
+def shifts_fp32_logits(spec: JobSpec) -> bool:
+    """Whether the job's transformers computes a causal-LM loss on a shifted fp32 copy of the
+    logits: releases before 4.50. Read in the code: v4.31.0 ``models/llama/modeling_llama.py``
+    lines 825-838 (``logits = logits.float()``, then ``shift_logits = logits[..., :-1,
+    :].contiguous()``), the same in v4.46.0 and v4.48.0 ``loss/loss_utils.py``
+    ``ForCausalLMLoss``; v4.50.0's pads the labels and shifts them instead (4.49 not read, taken
+    as the older code: the larger of the two)."""
+    if spec.transformers_version is None:
+        return False
+    major, minor = (int(x) for x in spec.transformers_version.split(".")[:2])
+    return (major, minor) < (4, 50)
 
 
 def reject_inapplicable(spec: JobSpec) -> None:

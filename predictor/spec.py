@@ -30,6 +30,7 @@ from ._spec_files import iter_spec_dicts
 from ._spec_parallel import check_max_tensor_parallel, tensor_parallel_steps
 from ._spec_rules import (
     TASK_DEFAULTS,
+    check_kv_cache,
     check_layout,
     check_serve,
     check_training_dtypes,
@@ -85,6 +86,16 @@ class JobSpec(BaseModel):
     framework: Framework | None = None
     weight_dtype: DType | None = None
     kv_cache_dtype: DType | None = None
+    # `kv_cache_max_len` (inference): the KV cache is allocated for this many tokens before
+    # generation starts, whatever the prompt and output lengths: torchtune's
+    # `model.setup_caches(...)` (each layer's `KVCache` at the model's `max_seq_len`), HF's
+    # `StaticCache` / `cache_implementation="static"` (`max_cache_len`), gpt-fast. At least
+    # `input_len + output_len`. Unset: the cache grows with the tokens (HF's dynamic cache).
+    # `kv_cache_query_heads` (inference): the cache stores K and V repeated to the query heads
+    # (GQA expanded before caching, as torchtune's `MultiHeadAttention` did at 20747cd87:
+    # `k.expand(...)` to `num_heads` before `kv_cache.update`). Unset: false (the KV heads).
+    kv_cache_max_len: int | None = Field(default=None, gt=0)
+    kv_cache_query_heads: bool | None = None
     compute_dtype: DType | None = None
     batch_size: int = Field(default=1, gt=0)
     gradient_accumulation: int | None = Field(default=None, gt=0)
@@ -145,8 +156,17 @@ class JobSpec(BaseModel):
     # `torch_version` (training): the torch release the job runs ("1.10", "2.1.0"). Unset: a
     # current one.
     # Below 1.11 softmax's backward node also keeps its input (pytorch#65242 stopped that).
+    # `transformers_version` (training): the transformers release the job runs ("4.31"). Unset:
+    # a current one. Before 4.50 Llama's loss upcast the whole logits to fp32 and copied the
+    # shifted logits (`logits[..., :-1, :].contiguous()`); 4.50 shifts the labels instead.
+    # `use_cache` (training): the training forward keeps every layer's K and V (HF's
+    # `use_cache`, which the Llama config defaults to true) until the loop drops the output:
+    # left on when the loop checkpoints with FSDP's wrapper instead of HF's own (which turns it
+    # off), e.g. llama-recipes @e5970e2e. Unset: false.
+    use_cache: bool | None = None
     head: Head | None = None
     torch_version: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
+    transformers_version: str | None = Field(default=None, pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$")
     # Execution (read by the worker, not the predictor): see predictor/_execution.py.
     time_limit_s: float | None = Field(default=None, gt=0, le=MAX_TIME_LIMIT_S, allow_inf_nan=False)
     env: dict[str, str] | None = None
@@ -225,6 +245,7 @@ class JobSpec(BaseModel):
             check_serve(self)
         fill_dtypes(self)
         check_training_dtypes(self)
+        check_kv_cache(self)
         check_layout(self)
         check_max_tensor_parallel(self)
         return self

@@ -27,9 +27,9 @@ from typing import Any
 import torch
 
 from .._jobarrays import weight_qbytes
-from .._spec_rules import saves_softmax_input
+from .._spec_rules import saves_softmax_input, shifts_fp32_logits
 from ..spec import AttnImplementation, DType, Framework, Head, JobSpec, LoraTarget, Optimizer, Task
-from ._build import build_meta_model
+from ._build import build_meta_model, hf_family
 from ._dispatch import OpCost, StorageTracker
 from ._fsdp import emulate_flat_units, flat_units, unshard_root, uses_no_sync_accumulation
 from ._legacy import legacy_softmax
@@ -211,13 +211,57 @@ def _loss(
     """The step's loss, and what the training loop keeps alive until backward ends."""
     if uses_litgpt_loss(spec, model):
         return litgpt_loss(model, ids, spec, tr)
-    return _loss_tensor(model, ids, spec, tr), []
+    with _kept_kv(model, spec, tr):
+        return _loss_tensor(model, ids, spec, tr), []
+
+
+@contextmanager
+def _kept_kv(model: Any, spec: JobSpec, tr: StorageTracker) -> Iterator[None]:
+    """``use_cache``: each decoder attention's K and V (``(batch, kv_heads, seq, head_dim)``,
+    the activations' dtype) kept from its forward until the loss is made, as transformers'
+    cache returned in the output: v4.31.0 ``modeling_llama.py`` line 615 (``use_cache`` from
+    ``config.use_cache``, default true at ``configuration_llama.py`` line 118), line 324
+    (``past_key_value = (key_states, value_states)``), lines 704-716 (collected into
+    ``next_decoder_cache`` and returned), turned off only by HF's own checkpointing (lines
+    659-663). The loop keeps only ``.loss`` (``loss = model(**batch).loss``), so they go before
+    backward; the checkpoint recompute in backward keeps none."""
+    if not spec.use_cache:
+        yield
+        return
+    held: list[torch.Tensor] = []
+    cfg = model.config
+
+    def hook(_m: Any, args: Any, kwargs: Any, _out: Any) -> None:
+        hs = kwargs.get("hidden_states", args[0] if args else None)
+        if not isinstance(hs, torch.Tensor) or hs.dim() != 3:
+            return
+        n_kv, hd = _kv_heads(cfg)
+        b, s, _ = hs.shape
+        with tr.in_phase("forward"):
+            for _ in range(2):
+                t = torch.empty(b, n_kv, s, hd, dtype=hs.dtype, device=hs.device)
+                tr.mark(t, "kv_cache")
+                held.append(t)
+
+    hooks = [
+        m.register_forward_hook(hook, with_kwargs=True)
+        for m in model.modules()
+        if type(m).__name__.endswith("Attention") and hasattr(m, "layer_idx")
+    ]
+    try:
+        yield
+    finally:
+        for h in hooks:
+            h.remove()
+        held.clear()
 
 
 def _loss_tensor(model: Any, ids: torch.Tensor, spec: JobSpec, tr: StorageTracker) -> torch.Tensor:
     if spec.head is Head.CLASSIFICATION:
         classes = torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device)
         return model(input_ids=ids, labels=classes).loss
+    if not spec.chunked_loss and _legacy_llama_loss(spec, model):
+        return _shifted_fp32_loss(model, ids, tr)
     if not spec.chunked_loss or model.get_output_embeddings() is None:
         return model(input_ids=ids, labels=ids, use_cache=False).loss
     # torchtune's CEWithChunkedOutputLoss: 16-bit logits of every chunk live, fp32 one at a time.
@@ -234,6 +278,36 @@ def _loss_tensor(model: Any, ids: torch.Tensor, spec: JobSpec, tr: StorageTracke
             for c, lab in zip(chunks, labels, strict=True)
         )
     return total / ids.numel()  # type: ignore[operator,return-value]
+
+
+def _legacy_llama_loss(spec: JobSpec, model: Any) -> bool:
+    """Llama under a transformers release before 4.50 (``transformers_version``), whose
+    ``LlamaForCausalLM.forward`` computed the loss itself (other families at those releases
+    are not read: they trace as the current code)."""
+    if not shifts_fp32_logits(spec) or model.get_output_embeddings() is None:
+        return False
+    return hf_family(spec.arch) == "llama"
+
+
+def _shifted_fp32_loss(model: Any, ids: torch.Tensor, tr: StorageTracker) -> torch.Tensor:
+    """The loss as transformers v4.31.0 ``models/llama/modeling_llama.py`` computes it:
+    ``logits = logits.float()`` (line 825: the 16-bit logits are rebound, so freed, and the
+    output holds the fp32 copy), ``shift_logits = logits[..., :-1, :].contiguous()`` (line
+    830: a second fp32 copy, whose backward scatters the gradient into a zero-filled fp32
+    tensor of the full logits' shape) and ``CrossEntropyLoss()`` on its ``view(-1, vocab)``
+    (lines 833-838). The training loop keeps only ``.loss`` (llama-recipes'
+    ``loss = model(**batch).loss``), so the fp32 logits go when the loss is made."""
+    out = model(input_ids=ids, use_cache=False)
+    with tr.in_phase("logits"):
+        logits = out.logits.float()
+        del out
+        shift_logits = logits[..., :-1, :].contiguous()
+        shift_labels = ids[..., 1:].contiguous()
+        loss = torch.nn.functional.cross_entropy(
+            shift_logits.view(-1, shift_logits.shape[-1]), shift_labels.view(-1)
+        )
+        del logits, shift_logits
+    return loss
 
 
 def _train_model(spec: JobSpec) -> Any:
@@ -378,6 +452,8 @@ def _infer(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
     assert spec.input_len is not None and spec.output_len is not None
     kv = _td(spec.kv_cache_dtype) if spec.kv_cache_dtype in _TORCH_DTYPE else compute
     encoder = spec.arch.encoder_only
+    if spec.kv_cache_max_len is not None and not encoder:
+        return _infer_static(spec, model, tr, kv)
     with torch.no_grad():
         ids = torch.zeros(b, spec.input_len, dtype=torch.long, device="meta")
         with tr.in_phase("forward"):
@@ -395,8 +471,7 @@ def _infer(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
         # The last decode step: the cache holds input + output − 1 tokens and grows by one.
         ctx = spec.input_len + spec.output_len - 1
         cfg = model.config
-        n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        n_kv, hd = _kv_heads(cfg)
         with tr.in_phase("kv_cache"):
             cache = DynamicCache(config=cfg)
             for layer in range(cfg.num_hidden_layers):
@@ -405,6 +480,9 @@ def _infer(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
                 cache.update(k, v, layer)
                 del k, v
             _mark_cache(cache, tr)
+            # K/V expanded to the query heads before caching: the extra heads' storage, at
+            # the length the cache reaches in the last step.
+            wide = _query_head_storage(spec, cfg, b, ctx + 1, kv, tr)
         one = torch.zeros(b, 1, dtype=torch.long, device="meta")
         with tr.in_phase("forward"):
             out = model(input_ids=one, past_key_values=cache, use_cache=True, logits_to_keep=1)
@@ -413,7 +491,72 @@ def _infer(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
             _mark_cache(cache, tr)
             del out, nxt
     n_params = sum(p.numel() for p in model.parameters())
-    del model, cache
+    del model, cache, wide
+    return _timeline(tr, n_params)
+
+
+def _kv_heads(cfg: Any) -> tuple[int, int]:
+    n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return n_kv, hd
+
+
+def _query_head_storage(
+    spec: JobSpec, cfg: Any, b: int, length: int, kv: torch.dtype, tr: StorageTracker
+) -> list[torch.Tensor]:
+    """With ``kv_cache_query_heads``, what the cache holds beyond the KV heads: K and V of
+    ``num_attention_heads - num_key_value_heads`` more heads per layer at ``length`` tokens
+    (torchtune @20747cd87's ``MultiHeadAttention`` expands k/v to ``num_heads`` before
+    ``kv_cache.update``, so its ``KVCache`` buffers are ``num_heads`` wide). HF's cache takes
+    the KV heads, so the extra heads are held beside it, as ``kv_cache``."""
+    n_kv, hd = _kv_heads(cfg)
+    extra = cfg.num_attention_heads - n_kv
+    if not spec.kv_cache_query_heads or extra <= 0:
+        return []
+    held = [
+        torch.empty(b, extra, length, hd, dtype=kv, device="meta")
+        for _ in range(2 * cfg.num_hidden_layers)
+    ]
+    for t in held:
+        tr.mark(t, "kv_cache")
+    return held
+
+
+def _infer_static(spec: JobSpec, model: Any, tr: StorageTracker, kv: torch.dtype) -> Timeline:
+    """Generation with a cache preallocated for ``kv_cache_max_len`` tokens before the prefill
+    (torchtune's ``setup_caches``, HF's ``StaticCache``): HF's ``StaticCache`` sized up front
+    (``early_initialization``), the prefill and the last decode step writing into it at
+    explicit cache positions (its ``get_seq_length`` reads the cache's values, which meta
+    tensors do not have)."""
+    from transformers import StaticCache
+
+    assert spec.kv_cache_max_len is not None and spec.input_len is not None
+    assert spec.output_len is not None
+    b, n, cfg = spec.batch_size, spec.kv_cache_max_len, model.config
+    n_kv, hd = _kv_heads(cfg)
+    with torch.no_grad():
+        with tr.in_phase("kv_cache"):
+            cache = StaticCache(config=cfg, max_cache_len=n)
+            cache.early_initialization(b, n_kv, hd, kv, torch.device("meta"))
+            _mark_cache(cache, tr)
+            wide = _query_head_storage(spec, cfg, b, n, kv, tr)
+        ids = torch.zeros(b, spec.input_len, dtype=torch.long, device="meta")
+        pos = torch.arange(spec.input_len, device="meta")
+        last = torch.tensor([spec.input_len + spec.output_len - 1], device="meta")
+        for step_ids, step_pos in ((ids, pos), (ids[:, :1], last)):
+            with tr.in_phase("forward"):
+                out = model(
+                    input_ids=step_ids,
+                    past_key_values=cache,
+                    use_cache=True,
+                    logits_to_keep=1,
+                    cache_position=step_pos,
+                )
+                with tr.in_phase("logits"):
+                    nxt = out.logits[:, -1, :].to(copy=True, dtype=torch.float32)
+                del out, nxt
+    n_params = sum(p.numel() for p in model.parameters())
+    del model, cache, wide
     return _timeline(tr, n_params)
 
 

@@ -205,3 +205,50 @@ def test_lora_dropout_masks_and_eager_attention_scores() -> None:
     assert acts(lora_dropout=0.05) - acts() == pytest.approx(32 * 4 * 2048 * 2 * 4096, rel=1e-6)
     # eager attention: at least the bf16 softmax and its fp32 upcast per score, every layer
     assert acts(attn_implementation="eager") - acts() >= 32 * 4 * 32 * 2048**2 * 6
+
+
+def test_preallocated_and_query_head_kv_cache() -> None:
+    from predictor import analytical
+    from predictor.spec import parse_spec
+
+    job = {"model": "llama-3-8b", "task": "inference", "input_len": 6, "output_len": 206}
+    job |= {"weight_dtype": "bf16"}
+
+    def kv(**kw: object) -> float:
+        t = analytical.predict_table([parse_spec({**job, **kw})], ["A100-80GB"])
+        return float(t.breakdown_gib["kv_cache"][0, 0])
+
+    per_token = 32 * 2 * 8 * 128 * 2 / GIB  # layers x K,V x 8 KV heads x head_dim x bf16
+    assert kv() == pytest.approx(per_token * 212)
+    assert kv(kv_cache_max_len=4096) == pytest.approx(per_token * 4096)
+    # torchtune @20747cd87: K/V expanded to the 32 query heads before caching
+    both = kv(kv_cache_max_len=4096, kv_cache_query_heads=True)
+    assert both == pytest.approx(per_token * 4096 * 32 / 8)
+
+
+def test_transformers_before_4_50_adds_the_shifted_fp32_logits_copy() -> None:
+    from predictor import analytical
+    from predictor.spec import parse_spec
+
+    job = {"model": "llama-2-7b", "task": "full_finetune", "batch_size": 4, "seq_len": 2048}
+
+    def logits(**kw: object) -> float:
+        t = analytical.predict_table([parse_spec({**job, **kw})], ["A100-80GB"])
+        return float(t.breakdown_gib["logits"][0, 0])
+
+    copy = 4 * 2048 * 32000 * 4 / GIB  # b x s x vocab fp32
+    assert logits(transformers_version="4.31") - logits() == pytest.approx(copy)
+    assert logits(transformers_version="4.50") == logits()
+
+
+def test_use_cache_in_training_adds_every_layers_k_and_v() -> None:
+    from predictor import analytical
+    from predictor.spec import parse_spec
+
+    job = {"model": "llama-2-7b", "task": "lora", "batch_size": 4, "seq_len": 2048}
+    job |= {"gradient_checkpointing": True, "weight_dtype": "bf16"}
+    t = analytical.predict_table([parse_spec({**job, "use_cache": True})], ["A100-80GB"])
+    kv = 32 * 2 * 4096 * 2 * 4 * 2048 / GIB  # layers x K,V x kv width x bf16 x tokens
+    assert float(t.breakdown_gib["kv_cache"][0, 0]) == pytest.approx(kv)
+    base = analytical.predict_table([parse_spec(job)], ["A100-80GB"])
+    assert float(base.breakdown_gib["kv_cache"][0, 0]) == 0.0

@@ -79,7 +79,8 @@ def test_quirk_and_low_confidence_rows_never_calibrate():
     from predictor.measurements import calibration_exclusion, load_measurements
 
     ms = {m.id: m for m in load_measurements()}
-    assert calibration_exclusion(ms["pub-vram-vp034"]) == "documented quirk of its source"
+    # torchtune's generate row: its preallocated cache is in the spec now, no longer a quirk
+    assert calibration_exclusion(ms["pub-vram-vp034"]) is None
     # lit-gpt's FSDP LoRA rows are modelled now (FSDP's no_sync gradients), no longer a quirk
     assert calibration_exclusion(ms["pub-vram-vp048"]) is None
     assert calibration_exclusion(ms["pub-vram-vp023"]) == "low confidence"

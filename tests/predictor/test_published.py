@@ -135,8 +135,8 @@ def test_lit_gpt_lora_rows_accumulate_to_its_128_batch():
     assert parse_measurement(convert_vram_row(_vram())).spec.gradient_accumulation == 1
 
 
-def test_torchtune_generate_at_its_preallocating_commit_carries_the_kv_quirk():
-    from predictor._published_vram import PREALLOCATED_KV_QUIRK
+def test_torchtune_generate_at_its_preallocating_commit_states_its_kv_cache():
+    from predictor._published_vram import PREALLOCATED_KV_NOTE
     from predictor.measurements import calibration_exclusion
 
     gen = {
@@ -152,11 +152,14 @@ def test_torchtune_generate_at_its_preallocating_commit_carries_the_kv_quirk():
     }
     row = _vram(**gen, source="github:pytorch/torchtune recipes/generate.py @20747cd87 line 140")
     m = parse_measurement(convert_vram_row(row))
-    assert PREALLOCATED_KV_QUIRK in m.notes
-    assert calibration_exclusion(m) == "documented quirk of its source"
+    assert PREALLOCATED_KV_NOTE in m.notes
+    assert (m.spec.kv_cache_max_len, m.spec.kv_cache_query_heads) == (4096, True)
+    # the spec now says the program's cache: an ordinary row, not a quirk
+    assert calibration_exclusion(m) is None
     # another torchtune generate run (a later recipe sizes the cache to prompt + new tokens)
     later = parse_measurement(convert_vram_row(_vram(**gen, source="torchtune @v0.4.0")))
     assert calibration_exclusion(later) is None
+    assert later.spec.kv_cache_max_len is None
 
 
 def test_static_batch_throughput_gives_runtime_not_a_prefill_polluted_tpot():

@@ -214,3 +214,45 @@ def test_double_quant_applies_to_nf4_and_follows_the_framework() -> None:
     assert parse_spec({"model": "llama-3.1-8b", "task": "lora"}).double_quant is None
     with pytest.raises(SpecError, match="double_quant"):
         parse_spec({"model": "llama-3.1-8b", "task": "lora", "double_quant": True})
+
+
+def test_preallocated_kv_cache_fields() -> None:
+    from predictor.spec import parse_spec
+
+    job = {"model": "llama-3-8b", "task": "inference", "input_len": 6, "output_len": 206}
+    s = parse_spec({**job, "kv_cache_max_len": 4096, "kv_cache_query_heads": True})
+    assert (s.kv_cache_max_len, s.kv_cache_query_heads) == (4096, True)
+    assert parse_spec(job).kv_cache_max_len is None  # unset: a cache that grows
+    with pytest.raises(SpecError, match=r"`kv_cache_max_len` 100 is below .* = 212.*at least 212"):
+        parse_spec({**job, "kv_cache_max_len": 100})
+    with pytest.raises(SpecError, match="kv_cache_max_len"):
+        parse_spec({**job, "kv_cache_max_len": 0})
+    train = {"model": "llama-3-8b", "task": "full_finetune", "kv_cache_max_len": 4096}
+    with pytest.raises(SpecError, match="`kv_cache_max_len` does not apply to `full_finetune`"):
+        parse_spec(train)
+    serve = {"model": "llama-3-8b", "task": "serve", "kv_cache_query_heads": True}
+    with pytest.raises(SpecError, match="`kv_cache_query_heads` does not apply to `serve`"):
+        parse_spec({**serve, "request_rate": 1.0, "duration_s": 60})
+
+
+def test_transformers_version_field() -> None:
+    from predictor._spec_rules import shifts_fp32_logits
+    from predictor.spec import parse_spec
+
+    job = {"model": "llama-2-7b", "task": "lora"}
+    assert shifts_fp32_logits(parse_spec({**job, "transformers_version": "4.31"}))
+    assert shifts_fp32_logits(parse_spec({**job, "transformers_version": "4.48.0"}))
+    assert not shifts_fp32_logits(parse_spec({**job, "transformers_version": "4.50.0"}))
+    assert not shifts_fp32_logits(parse_spec(job))  # unset: a current transformers
+    with pytest.raises(SpecError, match="transformers_version"):
+        parse_spec({**job, "transformers_version": "four"})
+    with pytest.raises(SpecError, match="`transformers_version` does not apply to `inference`"):
+        parse_spec({"model": "llama-2-7b", "task": "inference", "transformers_version": "4.31"})
+
+
+def test_use_cache_applies_to_training_only() -> None:
+    from predictor.spec import parse_spec
+
+    assert parse_spec({"model": "llama-2-7b", "task": "lora", "use_cache": True}).use_cache
+    with pytest.raises(SpecError, match="`use_cache` does not apply to `inference`"):
+        parse_spec({"model": "llama-2-7b", "task": "inference", "use_cache": True})

@@ -76,6 +76,17 @@ def _check_supported(spec: JobSpec, device: str) -> None:
         raise UnsupportedJob(
             "the harness trains an LM head on its own torch (no `head`, `torch_version`)"
         )
+    other = [
+        f
+        for f in ("transformers_version", "use_cache", "kv_cache_max_len", "kv_cache_query_heads")
+        if getattr(spec, f) is not None
+    ]
+    if other:
+        raise UnsupportedJob(
+            f"the harness runs its own transformers with HF's growing KV cache; `{other[0]}` "
+            f"(got {getattr(spec, other[0])!r}) describes another program: drop it to measure "
+            "this harness's"
+        )
     if not spec.task.is_training and spec.kv_cache_dtype != spec.compute_dtype:
         raise UnsupportedJob(
             f"HF's KV cache is stored in the compute dtype ({spec.compute_dtype}); "

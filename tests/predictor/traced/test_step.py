@@ -104,6 +104,46 @@ def test_inference_kv_cache_at_final_length() -> None:
     assert final <= peak_kv <= final + 2 * KVH * HD * 2 * b * (inp + out)
 
 
+def _peak_kv(spec: dict[str, Any]) -> tuple[int, int, Any]:
+    """(peak live kv_cache bytes, kv_cache bytes live before the first forward allocation,
+    the timeline)."""
+    tl = run_trace(parse_spec(spec))
+    live: dict[int, int] = {}
+    peak_kv, before_forward, seen_forward = 0, 0, False
+    for op, h, n in tl.events:
+        if op:
+            live[h] = n
+            if tl.category[h] not in ("weights", "kv_cache"):
+                seen_forward = True
+        else:
+            live.pop(h, None)
+        kv = sum(v for k, v in live.items() if tl.category[k] == "kv_cache")
+        peak_kv = max(peak_kv, kv)
+        if not seen_forward:
+            before_forward = kv
+    return peak_kv, before_forward, tl
+
+
+def test_preallocated_kv_cache_holds_its_full_length_from_the_start() -> None:
+    """``kv_cache_max_len``: K and V of every layer at the preallocated length, allocated before
+    the prefill, whatever the prompt and output lengths (torchtune's setup_caches)."""
+    b, inp, out, n = 2, 6, 10, 64
+    spec = {"model": TINY, "task": "inference", "batch_size": b, "input_len": inp}
+    spec |= {"output_len": out, "kv_cache_max_len": n}
+    full = 2 * L * b * KVH * n * HD * 2  # K and V, bf16
+    pos = 8 * L  # StaticCache's int64 length counter per layer
+    peak, before, _ = _peak_kv(spec)
+    assert peak == before == full + pos
+    assert _peak_kv({**spec, "output_len": 40})[0] == full + pos
+    # expanded to the query heads: NH heads wide instead of KVH
+    wide, before_wide, _ = _peak_kv({**spec, "kv_cache_query_heads": True})
+    assert wide == before_wide == full * NH // KVH + pos
+    # a growing cache expanded too: the final length at NH heads (plus one layer's concat)
+    grown, _, _ = _peak_kv({**spec, "kv_cache_max_len": None, "kv_cache_query_heads": True})
+    final = 2 * L * b * NH * (inp + out) * HD * 2
+    assert final <= grown <= final + 2 * KVH * HD * 2 * b * (inp + out)
+
+
 def test_summary_breakdown_sums_to_allocated_and_shards() -> None:
     spec = parse_spec({"model": TINY, "task": "full_finetune", "batch_size": 2, "seq_len": 32})
     tl = run_trace(spec)
@@ -420,3 +460,47 @@ def test_torch_before_1_11_keeps_each_softmax_input() -> None:
     assert _peak({**spec, "torch_version": "1.11"})[0] == base
     ckpt = {**spec, "gradient_checkpointing": True}
     assert _peak({**ckpt, "torch_version": "1.10.2"})[0] >= _peak(ckpt)[0]
+
+
+def test_transformers_before_4_50_shifts_a_fp32_copy_of_the_logits() -> None:
+    """transformers v4.31.0 modeling_llama.py (lines 825-838): ``logits.float()``, then
+    ``logits[..., :-1, :].contiguous()``, a second fp32 copy of b x (s-1) x V, whose backward
+    scatters into a zero-filled b x s x V fp32 tensor. Current transformers shifts the labels."""
+    b, s = 2, 32
+    spec = {"model": TINY, "task": "full_finetune", "batch_size": b, "seq_len": s}
+    shifted, full = b * (s - 1) * V * 4, b * s * V * 4
+
+    def sizes(**kw: object) -> list[int]:
+        tl = run_trace(parse_spec({**spec, **kw}))
+        return [n for op, h, n in tl.events if op and tl.category[h] == "logits"]
+
+    old, new = sizes(transformers_version="4.31"), sizes()
+    assert shifted in old and shifted not in new
+    # the fp32 logits themselves, and the zero-filled gradient of the slice in backward
+    assert old.count(full) >= 2
+    assert sizes(transformers_version="4.50.0") == new
+
+    def live_logits(**kw: object) -> int:
+        tl = run_trace(parse_spec({**spec, **kw}))
+        live: dict[int, int] = {}
+        most = 0
+        for op, h, n in tl.events:
+            if op:
+                live[h] = n
+            else:
+                live.pop(h, None)
+            most = max(most, sum(v for k, v in live.items() if tl.category[k] == "logits"))
+        return most
+
+    # at the loss: the fp32 logits, their shifted copy and log-softmax's fp32 output
+    assert live_logits(transformers_version="4.31.0") >= full + 2 * shifted
+
+
+def test_use_cache_keeps_every_layers_k_and_v_until_the_loss() -> None:
+    """``use_cache`` in training (transformers v4.31.0 modeling_llama.py lines 324, 615, 704-716):
+    K and V of every layer, b x kv_heads x s x head_dim in bf16, live at the loss, none after."""
+    b, s = 2, 32
+    spec = {"model": TINY, "task": "full_finetune", "batch_size": b, "seq_len": s}
+    peak_kv, _, _ = _peak_kv({**spec, "use_cache": True})
+    assert peak_kv == 2 * L * b * KVH * s * HD * 2
+    assert _peak_kv(spec)[0] == 0

@@ -312,3 +312,9 @@ def test_programs_the_harness_cannot_run_are_unsupported() -> None:
         with pytest.raises(_profile_job.UnsupportedJob, match="LM head on its own torch"):
             _profile_job._check_supported(parse_spec({**job, **extra}), "cpu")
     _profile_job._check_supported(parse_spec(job), "cpu")
+    llama = {"model": "llama-3-8b", "task": "full_finetune", "seq_len": 128}
+    with pytest.raises(_profile_job.UnsupportedJob, match="`transformers_version`"):
+        _profile_job._check_supported(parse_spec({**llama, "transformers_version": "4.31"}), "cpu")
+    gen = {"model": "llama-3-8b", "task": "inference", "input_len": 8, "output_len": 8}
+    with pytest.raises(_profile_job.UnsupportedJob, match="`kv_cache_max_len`"):
+        _profile_job._check_supported(parse_spec({**gen, "kv_cache_max_len": 64}), "cpu")
