@@ -19,9 +19,10 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from predictor.spec import DType, Head, JobSpec, Optimizer, Task, parse_spec
+from predictor.spec import DType, JobSpec, Optimizer, Task, parse_spec
 from workers.nvml import Nvml, PeakSampler, index_for_uuid, open_nvml
 from workers.profile._model import UnsupportedJob, attn_implementation, build_model
+from workers.profile._supported import check_supported
 
 __all__ = ["TRAIN_WARMUP_STEPS", "environment", "run_job"]
 
@@ -41,68 +42,6 @@ def _torch_dtype(dtype: DType) -> Any:
     import torch
 
     return {DType.FP32: torch.float32, DType.BF16: torch.bfloat16, DType.FP16: torch.float16}[dtype]
-
-
-def _has_bnb() -> bool:
-    try:
-        import bitsandbytes  # noqa: F401
-    except Exception:  # an install without CUDA libraries fails at import with OSError/RuntimeError
-        return False
-    return True
-
-
-def _check_supported(spec: JobSpec, device: str) -> None:
-    """Raise UnsupportedJob for what this harness cannot run faithfully on ``device``."""
-    needs_bnb = (
-        spec.weight_dtype in (DType.INT8, DType.NF4, DType.INT4)
-        or spec.task is Task.QLORA
-        or spec.optimizer in (Optimizer.ADAMW_8BIT, Optimizer.PAGED_ADAMW_8BIT)
-    )
-    if needs_bnb and not _has_bnb():
-        raise UnsupportedJob(
-            "needs bitsandbytes (8-bit optimizer or 4/8-bit weights), which is not installed; "
-            "`pip install bitsandbytes` on a CUDA machine to measure it"
-        )
-    if needs_bnb and device == "cpu":
-        raise UnsupportedJob("bitsandbytes 8-bit/4-bit paths need a CUDA device")
-    if spec.weight_dtype in (DType.FP8, DType.FP4) or spec.compute_dtype in (DType.FP8, DType.FP4):
-        raise UnsupportedJob(
-            f"fp8/fp4 ({spec.weight_dtype}/{spec.compute_dtype}) has no Hugging Face eager path "
-            "in this harness; profile it with vLLM/TensorRT-LLM or Transformer Engine"
-        )
-    if spec.n_gpus != 1:
-        raise UnsupportedJob(f"the profiler runs single-GPU jobs; got n_gpus={spec.n_gpus}")
-    if spec.head is Head.CLASSIFICATION or spec.torch_version is not None:
-        raise UnsupportedJob(
-            "the harness trains an LM head on its own torch (no `head`, `torch_version`)"
-        )
-    other = [
-        f
-        for f in ("transformers_version", "use_cache", "kv_cache_max_len", "kv_cache_query_heads")
-        if getattr(spec, f) is not None
-    ]
-    if other:
-        raise UnsupportedJob(
-            f"the harness runs its own transformers with HF's growing KV cache; `{other[0]}` "
-            f"(got {getattr(spec, other[0])!r}) describes another program: drop it to measure "
-            "this harness's"
-        )
-    if not spec.task.is_training and spec.kv_cache_dtype != spec.compute_dtype:
-        raise UnsupportedJob(
-            f"HF's KV cache is stored in the compute dtype ({spec.compute_dtype}); "
-            f"kv_cache_dtype={spec.kv_cache_dtype} needs a serving engine"
-        )
-    arch = spec.arch
-    length = (
-        spec.seq_len
-        if spec.task.is_training
-        else (spec.input_len or 0) + (0 if arch.encoder_only else (spec.output_len or 0))
-    )
-    if arch.position == "learned" and length is not None and length > arch.max_position_embeddings:
-        raise UnsupportedJob(
-            f"{arch.name} has {arch.max_position_embeddings} learned positions; the job needs "
-            f"{length}. Shorten seq_len/input_len+output_len"
-        )
 
 
 def _resolve_device(device: str) -> str:
@@ -510,7 +449,7 @@ def run_job(spec_dict: dict[str, Any], device: str = "auto") -> Outcome:
 
         device = _resolve_device(device)
         out["device"] = device
-        _check_supported(spec, device)
+        check_supported(spec, device)
     except UnsupportedJob as exc:
         out.update(status="skipped", message=str(exc))
         return out

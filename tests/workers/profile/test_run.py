@@ -17,6 +17,7 @@ pytest.importorskip("peft")
 from predictor.measurements import load_measurements  # noqa: E402
 from predictor.spec import load_specs, parse_spec  # noqa: E402
 from workers.profile import _job as _profile_job  # noqa: E402
+from workers.profile._supported import check_supported  # noqa: E402
 from workers.profile.run import (  # noqa: E402
     done_ids,
     gpu_catalogue_name,
@@ -310,11 +311,11 @@ def test_programs_the_harness_cannot_run_are_unsupported() -> None:
     job = {"model": "bert-large", "task": "full_finetune", "seq_len": 128}
     for extra in ({"head": "classification"}, {"torch_version": "1.10"}):
         with pytest.raises(_profile_job.UnsupportedJob, match="LM head on its own torch"):
-            _profile_job._check_supported(parse_spec({**job, **extra}), "cpu")
-    _profile_job._check_supported(parse_spec(job), "cpu")
+            check_supported(parse_spec({**job, **extra}), "cpu")
+    check_supported(parse_spec(job), "cpu")
     llama = {"model": "llama-3-8b", "task": "full_finetune", "seq_len": 128}
     with pytest.raises(_profile_job.UnsupportedJob, match="`transformers_version`"):
-        _profile_job._check_supported(parse_spec({**llama, "transformers_version": "4.31"}), "cpu")
+        check_supported(parse_spec({**llama, "transformers_version": "4.31"}), "cpu")
     gen = {"model": "llama-3-8b", "task": "inference", "input_len": 8, "output_len": 8}
     with pytest.raises(_profile_job.UnsupportedJob, match="`kv_cache_max_len`"):
-        _profile_job._check_supported(parse_spec({**gen, "kv_cache_max_len": 64}), "cpu")
+        check_supported(parse_spec({**gen, "kv_cache_max_len": 64}), "cpu")
