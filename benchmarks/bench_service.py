@@ -143,38 +143,37 @@ def _enqueued_at(store: RedisStore, ids: list[str]) -> dict[str, float]:
 
 
 class _PlacingSteps:
-    """The leader's and redis-server's CPU seconds at the end of the last step that placed a
-    job. A throughput run's window ends with that step's last RQ enqueue; the steps after it
-    (the pool is full: each computes the held head job's earliest fit) are outside it."""
+    """Steps ``svc``, keeping the leader's and redis-server's CPU seconds at the end of the
+    last step that placed a job. A throughput run's window ends with that step's last RQ
+    enqueue; the steps after it (the pool is full: each computes the held head job's earliest
+    fit) are outside it."""
 
-    def __init__(self, store: RedisStore) -> None:
-        self.store = store
+    def __init__(self, svc: SchedulerService, store: RedisStore) -> None:
+        self.svc, self.store = svc, store
         self.leader0, self.redis0 = time.process_time(), _redis_cpu_s(store)
         self.leader_s = self.redis_s = 0.0
         self.steps = 0
 
-    def record(self, placed: int) -> None:
-        if placed:
+    def step(self) -> Any:
+        s = self.svc.step()
+        if s.placed:
             self.leader_s = time.process_time() - self.leader0
             self.redis_s = _redis_cpu_s(self.store) - self.redis0
             self.steps += 1
+        return s
+
+
+_Stepper = SchedulerService | _PlacingSteps
 
 
 def run_until_enqueued(
-    svc: SchedulerService,
-    store: RedisStore,
-    n: int,
-    timeout_s: float,
-    proc: Any = None,
-    meter: _PlacingSteps | None = None,
+    svc: _Stepper, store: RedisStore, n: int, timeout_s: float, proc: Any = None
 ) -> None:
     """Step until ``n`` jobs are placed, or the submitter is done and the pool is full."""
     deadline = time.monotonic() + timeout_s
     idle = 0
     while time.monotonic() < deadline:
         s = svc.step()
-        if meter is not None:
-            meter.record(s.placed)
         if store.count("placed") >= n:
             return
         submitting = proc is not None and proc.is_alive()
@@ -193,9 +192,9 @@ def bench_throughput(url: str, n: int, pool: Pool) -> dict[str, Any]:
     svc.step()
     cpu = mp.Value("d", float("nan"))
     proc = mp.Process(target=_submitter, args=(url, n, 1000, None, 0, cpu))
-    meter = _PlacingSteps(store)
+    meter = _PlacingSteps(svc, store)
     proc.start()
-    run_until_enqueued(svc, store, n + 1, timeout_s=600, proc=proc, meter=meter)
+    run_until_enqueued(meter, store, n + 1, timeout_s=600, proc=proc)
     proc.join()
     ids = store.job_ids()
     subs = [float(x[0]) for x in store.get_fields(ids, ["submitted_at"]) if x[0]]

@@ -37,6 +37,19 @@ def _live_by_category(spec: Any) -> tuple[dict[str, int], Any]:
     return first_alloc, tl
 
 
+def _peak_live(tl: Any, category: str) -> int:
+    """The most bytes of ``category`` alive at once over the timeline."""
+    live: dict[int, int] = {}
+    most = 0
+    for op, h, n in tl.events:
+        if op:
+            live[h] = n
+        else:
+            live.pop(h, None)
+        most = max(most, sum(v for k, v in live.items() if tl.category[k] == category))
+    return most
+
+
 def test_full_finetune_weights_grads_and_adamw_states() -> None:
     spec = {"model": TINY, "task": "full_finetune", "batch_size": 2, "seq_len": 32}
     _totals, tl = _live_by_category(spec)
@@ -90,15 +103,7 @@ def test_inference_kv_cache_at_final_length() -> None:
         "input_len": inp,
         "output_len": out,
     }
-    tl = run_trace(parse_spec(spec))
-    live: dict[int, int] = {}
-    peak_kv = 0
-    for op, h, n in tl.events:
-        if op:
-            live[h] = n
-        else:
-            live.pop(h, None)
-        peak_kv = max(peak_kv, sum(v for k, v in live.items() if tl.category[k] == "kv_cache"))
+    peak_kv = _peak_live(run_trace(parse_spec(spec)), "kv_cache")
     final = 2 * L * KVH * HD * 2 * b * (inp + out)
     # Concatenation briefly holds one layer's old and new K or V.
     assert final <= peak_kv <= final + 2 * KVH * HD * 2 * b * (inp + out)
@@ -480,20 +485,9 @@ def test_transformers_before_4_50_shifts_a_fp32_copy_of_the_logits() -> None:
     assert old.count(full) >= 2
     assert sizes(transformers_version="4.50.0") == new
 
-    def live_logits(**kw: object) -> int:
-        tl = run_trace(parse_spec({**spec, **kw}))
-        live: dict[int, int] = {}
-        most = 0
-        for op, h, n in tl.events:
-            if op:
-                live[h] = n
-            else:
-                live.pop(h, None)
-            most = max(most, sum(v for k, v in live.items() if tl.category[k] == "logits"))
-        return most
-
     # at the loss: the fp32 logits, their shifted copy and log-softmax's fp32 output
-    assert live_logits(transformers_version="4.31.0") >= full + 2 * shifted
+    old_tl = run_trace(parse_spec({**spec, "transformers_version": "4.31.0"}))
+    assert _peak_live(old_tl, "logits") >= full + 2 * shifted
 
 
 def test_use_cache_keeps_every_layers_k_and_v_until_the_loss() -> None:
