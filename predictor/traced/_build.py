@@ -18,7 +18,7 @@ from ..exceptions import UnmappedArchError
 from ..models import ModelArch
 from .exceptions import TraceUnsupported
 
-__all__ = ["build_meta_model", "hf_config", "hf_family"]
+__all__ = ["build_meta_model", "hf_config", "hf_family", "kv_heads"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -70,3 +70,10 @@ def build_meta_model(
 
         use_uniform_experts(model)
     return model
+
+
+def kv_heads(cfg: Any) -> tuple[int, int]:
+    """(KV heads, head dim) of a transformers config (MHA configs name no KV heads)."""
+    n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return n_kv, hd

@@ -27,13 +27,14 @@ from typing import Any
 import torch
 
 from .._jobarrays import weight_qbytes
-from .._spec_rules import saves_softmax_input, shifts_fp32_logits
+from .._spec_rules import saves_softmax_input
 from ..spec import AttnImplementation, DType, Framework, Head, JobSpec, LoraTarget, Optimizer, Task
-from ._build import build_meta_model, hf_family
+from ._build import build_meta_model, kv_heads
 from ._dispatch import OpCost, StorageTracker
 from ._fsdp import emulate_flat_units, flat_units, unshard_root, uses_no_sync_accumulation
 from ._legacy import legacy_softmax
-from ._litgpt import fuse_qkv_outputs, is_litgpt, litgpt_loss, untie_head, uses_litgpt_loss
+from ._litgpt import fuse_qkv_outputs, is_litgpt, untie_head
+from ._loss import train_loss
 from ._patches import (
     ATTN_IMPLEMENTATION,
     AutocastEmulation,
@@ -60,8 +61,6 @@ _QUANT_BYTES = {
 _BNB_4BIT = (DType.NF4, DType.FP4)  # bitsandbytes 4-bit; LitGPT's int4 is GPTQ
 #: Micro-batches traced: the second one shows the steady state with gradients carried.
 _MAX_MICRO = 2
-#: Chunks of torchtune's ``CEWithChunkedOutputLoss``.
-_LOSS_CHUNKS = 8
 
 
 @dataclass
@@ -205,111 +204,6 @@ def _step_optimizer(opt: Any, params: list[Any], spec: JobSpec, tr: StorageTrack
                 del tmp
 
 
-def _loss(
-    model: Any, ids: torch.Tensor, spec: JobSpec, tr: StorageTracker
-) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """The step's loss, and what the training loop keeps alive until backward ends."""
-    if uses_litgpt_loss(spec, model):
-        return litgpt_loss(model, ids, spec, tr)
-    with _kept_kv(model, spec, tr):
-        return _loss_tensor(model, ids, spec, tr), []
-
-
-@contextmanager
-def _kept_kv(model: Any, spec: JobSpec, tr: StorageTracker) -> Iterator[None]:
-    """``use_cache``: each decoder attention's K and V (``(batch, kv_heads, seq, head_dim)``,
-    the activations' dtype) kept from its forward until the loss is made, as transformers'
-    cache returned in the output: v4.31.0 ``modeling_llama.py`` line 615 (``use_cache`` from
-    ``config.use_cache``, default true at ``configuration_llama.py`` line 118), line 324
-    (``past_key_value = (key_states, value_states)``), lines 704-716 (collected into
-    ``next_decoder_cache`` and returned), turned off only by HF's own checkpointing (lines
-    659-663). The loop keeps only ``.loss`` (``loss = model(**batch).loss``), so they go before
-    backward; the checkpoint recompute in backward keeps none."""
-    if not spec.use_cache:
-        yield
-        return
-    held: list[torch.Tensor] = []
-    cfg = model.config
-
-    def hook(_m: Any, args: Any, kwargs: Any, _out: Any) -> None:
-        hs = kwargs.get("hidden_states", args[0] if args else None)
-        if not isinstance(hs, torch.Tensor) or hs.dim() != 3:
-            return
-        n_kv, hd = _kv_heads(cfg)
-        b, s, _ = hs.shape
-        with tr.in_phase("forward"):
-            for _ in range(2):
-                t = torch.empty(b, n_kv, s, hd, dtype=hs.dtype, device=hs.device)
-                tr.mark(t, "kv_cache")
-                held.append(t)
-
-    hooks = [
-        m.register_forward_hook(hook, with_kwargs=True)
-        for m in model.modules()
-        if type(m).__name__.endswith("Attention") and hasattr(m, "layer_idx")
-    ]
-    try:
-        yield
-    finally:
-        for h in hooks:
-            h.remove()
-        held.clear()
-
-
-def _loss_tensor(model: Any, ids: torch.Tensor, spec: JobSpec, tr: StorageTracker) -> torch.Tensor:
-    if spec.head is Head.CLASSIFICATION:
-        classes = torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device)
-        return model(input_ids=ids, labels=classes).loss
-    if not spec.chunked_loss and _legacy_llama_loss(spec, model):
-        return _shifted_fp32_loss(model, ids, tr)
-    if not spec.chunked_loss or model.get_output_embeddings() is None:
-        return model(input_ids=ids, labels=ids, use_cache=False).loss
-    # torchtune's CEWithChunkedOutputLoss: 16-bit logits of every chunk live, fp32 one at a time.
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    hidden = base.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state
-    head = base.get_output_embeddings()
-    with tr.in_phase("logits"):
-        chunks = [head(h) for h in hidden.chunk(_LOSS_CHUNKS, dim=1)]
-        labels = ids.chunk(_LOSS_CHUNKS, dim=1)
-        total = sum(
-            torch.nn.functional.cross_entropy(
-                c.float().flatten(0, 1), lab.flatten(), reduction="sum"
-            )
-            for c, lab in zip(chunks, labels, strict=True)
-        )
-    return total / ids.numel()  # type: ignore[operator,return-value]
-
-
-def _legacy_llama_loss(spec: JobSpec, model: Any) -> bool:
-    """Llama under a transformers release before 4.50 (``transformers_version``), whose
-    ``LlamaForCausalLM.forward`` computed the loss itself (other families at those releases
-    are not read: they trace as the current code)."""
-    if not shifts_fp32_logits(spec) or model.get_output_embeddings() is None:
-        return False
-    return hf_family(spec.arch) == "llama"
-
-
-def _shifted_fp32_loss(model: Any, ids: torch.Tensor, tr: StorageTracker) -> torch.Tensor:
-    """The loss as transformers v4.31.0 ``models/llama/modeling_llama.py`` computes it:
-    ``logits = logits.float()`` (line 825: the 16-bit logits are rebound, so freed, and the
-    output holds the fp32 copy), ``shift_logits = logits[..., :-1, :].contiguous()`` (line
-    830: a second fp32 copy, whose backward scatters the gradient into a zero-filled fp32
-    tensor of the full logits' shape) and ``CrossEntropyLoss()`` on its ``view(-1, vocab)``
-    (lines 833-838). The training loop keeps only ``.loss`` (llama-recipes'
-    ``loss = model(**batch).loss``), so the fp32 logits go when the loss is made."""
-    out = model(input_ids=ids, use_cache=False)
-    with tr.in_phase("logits"):
-        logits = out.logits.float()
-        del out
-        shift_logits = logits[..., :-1, :].contiguous()
-        shift_labels = ids[..., 1:].contiguous()
-        loss = torch.nn.functional.cross_entropy(
-            shift_logits.view(-1, shift_logits.shape[-1]), shift_labels.view(-1)
-        )
-        del logits, shift_logits
-    return loss
-
-
 def _train_model(spec: JobSpec) -> Any:
     """The model as the job trains it, built outside the tracker (loading is not the peak)."""
     compute = _td(spec.compute_dtype)
@@ -368,7 +262,7 @@ def _train(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
         with autocast or nullcontext(), offload:
             with tr.in_phase("forward"):
                 root = unshard_root(model, spec, tr)  # FSDP: to the end of backward
-                loss, kept = _loss(model, ids, spec, tr)
+                loss, kept = train_loss(model, ids, spec, tr)
             prev = None
             fwd_end = len(tr.events) if i == 0 else fwd_end
             if autocast is not None:
@@ -471,7 +365,7 @@ def _infer(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
         # The last decode step: the cache holds input + output − 1 tokens and grows by one.
         ctx = spec.input_len + spec.output_len - 1
         cfg = model.config
-        n_kv, hd = _kv_heads(cfg)
+        n_kv, hd = kv_heads(cfg)
         with tr.in_phase("kv_cache"):
             cache = DynamicCache(config=cfg)
             for layer in range(cfg.num_hidden_layers):
@@ -495,12 +389,6 @@ def _infer(spec: JobSpec, model: Any, tr: StorageTracker) -> Timeline:
     return _timeline(tr, n_params)
 
 
-def _kv_heads(cfg: Any) -> tuple[int, int]:
-    n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-    hd = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    return n_kv, hd
-
-
 def _query_head_storage(
     spec: JobSpec, cfg: Any, b: int, length: int, kv: torch.dtype, tr: StorageTracker
 ) -> list[torch.Tensor]:
@@ -509,7 +397,7 @@ def _query_head_storage(
     (torchtune @20747cd87's ``MultiHeadAttention`` expands k/v to ``num_heads`` before
     ``kv_cache.update``, so its ``KVCache`` buffers are ``num_heads`` wide). HF's cache takes
     the KV heads, so the extra heads are held beside it, as ``kv_cache``."""
-    n_kv, hd = _kv_heads(cfg)
+    n_kv, hd = kv_heads(cfg)
     extra = cfg.num_attention_heads - n_kv
     if not spec.kv_cache_query_heads or extra <= 0:
         return []
@@ -533,7 +421,7 @@ def _infer_static(spec: JobSpec, model: Any, tr: StorageTracker, kv: torch.dtype
     assert spec.kv_cache_max_len is not None and spec.input_len is not None
     assert spec.output_len is not None
     b, n, cfg = spec.batch_size, spec.kv_cache_max_len, model.config
-    n_kv, hd = _kv_heads(cfg)
+    n_kv, hd = kv_heads(cfg)
     with torch.no_grad():
         with tr.in_phase("kv_cache"):
             cache = StaticCache(config=cfg, max_cache_len=n)
