@@ -154,18 +154,19 @@ def test_peft_fp32_adapters_keep_input_copies() -> None:
     assert fp32.breakdown_gib["optimizer"][0, 0] == 2 * bf16.breakdown_gib["optimizer"][0, 0]
 
 
+def _part_gib(job: dict[str, object], key: str, gpu: str = "H100-80GB", **kw: object) -> float:
+    """One breakdown component of ``job`` with ``kw`` set, on ``gpu``."""
+    return float(predict_table([parse_spec({**job, **kw})], [gpu]).breakdown_gib[key][0, 0])
+
+
 def test_zeroed_not_freed_gradients_are_alive_at_the_start_of_backward() -> None:
     """torch < 2.0's ``zero_grad()`` zeroes the gradients: at the start of backward all of
     them are alive (only the head's is when they are freed), as with gradient accumulation."""
-    from predictor import analytical
-    from predictor.spec import parse_spec
-
     job = {"model": "bert-large", "task": "full_finetune", "batch_size": 4, "seq_len": 512}
     job |= {"weight_dtype": "fp32", "compute_dtype": "fp32", "optimizer": "adafactor"}
 
     def grads(**kw: object) -> float:
-        t = analytical.predict_table([parse_spec({**job, **kw})], ["H100-80GB"])
-        return float(t.breakdown_gib["gradients"][0, 0])
+        return _part_gib(job, "gradients", **kw)
 
     accumulated = grads(gradient_accumulation=2)
     assert grads(zero_grad_set_to_none=False) == pytest.approx(accumulated)
@@ -175,15 +176,11 @@ def test_zeroed_not_freed_gradients_are_alive_at_the_start_of_backward() -> None
 def test_classification_head_and_old_torch_softmax() -> None:
     """A classification head has no vocabulary logits; torch < 1.11 keeps each softmax input
     (4 bytes per score of every layer in fp32)."""
-    from predictor import analytical
-    from predictor.spec import parse_spec
-
     job = {"model": "bert-large", "task": "full_finetune", "batch_size": 4, "seq_len": 512}
     job |= {"weight_dtype": "fp32", "compute_dtype": "fp32", "optimizer": "adafactor"}
 
     def part(key: str, **kw: object) -> float:
-        t = analytical.predict_table([parse_spec({**job, **kw})], ["H100-80GB"])
-        return float(t.breakdown_gib[key][0, 0]) * 2**30
+        return _part_gib(job, key, **kw) * 2**30
 
     assert part("logits") > 0 and part("logits", head="classification") == 0
     extra = part("activations", torch_version="1.10") - part("activations")
@@ -191,15 +188,11 @@ def test_classification_head_and_old_torch_softmax() -> None:
 
 
 def test_lora_dropout_masks_and_eager_attention_scores() -> None:
-    from predictor import analytical
-    from predictor.spec import parse_spec
-
     job = {"model": "llama-2-7b", "task": "lora", "batch_size": 4, "seq_len": 2048}
     job |= {"lora_target": "qv", "lora_rank": 8}
 
     def acts(**kw: object) -> float:
-        t = analytical.predict_table([parse_spec({**job, **kw})], ["H100-80GB"])
-        return float(t.breakdown_gib["activations"][0, 0]) * 2**30
+        return _part_gib(job, "activations", **kw) * 2**30
 
     # one 1-byte mask per adapted input (q and v: 2 x 4096 wide) per token and layer
     assert acts(lora_dropout=0.05) - acts() == pytest.approx(32 * 4 * 2048 * 2 * 4096, rel=1e-6)
@@ -208,15 +201,11 @@ def test_lora_dropout_masks_and_eager_attention_scores() -> None:
 
 
 def test_preallocated_and_query_head_kv_cache() -> None:
-    from predictor import analytical
-    from predictor.spec import parse_spec
-
     job = {"model": "llama-3-8b", "task": "inference", "input_len": 6, "output_len": 206}
     job |= {"weight_dtype": "bf16"}
 
     def kv(**kw: object) -> float:
-        t = analytical.predict_table([parse_spec({**job, **kw})], ["A100-80GB"])
-        return float(t.breakdown_gib["kv_cache"][0, 0])
+        return _part_gib(job, "kv_cache", "A100-80GB", **kw)
 
     per_token = 32 * 2 * 8 * 128 * 2 / GIB  # layers x K,V x 8 KV heads x head_dim x bf16
     assert kv() == pytest.approx(per_token * 212)
@@ -227,14 +216,10 @@ def test_preallocated_and_query_head_kv_cache() -> None:
 
 
 def test_transformers_before_4_50_adds_the_shifted_fp32_logits_copy() -> None:
-    from predictor import analytical
-    from predictor.spec import parse_spec
-
     job = {"model": "llama-2-7b", "task": "full_finetune", "batch_size": 4, "seq_len": 2048}
 
     def logits(**kw: object) -> float:
-        t = analytical.predict_table([parse_spec({**job, **kw})], ["A100-80GB"])
-        return float(t.breakdown_gib["logits"][0, 0])
+        return _part_gib(job, "logits", "A100-80GB", **kw)
 
     copy = 4 * 2048 * 32000 * 4 / GIB  # b x s x vocab fp32
     assert logits(transformers_version="4.31") - logits() == pytest.approx(copy)
@@ -242,13 +227,8 @@ def test_transformers_before_4_50_adds_the_shifted_fp32_logits_copy() -> None:
 
 
 def test_use_cache_in_training_adds_every_layers_k_and_v() -> None:
-    from predictor import analytical
-    from predictor.spec import parse_spec
-
     job = {"model": "llama-2-7b", "task": "lora", "batch_size": 4, "seq_len": 2048}
     job |= {"gradient_checkpointing": True, "weight_dtype": "bf16"}
-    t = analytical.predict_table([parse_spec({**job, "use_cache": True})], ["A100-80GB"])
     kv = 32 * 2 * 4096 * 2 * 4 * 2048 / GIB  # layers x K,V x kv width x bf16 x tokens
-    assert float(t.breakdown_gib["kv_cache"][0, 0]) == pytest.approx(kv)
-    base = analytical.predict_table([parse_spec(job)], ["A100-80GB"])
-    assert float(base.breakdown_gib["kv_cache"][0, 0]) == 0.0
+    assert _part_gib(job, "kv_cache", "A100-80GB", use_cache=True) == pytest.approx(kv)
+    assert _part_gib(job, "kv_cache", "A100-80GB") == 0.0
