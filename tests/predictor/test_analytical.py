@@ -154,9 +154,9 @@ def test_peft_fp32_adapters_keep_input_copies() -> None:
     assert fp32.breakdown_gib["optimizer"][0, 0] == 2 * bf16.breakdown_gib["optimizer"][0, 0]
 
 
-def _part_gib(job: dict[str, object], key: str, gpu: str = "H100-80GB", **kw: object) -> float:
-    """One breakdown component of ``job`` with ``kw`` set, on ``gpu``."""
-    return float(predict_table([parse_spec({**job, **kw})], [gpu]).breakdown_gib[key][0, 0])
+def _part_gib(job: dict[str, object], key: str, *, on: str = "H100-80GB", **kw: object) -> float:
+    """One breakdown component of ``job`` with ``kw`` set, on GPU type ``on``."""
+    return float(predict_table([parse_spec({**job, **kw})], [on]).breakdown_gib[key][0, 0])
 
 
 def test_zeroed_not_freed_gradients_are_alive_at_the_start_of_backward() -> None:
@@ -205,7 +205,7 @@ def test_preallocated_and_query_head_kv_cache() -> None:
     job |= {"weight_dtype": "bf16"}
 
     def kv(**kw: object) -> float:
-        return _part_gib(job, "kv_cache", "A100-80GB", **kw)
+        return _part_gib(job, "kv_cache", on="A100-80GB", **kw)
 
     per_token = 32 * 2 * 8 * 128 * 2 / GIB  # layers x K,V x 8 KV heads x head_dim x bf16
     assert kv() == pytest.approx(per_token * 212)
@@ -219,7 +219,7 @@ def test_transformers_before_4_50_adds_the_shifted_fp32_logits_copy() -> None:
     job = {"model": "llama-2-7b", "task": "full_finetune", "batch_size": 4, "seq_len": 2048}
 
     def logits(**kw: object) -> float:
-        return _part_gib(job, "logits", "A100-80GB", **kw)
+        return _part_gib(job, "logits", on="A100-80GB", **kw)
 
     copy = 4 * 2048 * 32000 * 4 / GIB  # b x s x vocab fp32
     assert logits(transformers_version="4.31") - logits() == pytest.approx(copy)
@@ -230,5 +230,5 @@ def test_use_cache_in_training_adds_every_layers_k_and_v() -> None:
     job = {"model": "llama-2-7b", "task": "lora", "batch_size": 4, "seq_len": 2048}
     job |= {"gradient_checkpointing": True, "weight_dtype": "bf16"}
     kv = 32 * 2 * 4096 * 2 * 4 * 2048 / GIB  # layers x K,V x kv width x bf16 x tokens
-    assert _part_gib(job, "kv_cache", "A100-80GB", use_cache=True) == pytest.approx(kv)
-    assert _part_gib(job, "kv_cache", "A100-80GB") == 0.0
+    assert _part_gib(job, "kv_cache", on="A100-80GB", use_cache=True) == pytest.approx(kv)
+    assert _part_gib(job, "kv_cache", on="A100-80GB") == 0.0
