@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -154,7 +156,7 @@ def test_peft_fp32_adapters_keep_input_copies() -> None:
     assert fp32.breakdown_gib["optimizer"][0, 0] == 2 * bf16.breakdown_gib["optimizer"][0, 0]
 
 
-def _part_gib(job: dict[str, object], key: str, *, on: str = "H100-80GB", **kw: object) -> float:
+def _part_gib(job: dict[str, Any], key: str, *, on: str = "H100-80GB", **kw: Any) -> float:
     """One breakdown component of ``job`` with ``kw`` set, on GPU type ``on``."""
     return float(predict_table([parse_spec({**job, **kw})], [on]).breakdown_gib[key][0, 0])
 
@@ -165,7 +167,7 @@ def test_zeroed_not_freed_gradients_are_alive_at_the_start_of_backward() -> None
     job = {"model": "bert-large", "task": "full_finetune", "batch_size": 4, "seq_len": 512}
     job |= {"weight_dtype": "fp32", "compute_dtype": "fp32", "optimizer": "adafactor"}
 
-    def grads(**kw: object) -> float:
+    def grads(**kw: Any) -> float:
         return _part_gib(job, "gradients", **kw)
 
     accumulated = grads(gradient_accumulation=2)
@@ -179,7 +181,7 @@ def test_classification_head_and_old_torch_softmax() -> None:
     job = {"model": "bert-large", "task": "full_finetune", "batch_size": 4, "seq_len": 512}
     job |= {"weight_dtype": "fp32", "compute_dtype": "fp32", "optimizer": "adafactor"}
 
-    def part(key: str, **kw: object) -> float:
+    def part(key: str, **kw: Any) -> float:
         return _part_gib(job, key, **kw) * 2**30
 
     assert part("logits") > 0 and part("logits", head="classification") == 0
@@ -191,7 +193,7 @@ def test_lora_dropout_masks_and_eager_attention_scores() -> None:
     job = {"model": "llama-2-7b", "task": "lora", "batch_size": 4, "seq_len": 2048}
     job |= {"lora_target": "qv", "lora_rank": 8}
 
-    def acts(**kw: object) -> float:
+    def acts(**kw: Any) -> float:
         return _part_gib(job, "activations", **kw) * 2**30
 
     # one 1-byte mask per adapted input (q and v: 2 x 4096 wide) per token and layer
@@ -204,7 +206,7 @@ def test_preallocated_and_query_head_kv_cache() -> None:
     job = {"model": "llama-3-8b", "task": "inference", "input_len": 6, "output_len": 206}
     job |= {"weight_dtype": "bf16"}
 
-    def kv(**kw: object) -> float:
+    def kv(**kw: Any) -> float:
         return _part_gib(job, "kv_cache", on="A100-80GB", **kw)
 
     per_token = 32 * 2 * 8 * 128 * 2 / GIB  # layers x K,V x 8 KV heads x head_dim x bf16
@@ -218,7 +220,7 @@ def test_preallocated_and_query_head_kv_cache() -> None:
 def test_transformers_before_4_50_adds_the_shifted_fp32_logits_copy() -> None:
     job = {"model": "llama-2-7b", "task": "full_finetune", "batch_size": 4, "seq_len": 2048}
 
-    def logits(**kw: object) -> float:
+    def logits(**kw: Any) -> float:
         return _part_gib(job, "logits", on="A100-80GB", **kw)
 
     copy = 4 * 2048 * 32000 * 4 / GIB  # b x s x vocab fp32
