@@ -13,7 +13,6 @@ from functools import lru_cache
 import numpy as np
 
 from ._spec_rules import saves_softmax_input, shifts_fp32_logits
-from .exceptions import UnmappedArchError
 from .models import ModelArch
 from .spec import AttnImplementation, DType, Framework, Head, JobSpec, Optimizer, Task
 
@@ -307,21 +306,9 @@ def _job_row(spec: JobSpec) -> tuple[float, ...]:
         1.0 if task.is_training and saves_softmax_input(spec) else 0.0,
         float(spec.kv_cache_max_len or (spec.input_len or 0) + (spec.output_len or 0)),
         _kv_heads_scale(spec),
-        1.0 if task.is_training and _shifts_llama_logits(spec) else 0.0,
+        1.0 if task.is_training and shifts_fp32_logits(spec) else 0.0,
         1.0 if task.is_training and spec.use_cache else 0.0,
     )
-
-
-def _shifts_llama_logits(spec: JobSpec) -> bool:
-    """Llama's loss under transformers < 4.50 (``shifts_fp32_logits``): the family read."""
-    if not shifts_fp32_logits(spec):
-        return False
-    from .arch_to_hf import hf_family
-
-    try:
-        return hf_family(spec.arch) == "llama"
-    except UnmappedArchError:
-        return False
 
 
 def _kv_heads_scale(spec: JobSpec) -> float:

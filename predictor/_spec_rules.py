@@ -158,8 +158,8 @@ def check_kv_cache(spec: JobSpec) -> None:
 
 
 def shifts_fp32_logits(spec: JobSpec) -> bool:
-    """Whether the job's transformers computes a causal-LM loss on a shifted fp32 copy of the
-    logits: releases before 4.50. Read in the code: v4.31.0 ``models/llama/modeling_llama.py``
+    """Whether the job's transformers computes a Llama causal-LM loss on a shifted fp32 copy of
+    the logits: releases before 4.50. Read in the code: v4.31.0 ``models/llama/modeling_llama.py``
     lines 825-838 (``logits = logits.float()``, then ``shift_logits = logits[..., :-1,
     :].contiguous()``), the same in v4.46.0 and v4.48.0 ``loss/loss_utils.py``
     ``ForCausalLMLoss``; v4.50.0's pads the labels and shifts them instead (4.49 not read, taken
@@ -167,7 +167,15 @@ def shifts_fp32_logits(spec: JobSpec) -> bool:
     if spec.transformers_version is None:
         return False
     major, minor = (int(x) for x in spec.transformers_version.split(".")[:2])
-    return (major, minor) < (4, 50)
+    if (major, minor) >= (4, 50):
+        return False
+    from .arch_to_hf import hf_family
+    from .exceptions import UnmappedArchError
+
+    try:  # only Llama's loss at those releases was read: other families trace as today's
+        return hf_family(spec.arch) == "llama"
+    except UnmappedArchError:
+        return False
 
 
 def reject_inapplicable(spec: JobSpec) -> None:

@@ -12,7 +12,7 @@ import torch
 
 from .._spec_rules import shifts_fp32_logits
 from ..spec import Head, JobSpec
-from ._build import hf_family, kv_heads
+from ._build import kv_heads
 from ._dispatch import StorageTracker
 from ._litgpt import litgpt_loss, uses_litgpt_loss
 
@@ -77,9 +77,10 @@ def _loss_tensor(model: Any, ids: torch.Tensor, spec: JobSpec, tr: StorageTracke
     if spec.head is Head.CLASSIFICATION:
         classes = torch.zeros(ids.shape[0], dtype=torch.long, device=ids.device)
         return model(input_ids=ids, labels=classes).loss
-    if not spec.chunked_loss and _legacy_llama_loss(spec, model):
+    has_head = model.get_output_embeddings() is not None
+    if not spec.chunked_loss and has_head and shifts_fp32_logits(spec):
         return _shifted_fp32_loss(model, ids, tr)
-    if not spec.chunked_loss or model.get_output_embeddings() is None:
+    if not spec.chunked_loss or not has_head:
         return model(input_ids=ids, labels=ids, use_cache=False).loss
     # torchtune's CEWithChunkedOutputLoss: 16-bit logits of every chunk live, fp32 one at a time.
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -95,15 +96,6 @@ def _loss_tensor(model: Any, ids: torch.Tensor, spec: JobSpec, tr: StorageTracke
             for c, lab in zip(chunks, labels, strict=True)
         )
     return total / ids.numel()  # type: ignore[operator,return-value]
-
-
-def _legacy_llama_loss(spec: JobSpec, model: Any) -> bool:
-    """Llama under a transformers release before 4.50 (``transformers_version``), whose
-    ``LlamaForCausalLM.forward`` computed the loss itself (other families at those releases
-    are not read: they trace as the current code)."""
-    if not shifts_fp32_logits(spec) or model.get_output_embeddings() is None:
-        return False
-    return hf_family(spec.arch) == "llama"
 
 
 def _shifted_fp32_loss(model: Any, ids: torch.Tensor, tr: StorageTracker) -> torch.Tensor:
