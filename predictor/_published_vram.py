@@ -124,7 +124,7 @@ def convert_vram_row(r: Mapping[str, Any]) -> dict[str, Any]:
         notes.append(str(r["notes"]))
     if task == "inference":
         _preallocated_kv(r, spec, notes)
-    if task != "inference":
+    else:
         _stated_memory_flags(r, spec, notes)
     hardware = _stated_hardware(meas_text, notes)
     return measurement_row(
