@@ -20,6 +20,11 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parent.parent
 
+# Submits predict without waiting for CPU traces (15 s by default), here and in the processes
+# tests start: a test that places a job is about placement. The traced tier's tests, and the
+# client's test of the wait, ask for a budget themselves.
+os.environ.setdefault("SNUGFIT_TRACE_BUDGET_S", "0")
+
 
 def _local_redis_up(host: str = "127.0.0.1", port: int = 6379) -> bool:
     try:

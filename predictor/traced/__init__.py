@@ -9,8 +9,9 @@ by a fingerprint, so a prediction never waits for torch unless asked to:
 * :class:`TracedPredictor` answers from the cache (``wait=False``, the default) or traces what
   is missing first (``wait=True``); jobs without a trace get the analytical answer;
 * :func:`trace_specs` warms the cache (``snugfit trace``);
-* :func:`wait_for_trace` is the submit-path hook: wait for one job's trace up to a budget
-  (default :data:`SUBMIT_BUDGET_S`, 15 s), then answer with whatever is there;
+* :func:`wait_for_traces` (one job: :func:`wait_for_trace`) is the submit path's wait: the
+  client waits up to a budget (default :data:`SUBMIT_BUDGET_S`) for the jobs' traces, then
+  predicts with whatever is there;
 * :func:`unsupported_reason` says why a job is not traced (serving engines that preallocate
   by fraction, ``torch.compile``, DeepSpeed and Megatron internals, Unsloth kernels, fp8/fp4
   compute, MLA attention); those jobs and failed traces fall back to the analytical tier, and
@@ -32,6 +33,7 @@ from ._api import (
     trace_specs,
     unsupported_reason,
     wait_for_trace,
+    wait_for_traces,
 )
 from .cache import TRACER_VERSION, TraceCache, fingerprint
 from .exceptions import TraceError, TraceTimeout, TraceUnavailable, TraceUnsupported
@@ -53,4 +55,5 @@ __all__ = [
     "trace_specs",
     "unsupported_reason",
     "wait_for_trace",
+    "wait_for_traces",
 ]

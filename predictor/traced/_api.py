@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -31,6 +32,7 @@ __all__ = [
     "trace_specs",
     "unsupported_reason",
     "wait_for_trace",
+    "wait_for_traces",
 ]
 
 METHOD = "traced"
@@ -190,44 +192,75 @@ def wait_for_trace(
     cache: TraceCache | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> TraceOutcome:
-    """Wait up to ``budget_s`` for ``spec``'s trace, starting it if needed.
+    """:func:`wait_for_traces` for one job."""
+    return wait_for_traces([spec], budget_s, cache=cache, timeout_s=timeout_s)[0]
 
-    For the scheduler's submit path: a cache hit returns at once; otherwise the job is traced
-    in a process-wide background worker, and if the budget runs out the outcome is
-    ``pending`` (the trace finishes in the background and lands in the cache, so the next
-    prediction of the job uses it). Placement then uses whatever the predictor answers.
+
+def wait_for_traces(
+    specs: Sequence[JobSpec],
+    budget_s: float = SUBMIT_BUDGET_S,
+    *,
+    cache: TraceCache | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> list[TraceOutcome]:
+    """Wait up to ``budget_s`` in all for the traces of ``specs``, starting those not cached.
+
+    For the scheduler's submit path (:class:`scheduler.service.client.Client`): cache hits,
+    excluded jobs and a machine without the ``[trace]`` extra answer at once; identical jobs
+    are traced once, in a process-wide background worker. A trace not done when the budget
+    runs out is ``pending``: it finishes in the background and lands in the cache, so the
+    job's next prediction uses it. Placement then uses whatever the predictor answers.
     """
     cache = cache or TraceCache()
-    out, _todo = _pending([spec], cache, force=False)
-    if out[0] is not None:
-        return out[0]
-    key = fingerprint(spec)
+    out, todo = _pending(specs, cache, force=False)
+    if not todo:
+        return [o for o in out if o is not None]
+    futs = {key: _start(key, s, cache, timeout_s) for key, s in todo.items()}
+    deadline = time.monotonic() + max(0.0, budget_s)
+    done: dict[str, TraceOutcome] = {}
+    for key, fut in futs.items():
+        spec = todo[key]
+        try:
+            fut.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            done[key] = TraceOutcome(spec.id, key, "pending", f"not done within {budget_s:g} s")
+            continue
+        except Exception:
+            pass  # recorded by _record below (failed or timed out)
+        hit = cache.get(key)
+        if hit is None:  # the callback runs in the worker thread; record it here too
+            status, reason, summary = _record(cache, key, fut)
+            done[key] = TraceOutcome(spec.id, key, status, reason, summary)
+        else:
+            done[key] = _outcome_from_cache(spec, key, hit)
+    result: list[TraceOutcome] = []
+    for s, o in zip(specs, out, strict=True):
+        if o is None:
+            d = done[fingerprint(s)]
+            o = replace(d, id=s.id)
+        result.append(o)
+    return result
+
+
+def _start(key: str, spec: JobSpec, cache: TraceCache, timeout_s: float) -> Future[Any]:
+    """The in-flight trace of ``key``, started in the shared worker if none is running: one
+    trace per job even when several submits wait for it at once."""
     with _shared_lock:
         inflight: dict[str, Future[dict[str, Any]]] = _shared.setdefault("inflight", {})
         fut = inflight.get(key)
-    if fut is None:
-        # One trace per job even when several submits wait for it at once.
-        fut = _shared_pool(timeout_s).submit(spec.to_dict())
+    if fut is not None:
+        return fut
+    fut = _shared_pool(timeout_s).submit(spec.to_dict())
+    with _shared_lock:
+        inflight[key] = fut
+
+    def done(f: Future[dict[str, Any]]) -> None:
+        _record(cache, key, f)
         with _shared_lock:
-            inflight[key] = fut
+            inflight.pop(key, None)
 
-        def done(f: Future[dict[str, Any]]) -> None:
-            _record(cache, key, f)
-            with _shared_lock:
-                inflight.pop(key, None)
-
-        fut.add_done_callback(done)
-    try:
-        fut.result(timeout=budget_s)
-    except FutureTimeout:
-        return TraceOutcome(spec.id, key, "pending", f"not done within {budget_s:g} s")
-    except Exception:
-        pass
-    hit = cache.get(key)
-    if hit is None:  # the callback runs in the worker thread; record it here too
-        status, reason, summary = _record(cache, key, fut)
-        return TraceOutcome(spec.id, key, status, reason, summary)
-    return _outcome_from_cache(spec, key, hit)
+    fut.add_done_callback(done)
+    return fut
 
 
 class TracedPredictor:

@@ -140,12 +140,15 @@ redis_option = click.option(
 )
 
 
-def client_for(redis_url: str | None) -> Any:
+def client_for(redis_url: str | None, trace_budget_s: float | None = None) -> Any:
     """The :class:`~scheduler.service.client.Client` for a command's ``--redis`` value
-    (imported here, so ``--help`` and completion never load the service)."""
+    (imported here, so ``--help`` and completion never load the service); ``trace_budget_s``
+    None keeps the client's default wait for traces at submit."""
     from scheduler.service.client import Client
 
-    return Client(redis_url)
+    if trace_budget_s is None:
+        return Client(redis_url)
+    return Client(redis_url, trace_budget_s=trace_budget_s)
 
 
 _url_option = click.option(

@@ -53,6 +53,16 @@ def _fail(exc: Exception) -> click.ClickException:
     "--chain", is_flag=True, help="With --array: each element waits for the previous to succeed."
 )
 @click.option("-H", "--hold", is_flag=True, help="Submit held: placed only after `release`.")
+@click.option(
+    "--trace-budget",
+    "trace_budget_s",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="Wait up to this long in all for the jobs' CPU traces before predicting (default: "
+    "$SNUGFIT_TRACE_BUDGET_S, else 15; 0: predict at once). A cached trace answers at once; "
+    "one still running finishes in the background for the next submit.",
+)
 def submit_command(
     job_file: Path,
     redis_url: str | None,
@@ -60,6 +70,7 @@ def submit_command(
     array: str | None,
     chain: bool,
     hold: bool,
+    trace_budget_s: float | None,
 ) -> None:
     """Submit every job in JOB_FILE (YAML / JSON / JSONL); prints one id per line."""
     from predictor.exceptions import PredictorError
@@ -68,7 +79,7 @@ def submit_command(
     if chain and array is None:
         raise click.UsageError("--chain needs --array (e.g. --array 0-9 --chain)")
     try:
-        client = client_for(redis_url)
+        client = client_for(redis_url, trace_budget_s)
         if array is not None:
             handles = client.submit_array(job_file, array, chain=chain, hold=hold)
         else:

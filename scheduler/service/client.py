@@ -1,9 +1,10 @@
 """The Python client: submit jobs, watch them, cancel them, read their logs.
 
-``Client.submit`` validates the spec (pydantic, :func:`predictor.spec.parse_spec`), predicts
-peak VRAM and runtime on every GPU type, and writes the job record in one Lua call that is a
-no-op when the id already exists (submitting the same ``id`` twice is one job). The scheduler
-service does the rest; a :class:`JobHandle` reads the record back.
+``Client.submit`` validates the spec (pydantic, :func:`predictor.spec.parse_spec`), waits up to
+a budget for the job's CPU trace (the traced tier), predicts peak VRAM and runtime on every GPU
+type, and writes the job record in one Lua call that is a no-op when the id already exists
+(submitting the same ``id`` twice is one job). The scheduler service does the rest; a
+:class:`JobHandle` reads the record back.
 
 Records read from Redis are validated too: a handle on a record someone corrupted raises
 :class:`~scheduler.exceptions.ServiceError` naming the field, never a bare ``KeyError``.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -26,6 +28,7 @@ from pydantic import ValidationError
 from predictor.gpus import GPU_NAMES
 from predictor.prediction import Prediction, PredictionTable
 from predictor.spec import JobSpec, Task, load_specs, parse_spec
+from predictor.traced import SUBMIT_BUDGET_S
 from scheduler.core.decision import Decision
 from scheduler.core.engines import engine_upper_gib
 from scheduler.core.requests import gradient_syncs, host_floor_gib
@@ -41,7 +44,13 @@ if TYPE_CHECKING:
     from predictor.internode import GradientSync
     from scheduler.service.deployments import Deployments
 
-__all__ = ["DEFAULT_MAX_OOM_RETRIES", "DEFAULT_MAX_RETRIES", "Client", "JobHandle"]
+__all__ = [
+    "DEFAULT_MAX_OOM_RETRIES",
+    "DEFAULT_MAX_RETRIES",
+    "TRACE_BUDGET_ENV",
+    "Client",
+    "JobHandle",
+]
 
 log = logging.getLogger("snugfit.client")
 
@@ -50,24 +59,80 @@ DEFAULT_MAX_RETRIES = MAX_RETRIES
 DEFAULT_MAX_OOM_RETRIES = MAX_OOM_RETRIES
 _WAIT_POLL_S = 0.05
 _SUBMIT_CHUNK = 2000
+#: The submit path's default wait for traces, in seconds, when the client is not told one.
+TRACE_BUDGET_ENV = "SNUGFIT_TRACE_BUDGET_S"
 
 SpecLike = JobSpec | Mapping[str, Any] | str | Path
 TableFn = Callable[[Sequence[JobSpec]], PredictionTable]
 
 
-def default_table_fn() -> TableFn:
+def default_table_fn(trace_budget_s: float = 0.0) -> TableFn:
     """The tiered predictor (the active learned artifact + calibrated bounds, falling back to
     the analytical tier by itself): the one predictor the CLI, the service and the simulator
-    share. It follows the active artifact, so a retrain is picked up by the next submit."""
+    share. It follows the active artifact, so a retrain is picked up by the next submit.
+
+    ``trace_budget_s`` > 0 (the client's submit path): first wait up to that long in all for
+    the jobs' traces (:func:`predictor.traced.wait_for_traces`), so a traceable job is placed
+    on its traced peak. A cache hit, an excluded framework or a machine without the
+    ``[trace]`` extra costs no wait; a trace still running at the budget finishes in the
+    background and its job is predicted analytically this time."""
     from predictor.tiered import default_predictor
 
     pred = default_predictor()
+    wait = _trace_wait(trace_budget_s)
 
     def table(specs: Sequence[JobSpec]) -> PredictionTable:
+        if wait is not None:
+            wait(specs)
         pred.refresh()  # a stat per call: a long-lived client follows the leader's retraining
         return pred.predict_table(specs, None)
 
     return table
+
+
+def _trace_wait(budget_s: float) -> Callable[[Sequence[JobSpec]], object] | None:
+    """The submit path's wait for traces, or None when there is nothing to wait for."""
+    if budget_s <= 0:
+        return None
+    from predictor.traced import is_available, wait_for_traces
+
+    if not is_available():
+        return None
+
+    def wait(specs: Sequence[JobSpec]) -> object:
+        pending = [o.id for o in wait_for_traces(specs, budget_s) if o.status == "pending"]
+        if pending:
+            log.info(
+                "%d job(s) predicted analytically: their trace was not done within %g s "
+                "(it lands in the trace cache for their next submit): %s",
+                len(pending),
+                budget_s,
+                ", ".join(str(j) for j in pending[:5]),
+            )
+        return pending
+
+    return wait
+
+
+def _trace_budget(value: float | str | None) -> float:
+    """``trace_budget_s`` as given, else ``$SNUGFIT_TRACE_BUDGET_S``, else
+    :data:`~predictor.traced.SUBMIT_BUDGET_S`; a negative or non-numeric value is refused."""
+    name = "trace_budget_s"
+    if value is None:
+        value = os.environ.get(TRACE_BUDGET_ENV)
+        name = f"${TRACE_BUDGET_ENV}"
+    if value is None:
+        return SUBMIT_BUDGET_S
+    try:
+        budget = float(value)
+    except (TypeError, ValueError):
+        budget = math.nan
+    if not budget >= 0:  # NaN fails too
+        raise ServiceError(
+            f"`{name}` must be a number of seconds >= 0; got {value!r} "
+            "(0 predicts without waiting for traces)"
+        )
+    return budget
 
 
 def _as_specs(spec: SpecLike) -> list[JobSpec]:
@@ -195,7 +260,11 @@ def _workflow_fields(spec: JobSpec, hold: bool) -> dict[str, str]:
 
 
 class Client:
-    """Submit and inspect jobs. ``url`` / ``SNUGFIT_REDIS_URL`` / embedded Redis, or a store."""
+    """Submit and inspect jobs. ``url`` / ``SNUGFIT_REDIS_URL`` / embedded Redis, or a store.
+
+    ``trace_budget_s``: how long a submit waits in all for its jobs' CPU traces before it
+    predicts with the default predictor (``$SNUGFIT_TRACE_BUDGET_S``, else 15 s; 0 never
+    waits). A job is traced once; later submits of the same shape answer from the cache."""
 
     def __init__(
         self,
@@ -205,16 +274,19 @@ class Client:
         table_fn: TableFn | None = None,
         max_retries: int = DEFAULT_MAX_RETRIES,
         max_oom_retries: int = DEFAULT_MAX_OOM_RETRIES,
+        trace_budget_s: float | None = None,
     ) -> None:
         self.store: Store = store if store is not None else open_store(url)
         self._table_fn = table_fn
+        # How long a submit waits for its jobs' traces (the default predictor only).
+        self.trace_budget_s = _trace_budget(trace_budget_s)
         self.max_retries = max_retries
         self.max_oom_retries = max_oom_retries
 
     @property
     def table_fn(self) -> TableFn:
         if self._table_fn is None:
-            self._table_fn = default_table_fn()
+            self._table_fn = default_table_fn(self.trace_budget_s)
         return self._table_fn
 
     # -- submission ---------------------------------------------------------------------------

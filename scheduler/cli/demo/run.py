@@ -342,7 +342,9 @@ def _drive(
     from scheduler.service.client import Client
     from scheduler.service.store.keys import TERMINAL_STATES
 
-    client = Client(url)
+    # No wait for traces: the simulated run beside this one predicts from the same cache
+    # without tracing, and the two must place on the same predictions.
+    client = Client(url, trace_budget_s=0.0)
     store: Any = client.store
     _wait_ready(store, pool, procs, con)
     specs = list(wl.specs)

@@ -119,3 +119,37 @@ def test_without_torch_the_tier_reports_itself_unavailable(tmp_path: Any, monkey
     assert out.status == "unavailable" and "snugfit[trace]" in out.reason
     t = TracedPredictor(cache=TraceCache(tmp_path)).predict_table([spec])
     assert set(t.method) == {"analytical"}
+
+
+def test_wait_for_traces_answers_what_needs_no_trace_at_once_in_order(tmp_path: Any) -> None:
+    from predictor.traced import wait_for_traces
+
+    cache = TraceCache(tmp_path)
+    hit = parse_spec({"model": TINY, "task": "full_finetune", "id": "hit"})
+    cache.put(fingerprint(hit), {"status": "ok", "summary": {"allocated_gib": 1.0}})
+    same = parse_spec({"model": TINY, "task": "full_finetune", "id": "same-shape"})
+    vllm = parse_spec({"model": TINY, "task": "inference", "framework": "vllm", "id": "v"})
+    out = wait_for_traces([hit, vllm, same], budget_s=0.0, cache=cache)
+    assert [(o.id, o.status) for o in out] == [
+        ("hit", "cached"),
+        ("v", "unsupported"),
+        ("same-shape", "cached"),
+    ]
+
+
+def test_client_trace_budget_defaults_and_refusals(monkeypatch: Any) -> None:
+    from predictor.traced import SUBMIT_BUDGET_S
+    from scheduler.exceptions import ServiceError
+    from scheduler.service.client import TRACE_BUDGET_ENV, _trace_budget
+
+    monkeypatch.delenv(TRACE_BUDGET_ENV, raising=False)
+    assert _trace_budget(None) == SUBMIT_BUDGET_S == 15.0
+    assert _trace_budget(2.5) == 2.5
+    monkeypatch.setenv(TRACE_BUDGET_ENV, "0")
+    assert _trace_budget(None) == 0.0
+    assert _trace_budget(4) == 4.0  # an explicit budget wins over the variable
+    monkeypatch.setenv(TRACE_BUDGET_ENV, "soon")
+    with pytest.raises(ServiceError, match=r"\$SNUGFIT_TRACE_BUDGET_S.*'soon'"):
+        _trace_budget(None)
+    with pytest.raises(ServiceError, match=r"`trace_budget_s` must be .*-1"):
+        _trace_budget(-1)
