@@ -55,6 +55,7 @@ from .spec import JobSpec, parse_spec
 __all__ = [
     "CHECK_TAG",
     "CONFIDENCES",
+    "LOW_CONFIDENCE",
     "MEASUREMENT_KINDS",
     "METRICS",
     "ORIGINS",
@@ -197,6 +198,10 @@ def is_quirk(m: Measurement) -> bool:
     return QUIRK_TAG in m.notes
 
 
+#: :func:`calibration_exclusion`'s reason for a row its source marks as unsure.
+LOW_CONFIDENCE = "low confidence"
+
+
 def calibration_exclusion(m: Measurement) -> str | None:
     """Why a row may not calibrate an upper bound (None when it may).
 
@@ -208,7 +213,7 @@ def calibration_exclusion(m: Measurement) -> str | None:
     if is_quirk(m):
         return "documented quirk of its source"
     if m.confidence == "low":
-        return "low confidence"
+        return LOW_CONFIDENCE
     if m.oom:
         return "OOM run: the peak is a lower bound"
     return None

@@ -11,7 +11,10 @@ sources' calibration rows (per task family and base, pooled below 30 scores, as
 :class:`~predictor.conformal.ConformalUpper` does), so no row's bound saw its own source.
 It is reported a third way too, with the same folds and bases but each source one unit of
 calibration mass (:func:`~predictor.conformal.source_weighted_quantile`): the unit grouped CV
-treats as exchangeable. Both are always reported; the shipped bound is the first.
+treats as exchangeable. And a fourth: source-weighted, calibrated on every row that passes the
+data checks, low-confidence rows included, so the calibration rows are drawn like the rows the
+bound is scored on (every row is scored). All are always reported; the shipped bound is the
+first.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from ..conformal import (
     source_weighted_quantile,
 )
 from ..evaluation import EvalReport, PredictedValues, evaluate, predicted_values, source_group
-from ..measurements import Measurement, calibration_exclusion
+from ..measurements import LOW_CONFIDENCE, Measurement, calibration_exclusion
 from ._api import TracedPredictor, trace_specs
 from .cache import TraceCache
 
@@ -62,11 +65,14 @@ def conformal_by_source(
     traced: Sequence[bool],
     coverage: float = DEFAULT_COVERAGE,
     weighting: str = "row",
+    low_confidence: bool = False,
 ) -> PredictedValues:
     """``pv`` with its peak-VRAM upper bounds replaced by leave-one-source-out conformal ones.
 
     ``weighting="row"``: :class:`ConformalUpper` on the other sources' rows (per family and
-    base); ``"source"``: per base, each other source one unit of mass."""
+    base); ``"source"``: per base, each other source one unit of mass. ``low_confidence``:
+    low-confidence rows calibrate too (rows failing a data check or a documented quirk never
+    do)."""
     metric = "peak_vram_gib"
     point = pv.point[metric]
     measured = np.array([m.peak_vram_gib or np.nan for m in measurements], dtype=float)
@@ -74,7 +80,7 @@ def conformal_by_source(
         scores = np.log(measured / point)
     fams = [base_family(m.spec.task.value, t) for m, t in zip(measurements, traced, strict=True)]
     sources = np.array([source_group(m) for m in measurements])
-    calib = np.array([calibration_exclusion(m) is None for m in measurements])
+    calib = np.array([_calibrates(calibration_exclusion(m), low_confidence) for m in measurements])
     ok = np.isfinite(scores) & calib
     upper = np.full(len(measurements), np.nan)
     for src in sorted(set(sources.tolist())):
@@ -93,6 +99,10 @@ def conformal_by_source(
     out_upper = dict(pv.upper)
     out_upper[metric] = np.where(np.isfinite(point), upper, np.nan)
     return PredictedValues(dict(pv.point), out_upper, pv.gpu_column, pv.unexpressed)
+
+
+def _calibrates(exclusion: str | None, low_confidence: bool) -> bool:
+    return exclusion is None or (low_confidence and exclusion == LOW_CONFIDENCE)
 
 
 def _source_margins(
@@ -146,6 +156,15 @@ def traced_reports(
         _subset(spv, keep),
         tier="traced+conformal source-weighted (covered rows, grouped CV)",
     )
+    apv = conformal_by_source(measurements, pv, traced, weighting="source", low_confidence=True)
+    low = evaluate(
+        measurements, apv, tier="traced+conformal source-weighted, low-confidence calibrate"
+    )
+    low_sub = evaluate(
+        covered,
+        _subset(apv, keep),
+        tier="traced+conformal source-weighted, low-confidence calibrate (covered rows)",
+    )
     from collections import Counter
 
     why = Counter(o.status for o in outs if not o.traced)
@@ -153,7 +172,7 @@ def traced_reports(
         f"traced tier covers {len(covered)} of {len(measurements)} measured jobs; the rest "
         f"answered analytically ({', '.join(f'{k}: {v}' for k, v in sorted(why.items()))})"
     )
-    for r in (everything, sub, conf, conf_sub, src, src_sub):
+    for r in (everything, sub, conf, conf_sub, src, src_sub, low, low_sub):
         r.notes.append(note)
     for r in (conf, conf_sub):
         r.notes.append(
@@ -165,7 +184,12 @@ def traced_reports(
             "upper bound: as traced+conformal, per base, each other source one unit of "
             "calibration mass (not the shipped bound; reported beside it)"
         )
-    return [everything, sub, conf, conf_sub, src, src_sub]
+    for r in (low, low_sub):
+        r.notes.append(
+            "upper bound: as the source-weighted one, with the other sources' low-confidence "
+            "rows calibrating too (not the shipped bound; reported beside it)"
+        )
+    return [everything, sub, conf, conf_sub, src, src_sub, low, low_sub]
 
 
 def _subset(pv: PredictedValues, keep: list[int]) -> PredictedValues:

@@ -12,7 +12,7 @@ from predictor.traced.evaluation import conformal_by_source
 SPEC = {"model": "llama-3.1-8b", "task": "lora", "seq_len": 512}
 
 
-def _rows(source: str, n: int, measured: float) -> list:
+def _rows(source: str, n: int, measured: float, confidence: str = "medium") -> list:
     return [
         parse_measurement(
             measurement_row(
@@ -23,6 +23,7 @@ def _rows(source: str, n: int, measured: float) -> list:
                 gpu="H100-80GB",
                 measurement="allocated",
                 peak_vram_gib=measured,
+                confidence=confidence,
             )
         )
         for i in range(n)
@@ -58,3 +59,17 @@ def test_source_weighting_counts_each_other_source_once() -> None:
     by_source = conformal_by_source(ms, pv, [True] * n, weighting="source")
     assert rows[40] == pytest.approx(10.0)  # rank ceil(42 x 0.95) = 40 of 41: a's
     assert by_source.upper["peak_vram_gib"][40] == pytest.approx(13.0)
+
+
+def test_low_confidence_rows_calibrate_only_when_asked() -> None:
+    """Source c's one row is low-confidence and 1.4x under: it never sets a bound by default,
+    and with ``low_confidence`` it sets the held-out a's (b's 1.2x is the only other)."""
+    ms = _rows("a", 3, 10.0) + _rows("b", 3, 12.0) + _rows("c", 1, 14.0, confidence="low")
+    n = len(ms)
+    pv = _predicted_10_gib(n)
+    default = conformal_by_source(ms, pv, [True] * n, weighting="source")
+    wider = conformal_by_source(ms, pv, [True] * n, weighting="source", low_confidence=True)
+    assert default.upper["peak_vram_gib"][0] == pytest.approx(12.0)
+    assert wider.upper["peak_vram_gib"][0] == pytest.approx(14.0)
+    # the low-confidence row is still scored: its own bound comes from a and b
+    assert wider.upper["peak_vram_gib"][6] == pytest.approx(12.0)
