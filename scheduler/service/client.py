@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import ValidationError
 
+from predictor._spec_sweep import SweepParser
 from predictor.gpus import GPU_NAMES
 from predictor.prediction import Prediction, PredictionTable
 from predictor.spec import JobSpec, Task, load_specs, parse_spec
@@ -245,10 +246,15 @@ class Client:
         may hold a whole dependency graph; a ``depends_on`` id that is neither in the batch
         nor already submitted raises :class:`UnknownDependencyError` before anything is
         written. ``hold``: submit every job held (``release`` lets it run)."""
+        user = default_user()
+        # Dicts through one parser: a sweep (specs that differ only in id) is validated once.
+        sweep = SweepParser(fill={"user": user})
         parsed: list[JobSpec] = []
         for s in specs:
-            parsed.extend(_as_specs(s))
-        user = default_user()
+            if isinstance(s, Mapping):
+                parsed.append(sweep.parse(s))
+            else:
+                parsed.extend(_as_specs(s))
         parsed = [s if s.user is not None else s.model_copy(update={"user": user}) for s in parsed]
         if any(s.task is Task.SERVE for s in parsed):
             return self._submit_mixed(parsed)
