@@ -67,14 +67,8 @@ def build_records(
     starts = [
         i for i in range(len(specs)) if not (same_row[i] and _same_but_id(specs[i - 1], specs[i]))
     ]
-    preds = _prediction_templates(
-        table.take(np.asarray(row_starts, np.intp), (_PLACEHOLDER,) * len(row_starts))
-    )
-    runs = _spec_templates(
-        [specs[i] for i in starts],
-        table.take(np.asarray(starts, np.intp), (None,) * len(starts)),
-        hold,
-    )
+    preds = _prediction_templates(_rows(table, row_starts))
+    runs = _spec_templates([specs[i] for i in starts], _rows(table, starts), hold)
     tail = {
         "attempt": "0",
         "max_retries": str(max_retries),
@@ -110,6 +104,14 @@ def build_records(
     return out
 
 
+def _rows(table: PredictionTable, rows: list[int]) -> PredictionTable:
+    """``table``'s ``rows`` (their ids unset); the table itself when every row is wanted (no
+    run repeats: a one-job submit), so no array is copied."""
+    if len(rows) == len(table):
+        return table
+    return table.take(np.asarray(rows, np.intp), (None,) * len(rows))
+
+
 class _Slow:
     """A run encoded job by job: its first job's value with each job's id put in (``rows``:
     the value is per-GPU prediction rows, each holding the id)."""
@@ -141,11 +143,11 @@ def _template(obj: Any, holes: int) -> list[str] | None:
 
 
 def _prediction_templates(sub: PredictionTable) -> list[list[str] | _Slow]:
-    """Per run of repeated rows, its ``predictions`` template (``sub``: the runs' first rows,
-    under the placeholder id)."""
+    """Per run of repeated rows, its ``predictions`` template (``sub``: the runs' first rows)."""
     n_types = len(sub.gpu_names)
     per_job: list[dict[str, Any]] = [{} for _ in range(len(sub))]
     for k, row in enumerate(sub.iter_dicts()):
+        row["id"] = _PLACEHOLDER  # in place: the id keeps its position
         per_job[k // n_types][row["gpu"]] = row
     return [_template(p, len(p)) or _Slow(p, rows=True) for p in per_job]
 

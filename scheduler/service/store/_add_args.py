@@ -61,7 +61,12 @@ def add_args(records: Sequence[Mapping[str, Any]]) -> list[Any]:
             elif v == jid and type(v) is type(jid):
                 code.append("i")
             else:
-                parts = now[f] if f in now else _pieces(v, jid)
+                if f in now:
+                    parts = now[f]
+                elif nxt is None and tmpl[f] is None:
+                    parts = None  # no template to reuse, none to send: the value as it is
+                else:
+                    parts = _pieces(v, jid)
                 if parts is not None and parts == tmpl[f]:
                     code.append("p")
                 elif parts is not None and nxt is not None:
