@@ -105,8 +105,8 @@ def build_records(
 
 
 def _rows(table: PredictionTable, rows: list[int]) -> PredictionTable:
-    """``table``'s ``rows`` (their ids unset); the table itself when every row is wanted (no
-    run repeats: a one-job submit), so no array is copied."""
+    """``table``'s ``rows`` (the templates do not read their ids); the table itself when every
+    row is wanted (no run repeats: a one-job submit), so no array is copied."""
     if len(rows) == len(table):
         return table
     return table.take(np.asarray(rows, np.intp), (None,) * len(rows))
