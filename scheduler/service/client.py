@@ -22,18 +22,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from pydantic import ValidationError
 
-from predictor.gpus import GPU_NAMES
+from predictor._spec_sweep import SweepParser
 from predictor.prediction import Prediction, PredictionTable
 from predictor.spec import JobSpec, Task, load_specs, parse_spec
 from predictor.traced import SUBMIT_BUDGET_S
 from scheduler.core.decision import Decision
-from scheduler.core.engines import engine_upper_gib
-from scheduler.core.requests import gradient_syncs, host_floor_gib
 from scheduler.core.rules import MAX_OOM_RETRIES, MAX_RETRIES
 from scheduler.exceptions import JobFailedError, JobNotFoundError, SchedulerError, ServiceError
+from scheduler.service._submit_records import build_records
 from scheduler.service._workflow import check_parents_exist, default_user, order_by_dependencies
 from scheduler.service.store.keys import TERMINAL_STATES, JobState
 from scheduler.service.store.protocol import Store
@@ -41,15 +39,16 @@ from scheduler.service.store.records import OutcomeRecord, PlacementRecord, dump
 from scheduler.service.store.redis_store import RedisStore, open_store
 
 if TYPE_CHECKING:
-    from predictor.internode import GradientSync
     from scheduler.service.deployments import Deployments
 
+# build_records: workers/_outcome.py builds an OOM retry's record with it from here.
 __all__ = [
     "DEFAULT_MAX_OOM_RETRIES",
     "DEFAULT_MAX_RETRIES",
     "TRACE_BUDGET_ENV",
     "Client",
     "JobHandle",
+    "build_records",
 ]
 
 log = logging.getLogger("snugfit.client")
@@ -151,114 +150,6 @@ def _as_specs(spec: SpecLike) -> list[JobSpec]:
     )
 
 
-def build_records(
-    specs: Sequence[JobSpec],
-    table: PredictionTable,
-    *,
-    now: float | None = None,
-    max_retries: int = DEFAULT_MAX_RETRIES,
-    max_oom_retries: int = DEFAULT_MAX_OOM_RETRIES,
-    hold: bool = False,
-) -> list[dict[str, str]]:
-    """Job records (``scheduler.service.store.keys`` layout) for specs that all carry an id.
-    ``hold``: every job is submitted held (placed only after ``release``)."""
-    t = time.time() if now is None else now
-    cols = [table.gpu_names.index(g) if g in table.gpu_names else -1 for g in GPU_NAMES]
-    per_job: list[dict[str, Any]] = [{} for _ in specs]
-    for k, row in enumerate(table.iter_dicts()):
-        per_job[k // len(table.gpu_names)][row["gpu"]] = row
-    out: list[dict[str, str]] = []
-    arrays = [table.peak_vram_gib, table.peak_vram_upper_gib, table.runtime_s]
-    arrays += [table.runtime_upper_s] + ([] if table.busy_frac is None else [table.busy_frac])
-    vram, upper, runtime, runtime_up, *rest = _catalogue_columns(arrays, cols)
-    busy = rest[0] if rest else None
-    host_floor = host_floor_gib(specs)
-    syncs = gradient_syncs(specs)
-
-    for i, spec in enumerate(specs):
-        assert spec.id is not None
-        request: dict[str, Any] = {
-            "vram_gib": vram[i],
-            # An engine that cannot be told its reservation takes its default share of the GPU.
-            "vram_upper_gib": engine_upper_gib(spec.framework, spec.command, spec.env, upper[i]),
-            "runtime_s": runtime[i],
-            "runtime_upper_s": runtime_up[i],
-            "busy_frac": None if busy is None else busy[i],
-            "n_gpus": spec.n_gpus,
-            "tensor_parallel": spec.tensor_parallel,
-            "pipeline_parallel": spec.pipeline_parallel,
-            "gpu": spec.gpu,
-            "priority": spec.priority,
-            "deadline_s": spec.deadline_s,
-            "cpus": spec.cpus,
-            "host_memory_gib": spec.host_memory_gib,
-            "host_memory_floor_gib": round(host_floor[i], 3),
-        }
-        if spec.node_selector:
-            request["node_selector"] = {k: list(v) for k, v in spec.node_selector.items()}
-        if syncs[i].steps > 0:
-            request["sync"] = _sync_figures(syncs[i])
-        ts = repr(t + i * 1e-6)  # keeps submit order inside one batch
-        rec = {
-            "id": spec.id,
-            "submitted_at": ts,
-            "updated_at": ts,
-            "spec": dumps(spec.to_dict()),
-            "request": dumps(request),
-            "predictions": dumps(per_job[i]),
-            "method": table.method[i],
-            "attempt": "0",
-            "max_retries": str(max_retries),
-            "max_oom_retries": str(max_oom_retries),
-        }
-        rec.update(_workflow_fields(spec, hold))
-        out.append(rec)
-    return out
-
-
-def _catalogue_columns(
-    arrays: Sequence[np.ndarray], cols: Sequence[int]
-) -> list[list[list[float | None]]]:
-    """Each of ``arrays`` (jobs, the table's GPU types) as one list per job over the whole
-    catalogue, in one vectorised pass for them all: types the table lacks and inf/NaN become
-    null."""
-    n = arrays[0].shape[0]
-    full = np.full((len(arrays), n, len(cols)), np.nan)
-    have = [k for k, c in enumerate(cols) if c >= 0]
-    if have:
-        full[:, :, have] = np.array(arrays, dtype=np.float64)[:, :, [cols[k] for k in have]]
-    out: list[list[list[float | None]]] = full.tolist()
-    if not np.isfinite(full).all():
-        out = [[[x if math.isfinite(x) else None for x in r] for r in a] for a in out]  # type: ignore[arg-type]
-    return out
-
-
-def _sync_figures(g: GradientSync) -> list[float | None]:
-    """The request's ``sync`` list: what a multi-node placement needs to price its traffic."""
-    return [
-        g.steps,
-        g.grad_bytes_per_gpu,
-        g.data_parallel,
-        g.charged_s,
-        g.activation_bytes,
-        g.micro_batches,
-    ]
-
-
-def _workflow_fields(spec: JobSpec, hold: bool) -> dict[str, str]:
-    """Identity and workflow fields, plain hash fields so filters read them with HMGET."""
-    rec: dict[str, str] = {}
-    if spec.user is not None:
-        rec["user"] = spec.user
-    if spec.team is not None:
-        rec["team"] = spec.team
-    if spec.depends_on:
-        rec["deps"] = dumps(list(spec.depends_on))
-    if hold:
-        rec["hold"] = "1"
-    return rec
-
-
 class Client:
     """Submit and inspect jobs. ``url`` / ``SNUGFIT_REDIS_URL`` / embedded Redis, or a store.
 
@@ -317,10 +208,15 @@ class Client:
         may hold a whole dependency graph; a ``depends_on`` id that is neither in the batch
         nor already submitted raises :class:`UnknownDependencyError` before anything is
         written. ``hold``: submit every job held (``release`` lets it run)."""
+        user = default_user()
+        # Dicts through one parser: a sweep (specs that differ only in id) is validated once.
+        sweep = SweepParser(fill={"user": user})
         parsed: list[JobSpec] = []
         for s in specs:
-            parsed.extend(_as_specs(s))
-        user = default_user()
+            if isinstance(s, Mapping):
+                parsed.append(sweep.parse(s))
+            else:
+                parsed.extend(_as_specs(s))
         parsed = [s if s.user is not None else s.model_copy(update={"user": user}) for s in parsed]
         if any(s.task is Task.SERVE for s in parsed):
             return self._submit_mixed(parsed)

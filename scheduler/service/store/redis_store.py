@@ -22,6 +22,7 @@ import orjson
 import redis
 
 from scheduler.exceptions import UnknownDependencyError
+from scheduler.service.store._add_args import add_args
 from scheduler.service.store._resp import eval_direct, eval_send, packer_kwargs
 from scheduler.service.store.durability import Durability, NotDurableError
 from scheduler.service.store.embedded import connect
@@ -157,11 +158,7 @@ class RedisStore:
     ) -> tuple[list[bool] | None, list[str | None]]:
         if not records:
             return [], []
-        args: list[str] = [self.prefix, "1" if guard else "0", "1"]
-        for rec in records:
-            args += [rec["id"], rec["submitted_at"], str(2 * len(rec))]
-            for k, v in rec.items():
-                args += [k, v]
+        args = [self.prefix, "1" if guard else "0", "1", *add_args(records)]
         d = self.durability
         if d.replicas:
             # WAIT counts replicas that hold every earlier write of *this* connection, so it
@@ -172,7 +169,9 @@ class RedisStore:
             out, acked = pipe.execute()
         else:
             out, acked = eval_direct(self.r, self._add, args), None
-        if out and out[0] == "exists":
+        if out == "added":  # every job added (add.lua's one-word answer)
+            out = [True] * len(records)
+        elif out and out[0] == "exists":
             return None, [None if v is None else str(v) for v in out[1:]]
         if acked is not None and int(acked) < d.replicas:
             ids = [rec["id"] for rec in records]
