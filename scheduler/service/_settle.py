@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from scheduler.core.decision import Decision
@@ -24,15 +25,19 @@ class _Settle(_ServiceState):
 
     def _after_commit(
         self,
-        placed: list[Decision],
-        records: list[PlacementRecord],
-        commits: list[Commit],
-        results: list[str],
+        placed: Sequence[Decision],
+        records: Sequence[PlacementRecord],
+        commits: Sequence[Commit],
+        results: Sequence[str],
+        replies: list[Callable[[], object]],
     ) -> tuple[int, int]:
         """Enqueue and log what committed, undo our view of what did not: (placed, conflicts).
 
-        ``bad:`` (a malformed value in the job's placement) rejects the job with that reason;
-        ``err:`` (capacity or the job taken meanwhile) leaves it pending for the next step.
+        Called once per commit chunk, in chunk order. ``bad:`` (a malformed value in the
+        job's placement) rejects the job with that reason; ``err:`` (capacity or the job
+        taken meanwhile) leaves it pending for the next step. The RQ jobs and the events are
+        sent without waiting; their reads go on ``replies``, for the caller to make once every
+        chunk is settled.
         """
         items: list[tuple[str, str, int, dict[str, Any]]] = []
         events: list[dict[str, Any]] = []
@@ -62,6 +67,8 @@ class _Settle(_ServiceState):
             if seen is not None and seen.method is not None:
                 ev["method"] = seen.method
             events.append(ev)
+        # Chunk by chunk, in order: the versions of the whole step run on from _capver exactly
+        # when each chunk's run on from the one before.
         if self._capver >= 0 and versions == list(
             range(self._capver + 1, self._capver + 1 + len(versions))
         ):
@@ -69,8 +76,12 @@ class _Settle(_ServiceState):
         else:
             self._capver = -1
         if items:
-            self.store.enqueue(items)
-        self.events.emit(events)
+            send = getattr(self.store, "enqueue_send", None)
+            if send is None:
+                self.store.enqueue(items)
+            else:
+                replies.append(send(items))
+        replies.append(self.events.emit_send(events))
         return len(items), conflicts
 
     def _reject_bad(self, job_id: str, why: str, decision_json: str) -> list[dict[str, Any]]:

@@ -60,6 +60,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -362,19 +363,41 @@ class SchedulerService(_Leadership, _Settle):
                 records.append(rec)
             return commits[start:]
 
-        results, failed = commit_chunks(
+        totals = [0, 0]
+        replies: list[Callable[[], object]] = []
+
+        def settle(start: int, answers: list[str]) -> None:
+            # Each chunk as its answers arrive (Redis runs the next chunk meanwhile); what was
+            # sent and answered is settled even when a later chunk fails.
+            end = start + len(answers)
+            got = self._after_commit(
+                placed[start:end], records[start:end], commits[start:end], answers, replies
+            )
+            totals[0] += got[0]
+            totals[1] += got[1]
+
+        _, failed = commit_chunks(
             self.store,
             len(placed),
             build,
             self.token,
             self._still_leader,
             fenced=self.leader_election,
+            settle=settle,
         )
-        k = len(results)  # what was sent, and answered: settled even when a later chunk failed
-        out = self._after_commit(placed[:k], records[:k], commits[:k], results)
+        # Every chunk's RQ jobs and events, sent without waiting: each is read (a connection
+        # owes its replies) before the first failure is raised, as the enqueue raised it.
+        unsent: Exception | None = None
+        for reply in replies:
+            try:
+                reply()
+            except Exception as exc:
+                unsent = unsent or exc
+        if unsent is not None:
+            raise unsent
         if failed is not None:
             raise failed
-        return out
+        return totals[0], totals[1]
 
     # -- views --------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ import redis
 from redis._parsers.encoders import Encoder
 from redis.utils import HIREDIS_AVAILABLE
 
-__all__ = ["FastRespPacker", "eval_direct", "eval_send", "packer_kwargs"]
+__all__ = ["FastRespPacker", "calls_send", "eval_direct", "eval_send", "packer_kwargs"]
 
 #: The packed command is handed over in pieces of about this size (redis-py sends each in
 #: turn). A 500-job commit is megabytes of arguments (each job's stored decision is kilobytes):
@@ -120,5 +120,65 @@ def eval_send(client: redis.Redis, script: Any, args: Sequence[Any]) -> Callable
         finally:
             pool.release(conn)
         return script(args=args)
+
+    return read
+
+
+#: One call of :func:`calls_send`: ``(script, args)`` runs EVALSHA of a registered script with
+#: ``args`` (no keys); ``(None, args)`` sends the command ``args`` as it is.
+Call = tuple[Any, Sequence[Any]]
+
+
+def calls_send(client: redis.Redis, calls: Sequence[Call]) -> Callable[[], list[Any]]:
+    """``calls`` sent now, in order, on one connection of ``client``'s pool, with no reply
+    awaited; the returned call (call it exactly once) reads every reply and returns them in
+    order, so the caller works while the server runs them. A script the server does not hold
+    is run again the ordinary way (redis-py loads it); an error reply raises once every reply
+    is read (the connection stays in step). A failed send or read makes every call again the
+    ordinary way, in one pipeline with redis-py's retries, as :func:`eval_send` does (the
+    callers' writes are a job record field and RQ jobs written as rq writes them; see
+    :func:`eval_direct` for what a repeat does)."""
+    if not calls:
+        return list
+
+    def ordinary() -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for script, args in calls:
+            if script is None:
+                pipe.execute_command(*args)
+            else:
+                script(args=args, client=pipe)
+        return list(pipe.execute())
+
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    cmds = [args if script is None else ("EVALSHA", script.sha, 0, *args) for script, args in calls]
+    try:
+        conn.send_packed_command(conn.pack_commands(cmds))
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        conn.disconnect()
+        pool.release(conn)
+        return ordinary
+
+    def read() -> list[Any]:
+        out: list[Any] = []
+        failed: redis.ResponseError | None = None
+        try:
+            for script, args in calls:
+                try:
+                    out.append(conn.read_response())
+                except redis.exceptions.NoScriptError:
+                    out.append(script(args=args))
+                except redis.ResponseError as exc:
+                    out.append(exc)
+                    failed = failed or exc
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            conn.disconnect()
+            pool.release(conn)
+            return ordinary()
+        pool.release(conn)
+        if failed is not None:
+            raise failed
+        return out
 
     return read

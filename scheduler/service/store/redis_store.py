@@ -22,7 +22,7 @@ import orjson
 import redis
 
 from scheduler.exceptions import UnknownDependencyError
-from scheduler.service.store._resp import eval_direct, eval_send, packer_kwargs
+from scheduler.service.store._resp import calls_send, eval_direct, eval_send, packer_kwargs
 from scheduler.service.store.durability import Durability, NotDurableError
 from scheduler.service.store.embedded import connect
 from scheduler.service.store.keys import DEFAULT_PREFIX, EVENTS_MAXLEN, LOG_CAP_BYTES, Keys
@@ -434,6 +434,13 @@ class RedisStore:
         ``scripts/enqueue.lua`` replays it per job (:mod:`._rq_fast`), a chunk of jobs per
         call. rq's own per-job path, in one MULTI/EXEC, is the fallback.
         """
+        self.enqueue_send(items)()
+
+    def enqueue_send(
+        self, items: Sequence[tuple[str, str, int, dict[str, Any]]]
+    ) -> Callable[[], Any]:
+        """:meth:`enqueue`, sent now; the returned call (once) reads the answers (and raises
+        what :meth:`enqueue` would), so the leader settles its next chunk meanwhile."""
         from scheduler.service.store.keys import queue_name, rq_job_id
 
         by_queue: dict[str, list[tuple[str, str, int, str, dict[str, Any]]]] = {}
@@ -443,6 +450,8 @@ class RedisStore:
                 # A gang's other nodes carry their own RQ id (scheduler.service._commit).
                 (meta.get("rq_job_id") or rq_job_id(job_id, attempt), job_id, attempt, desc, meta)
             )
+        if not by_queue:
+            return list
         if self._rq_template is None:
             from scheduler.service.store._rq_fast import TemplateCache
             from scheduler.service.store.keys import JOB_FUNCTION
@@ -451,11 +460,11 @@ class RedisStore:
         tpl = self._rq_template.get(self.raw)
         if tpl is None:
             self._enqueue_with_rq(by_queue)
-            return
+            return list
         # A step places on hundreds of nodes: chunks small enough that no single script holds
-        # Redis for long, all in one round trip. The decoded client sends them (its packer is
-        # the fast one; the script answers a count); one chunk, the usual step, is one call,
-        # without the pipeline's SCRIPT EXISTS round trip.
+        # Redis for long, all sent at once on one connection. The decoded client sends them
+        # (its packer is the fast one; the script answers a count), without the pipeline's
+        # SCRIPT EXISTS round trip.
         calls: list[list[bytes | str]] = []
         groups: list[tuple[str, Sequence[tuple[str, str, int, str, dict[str, Any]]]]] = []
         size = 0
@@ -469,13 +478,7 @@ class RedisStore:
                     groups, size = [], 0
         if groups:
             calls.append(tpl.argv(groups))
-        if len(calls) == 1:
-            self._enqueue_lua(args=calls[0])
-            return
-        pipe = self.r.pipeline(transaction=False)
-        for args in calls:
-            self._enqueue_lua(args=args, client=pipe)
-        pipe.execute()
+        return calls_send(self.r, [(self._enqueue_lua, args) for args in calls])
 
     def _enqueue_with_rq(
         self, by_queue: dict[str, list[tuple[str, str, int, str, dict[str, Any]]]]
@@ -525,9 +528,14 @@ class RedisStore:
     # -- events, history, logs, nodes ---------------------------------------------------------
 
     def emit(self, events: Sequence[Mapping[str, Any]]) -> None:
+        self.emit_send(events)()
+
+    def emit_send(self, events: Sequence[Mapping[str, Any]]) -> Callable[[], Any]:
+        """:meth:`emit`, sent now; the returned call (once) reads the answer."""
         if not events:
-            return
-        self._emit(keys=[], args=[self.prefix, EVENTS_MAXLEN, *(dumps(dict(e)) for e in events)])
+            return list
+        args = [self.prefix, EVENTS_MAXLEN, *(dumps(dict(e)) for e in events)]
+        return calls_send(self.r, [(self._emit, args)])
 
     def events(self, after: str = "0", count: int = 1000) -> list[tuple[str, dict[str, Any]]]:
         rows = self.r.xrange(
