@@ -36,10 +36,12 @@ class _Settle(_ServiceState):
         Called once per commit chunk, in chunk order. ``bad:`` (a malformed value in the
         job's placement) rejects the job with that reason; ``err:`` (capacity or the job
         taken meanwhile) leaves it pending for the next step. The RQ jobs and the events are
-        sent without waiting; their reads go on ``replies``, for the caller to make once every
-        chunk is settled.
+        sent without waiting, the committed jobs' decisions first (a store with
+        ``commit_send`` leaves them to this); their reads go on ``replies``, for the caller to
+        make once every chunk is settled.
         """
         items: list[tuple[str, str, int, dict[str, Any]]] = []
+        decisions: list[tuple[str, str]] = []
         events: list[dict[str, Any]] = []
         versions: list[int] = []
         conflicts = 0
@@ -63,6 +65,7 @@ class _Settle(_ServiceState):
             if self.telemetry is not None and seen is not None:
                 self.telemetry.observe_placement_latency(committed_at - seen.submitted_at)
             items += rank_items(rec)
+            decisions.append((d.job_id, c.decision_json))
             ev = placed_event(rec)
             if seen is not None and seen.method is not None:
                 ev["method"] = seen.method
@@ -78,9 +81,11 @@ class _Settle(_ServiceState):
         if items:
             send = getattr(self.store, "enqueue_send", None)
             if send is None:
-                self.store.enqueue(items)
+                self.store.enqueue(items)  # its commit() wrote the decisions
             else:
-                replies.append(send(items))
+                # commit_send leaves each committed job's decision to be written here, before
+                # the job's RQ job and never for a job whose commit was refused.
+                replies.append(send(items, decisions=decisions))
         replies.append(self.events.emit_send(events))
         return len(items), conflicts
 

@@ -20,7 +20,7 @@ import redis
 from redis._parsers.encoders import Encoder
 from redis.utils import HIREDIS_AVAILABLE
 
-__all__ = ["FastRespPacker", "calls_send", "eval_direct", "eval_send", "packer_kwargs"]
+__all__ = ["Call", "FastRespPacker", "calls_send", "eval_direct", "eval_send", "packer_kwargs"]
 
 #: The packed command is handed over in pieces of about this size (redis-py sends each in
 #: turn). A 500-job commit is megabytes of arguments (each job's stored decision is kilobytes):

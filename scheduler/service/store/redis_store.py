@@ -22,11 +22,17 @@ import orjson
 import redis
 
 from scheduler.exceptions import UnknownDependencyError
-from scheduler.service.store._resp import calls_send, eval_direct, eval_send, packer_kwargs
+from scheduler.service.store._resp import (
+    Call,
+    calls_send,
+    eval_direct,
+    eval_send,
+    packer_kwargs,
+)
 from scheduler.service.store.durability import Durability, NotDurableError
 from scheduler.service.store.embedded import connect
 from scheduler.service.store.keys import DEFAULT_PREFIX, EVENTS_MAXLEN, LOG_CAP_BYTES, Keys
-from scheduler.service.store.protocol import Commit
+from scheduler.service.store.protocol import Commit, committed
 from scheduler.service.store.records import dumps
 from scheduler.service.store.sentinel import decoded_twin
 
@@ -280,23 +286,28 @@ class RedisStore:
         return int(self.r.get(self.keys.capver) or 0)
 
     def commit(self, commits: Sequence[Commit], token: str, *, fenced: bool = True) -> list[str]:
-        """Commit a chunk in one script: per job ``ok:<capver>``, ``err:`` or ``bad:``.
+        """Commit a chunk in one script: per job ``ok:<capver>``, ``err:`` or ``bad:``; the
+        decision of each job answered ``ok`` is then written to its record.
 
         ``fenced`` (the default) commits only while ``token`` holds the leader lease; an empty
         token never passes. A script that fails as a whole (it should not: every value is
         checked before anything is written) answers ``err:`` for every job of the chunk.
         """
-        return self.commit_send(commits, token, fenced=fenced)()
+        out = self.commit_send(commits, token, fenced=fenced)()
+        calls_send(self.r, self.decision_calls(committed(commits, out)))()
+        return out
 
     def commit_send(
         self, commits: Sequence[Commit], token: str, *, fenced: bool = True
     ) -> Callable[[], list[str]]:
-        """:meth:`commit`, sent now; the returned call (once) waits for and reads its answers."""
+        """:meth:`commit` without the decisions, sent now; the returned call (once) waits for
+        and reads its answers. The caller writes the decision of each job answered ``ok``
+        before its RQ job (``enqueue_send(..., decisions=)``, as the leader does)."""
         if not commits:
             return list
         args: list[Any] = [self.prefix, token, "1" if fenced else "0", _now()]
         for c in commits:
-            args += [c.job_id, c.expected_attempt, c.alloc_json, c.placement_json, c.decision_json]
+            args += [c.job_id, c.expected_attempt, c.alloc_json, c.placement_json]
         read = eval_send(self.r, self._commit, args)
 
         def answers() -> list[str]:
@@ -307,6 +318,13 @@ class RedisStore:
             return [str(x) for x in got]
 
         return answers
+
+    def decision_calls(self, decisions: Sequence[tuple[str, str]]) -> list[Call]:
+        """The writes of committed jobs' decisions, ``(job id, decision JSON)``: a plain HSET
+        each. Passed through commit.lua they cost the server about 2.5x as much (the
+        kilobytes copied into Lua and back), and the script checks nothing in them."""
+        job = self.keys.job
+        return [(None, ("HSET", job(jid), "decision", raw)) for jid, raw in decisions]
 
     # -- transitions --------------------------------------------------------------------------
 
@@ -437,21 +455,21 @@ class RedisStore:
         self.enqueue_send(items)()
 
     def enqueue_send(
-        self, items: Sequence[tuple[str, str, int, dict[str, Any]]]
+        self,
+        items: Sequence[tuple[str, str, int, dict[str, Any]]],
+        *,
+        decisions: Sequence[tuple[str, str]] = (),
     ) -> Callable[[], Any]:
         """:meth:`enqueue`, sent now; the returned call (once) reads the answers (and raises
-        what :meth:`enqueue` would), so the leader settles its next chunk meanwhile."""
-        from scheduler.service.store.keys import queue_name, rq_job_id
+        what :meth:`enqueue` would), so the leader settles its next chunk meanwhile.
+        ``decisions`` of jobs committed by :meth:`commit_send` are written first, on the same
+        connection, so no RQ job is ever there before its job's decision."""
+        from scheduler.service.store._rq_fast import by_queue, script_args
 
-        by_queue: dict[str, list[tuple[str, str, int, str, dict[str, Any]]]] = {}
-        for node, job_id, attempt, meta in items:
-            desc = f"snugfit job {job_id} attempt {attempt}"
-            by_queue.setdefault(queue_name(node), []).append(
-                # A gang's other nodes carry their own RQ id (scheduler.service._commit).
-                (meta.get("rq_job_id") or rq_job_id(job_id, attempt), job_id, attempt, desc, meta)
-            )
-        if not by_queue:
-            return list
+        first = self.decision_calls(decisions)
+        groups = by_queue(items)
+        if not groups:
+            return calls_send(self.r, first)
         if self._rq_template is None:
             from scheduler.service.store._rq_fast import TemplateCache
             from scheduler.service.store.keys import JOB_FUNCTION
@@ -459,26 +477,13 @@ class RedisStore:
             self._rq_template = TemplateCache(JOB_FUNCTION, _RQ_JOB_KWARGS)
         tpl = self._rq_template.get(self.raw)
         if tpl is None:
-            self._enqueue_with_rq(by_queue)
+            calls_send(self.r, first)()
+            self._enqueue_with_rq(groups)
             return list
-        # A step places on hundreds of nodes: chunks small enough that no single script holds
-        # Redis for long, all sent at once on one connection. The decoded client sends them
-        # (its packer is the fast one; the script answers a count), without the pipeline's
-        # SCRIPT EXISTS round trip.
-        calls: list[list[bytes | str]] = []
-        groups: list[tuple[str, Sequence[tuple[str, str, int, str, dict[str, Any]]]]] = []
-        size = 0
-        for name, jobs in by_queue.items():
-            for k in range(0, len(jobs), _ENQUEUE_CHUNK):
-                part = jobs[k : k + _ENQUEUE_CHUNK]
-                groups.append((name, part))
-                size += len(part)
-                if size >= _ENQUEUE_CHUNK:
-                    calls.append(tpl.argv(groups))
-                    groups, size = [], 0
-        if groups:
-            calls.append(tpl.argv(groups))
-        return calls_send(self.r, [(self._enqueue_lua, args) for args in calls])
+        # The decoded client sends them (its packer is the fast one; the script answers a
+        # count), without the pipeline's SCRIPT EXISTS round trip.
+        calls = script_args(tpl, groups, _ENQUEUE_CHUNK)
+        return calls_send(self.r, first + [(self._enqueue_lua, args) for args in calls])
 
     def _enqueue_with_rq(
         self, by_queue: dict[str, list[tuple[str, str, int, str, dict[str, Any]]]]

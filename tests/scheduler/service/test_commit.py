@@ -323,3 +323,24 @@ def test_a_lease_lost_between_chunks_commits_nothing_after_it(
     assert len(placed) == 5
     assert svc._commit(placed, now) == (2, 3)
     assert store.count("placed") == 2 and _holders_without_rq_job(store) == []
+
+
+def test_a_decision_is_written_only_for_a_job_whose_commit_passed(store: RedisStore) -> None:
+    """commit.lua never sees the decisions (kilobytes it checks nothing in): the store writes
+    each one after its job's commit answered ok, and none for a refused or malformed one."""
+    svc = _setup(store, WHOLE, 3)
+    commits = [
+        Commit("job-0", 0, _alloc([0], 81559), "{}", '{"d": 0}'),
+        Commit("job-1", 0, _alloc([0], 81559), "{}", '{"d": 1}'),  # the same GPU: refused
+        Commit("job-2", 0, "not json", "{}", '{"d": 2}'),
+    ]
+    res = store.commit(commits, svc.token)
+    assert res[0].startswith("ok:") and res[1].startswith("err:") and res[2].startswith("bad:")
+    rows = store.get_fields(["job-0", "job-1", "job-2"], ["decision"])
+    assert rows == [['{"d": 0}'], [None], [None]]
+    # commit_send alone leaves them to the caller (the leader writes them before the RQ job).
+    again = [Commit("job-1", 0, _alloc([1], 81559), "{}", '{"d": 1}')]
+    assert store.commit_send(again, svc.token)()[0].startswith("ok:")
+    assert store.get_fields(["job-1"], ["decision"]) == [[None]]
+    store.enqueue_send([], decisions=[("job-1", '{"d": 1}')])()
+    assert store.get_fields(["job-1"], ["decision"]) == [['{"d": 1}']]

@@ -1,12 +1,14 @@
 -- A chunk of placements, atomically. ARGV: P, token, fenced ('1' | '0'), now, then per job:
--- id, expected_attempt, alloc, placement, decision. Returns one reply per job:
+-- id, expected_attempt, alloc, placement. Returns one reply per job:
 -- 'ok:<capver>', 'err:<conflict>' (capacity or job taken: retry after a resync) or
 -- 'bad:<reason>' (a malformed value: reject the job). Every job is checked, against Redis and
 -- against the chunk's earlier jobs, before anything is written, so no error can strike halfway
 -- and leave a job holding capacity that its scheduler never hears about.
 -- The allocation JSON is the one source of the figures: the add here and every release read it.
+-- The job's decision (kilobytes, which nothing here checks) is not passed through Lua: the
+-- caller writes it to the job record of each job answered 'ok' (RedisStore.commit_send).
 local token, fenced, now = ARGV[2], ARGV[3], ARGV[4]
-local n = (#ARGV - 4) / 5
+local n = (#ARGV - 4) / 4
 local out = {}
 if fenced ~= '0' and (token == '' or redis.call('GET', P .. ':leader') ~= token) then
   for j = 1, n do out[j] = 'err:not the leader' end
@@ -119,7 +121,7 @@ local ok = {}
 -- Touched GPUs and nodes in first-touch order (the chunk's counters are written once each).
 local gpu_order, node_order = {}, {}
 for j = 1, n do
-  local b = 4 + (j - 1) * 5
+  local b = 4 + (j - 1) * 4
   local job = ARGV[b + 1]
   local a = check(job, ARGV[b + 2], ARGV[b + 3])
   if type(a) == 'string' then
@@ -165,7 +167,7 @@ for k, item in ipairs(ok) do
   jobs[k] = job
   redis.call('HSET', P .. ':allocs', job, ARGV[b + 3])
   redis.call('HSET', P .. ':job:' .. job, 'attempt', a.attempt, 'placement', ARGV[b + 4],
-             'decision', ARGV[b + 5], 'updated_at', now, 'state', 'placed')
+             'updated_at', now, 'state', 'placed')
 end
 -- set_state(job, 'pending', 'placed') and the pending index, for the chunk at once.
 for s = 1, #jobs, 1000 do
