@@ -14,13 +14,23 @@ accepts or refuses is unchanged.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 from redis._parsers.encoders import Encoder
 from redis.utils import HIREDIS_AVAILABLE
 
-__all__ = ["Call", "FastRespPacker", "calls_send", "eval_direct", "eval_send", "packer_kwargs"]
+__all__ = [
+    "Call",
+    "FastRespPacker",
+    "Packed",
+    "calls_send",
+    "eval_direct",
+    "eval_send",
+    "packed_hset",
+    "packer_kwargs",
+]
 
 #: The packed command is handed over in pieces of about this size (redis-py sends each in
 #: turn). A 500-job commit is megabytes of arguments (each job's stored decision is kilobytes):
@@ -124,9 +134,29 @@ def eval_send(client: redis.Redis, script: Any, args: Sequence[Any]) -> Callable
     return read
 
 
+@dataclass(frozen=True, slots=True)
+class Packed:
+    """A plain command with its RESP bytes made already (:func:`packed_hset`)."""
+
+    args: tuple[Any, ...]
+    resp: bytes
+
+
+def packed_hset(key: str, field: str, value: str, encoding: str, errors: str) -> Packed:
+    """``HSET key field value`` as :class:`FastRespPacker` writes it: a leader step writes
+    thousands (one decision per placed job), and the general packer's per-call work cost
+    more than the bytes."""
+    k, f, v = (x.encode(encoding, errors) for x in (key, field, value))
+    resp = b"*4\r\n$4\r\nHSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
+        len(k), k, len(f), f, len(v), v
+    )  # fmt: skip
+    return Packed(("HSET", key, field, value), resp)
+
+
 #: One call of :func:`calls_send`: ``(script, args)`` runs EVALSHA of a registered script with
-#: ``args`` (no keys); ``(None, args)`` sends the command ``args`` as it is.
-Call = tuple[Any, Sequence[Any]]
+#: ``args`` (no keys); ``(None, args)`` sends the command ``args`` as it is, and
+#: ``(None, Packed)`` the command already packed.
+Call = tuple[Any, "Sequence[Any] | Packed"]
 
 
 def calls_send(client: redis.Redis, calls: Sequence[Call]) -> Callable[[], list[Any]]:
@@ -145,16 +175,15 @@ def calls_send(client: redis.Redis, calls: Sequence[Call]) -> Callable[[], list[
         pipe = client.pipeline(transaction=False)
         for script, args in calls:
             if script is None:
-                pipe.execute_command(*args)
+                pipe.execute_command(*(args.args if isinstance(args, Packed) else args))
             else:
                 script(args=args, client=pipe)
         return list(pipe.execute())
 
     pool = client.connection_pool
     conn = pool.get_connection()
-    cmds = [args if script is None else ("EVALSHA", script.sha, 0, *args) for script, args in calls]
     try:
-        conn.send_packed_command(conn.pack_commands(cmds))
+        conn.send_packed_command(_joined(conn, calls))
     except (redis.ConnectionError, redis.TimeoutError, OSError):
         conn.disconnect()
         pool.release(conn)
@@ -182,3 +211,26 @@ def calls_send(client: redis.Redis, calls: Sequence[Call]) -> Callable[[], list[
         return out
 
     return read
+
+
+def _joined(conn: Any, calls: Sequence[Call]) -> list[bytes]:
+    """The RESP bytes of ``calls``, in pieces of about :data:`_CHUNK_BYTES` (one send each)."""
+    out: list[bytes] = []
+    parts: list[bytes] = []
+    size = 0
+    for script, args in calls:
+        if isinstance(args, Packed):
+            got = [args.resp]
+        elif script is None:
+            got = conn.pack_command(*args)
+        else:
+            got = conn.pack_command("EVALSHA", script.sha, 0, *args)
+        for b in got:
+            parts.append(b)
+            size += len(b)
+        if size >= _CHUNK_BYTES:
+            out.append(b"".join(parts))
+            parts, size = [], 0
+    if parts:
+        out.append(b"".join(parts))
+    return out

@@ -27,6 +27,7 @@ from scheduler.service.store._resp import (
     calls_send,
     eval_direct,
     eval_send,
+    packed_hset,
     packer_kwargs,
 )
 from scheduler.service.store.durability import Durability, NotDurableError
@@ -324,7 +325,9 @@ class RedisStore:
         each. Passed through commit.lua they cost the server about 2.5x as much (the
         kilobytes copied into Lua and back), and the script checks nothing in them."""
         job = self.keys.job
-        return [(None, ("HSET", job(jid), "decision", raw)) for jid, raw in decisions]
+        kw = self.r.connection_pool.connection_kwargs
+        enc, errors = kw.get("encoding", "utf-8"), kw.get("encoding_errors", "strict")
+        return [(None, packed_hset(job(j), "decision", raw, enc, errors)) for j, raw in decisions]
 
     # -- transitions --------------------------------------------------------------------------
 

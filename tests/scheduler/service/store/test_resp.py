@@ -109,3 +109,12 @@ def test_calls_sent_together_answer_in_order(store: RedisStore) -> None:
         read()
     assert store.r.get("k2") == "w"  # the call after the error ran, and its reply was read
     assert store.r.ping()
+
+
+def test_a_packed_hset_is_what_the_packer_writes() -> None:
+    from scheduler.service.store._resp import packed_hset
+
+    for value in ("{}", "ü" * 3000, "x" * 70_000):
+        got = packed_hset("snugfit:job:j-ü", "decision", value, "utf-8", "replace")
+        want = FastRespPacker("utf-8", "replace").pack("HSET", "snugfit:job:j-ü", "decision", value)
+        assert got.resp == b"".join(want) and got.args[3] == value
