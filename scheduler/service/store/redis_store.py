@@ -322,8 +322,8 @@ class RedisStore:
 
     def decision_calls(self, decisions: Sequence[tuple[str, str]]) -> list[Call]:
         """The writes of committed jobs' decisions, ``(job id, decision JSON)``: a plain HSET
-        each. Passed through commit.lua they cost the server about 2.5x as much (the
-        kilobytes copied into Lua and back), and the script checks nothing in them."""
+        each. Passed through commit.lua they cost the server several times as much (the
+        kilobytes copied into Lua and back out), and the script checks nothing in them."""
         job = self.keys.job
         kw = self.r.connection_pool.connection_kwargs
         enc, errors = kw.get("encoding", "utf-8"), kw.get("encoding_errors", "strict")
