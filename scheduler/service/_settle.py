@@ -30,6 +30,7 @@ class _Settle(_ServiceState):
         commits: Sequence[Commit],
         results: Sequence[str],
         replies: list[Callable[[], object]],
+        read_owed: Callable[[], None],
     ) -> tuple[int, int]:
         """Enqueue and log what committed, undo our view of what did not: (placed, conflicts).
 
@@ -37,8 +38,12 @@ class _Settle(_ServiceState):
         job's placement) rejects the job with that reason; ``err:`` (capacity or the job
         taken meanwhile) leaves it pending for the next step. The RQ jobs and the events are
         sent without waiting, the committed jobs' decisions first (a store with
-        ``commit_send`` leaves them to this); their reads go on ``replies``, for the caller to
-        make once every chunk is settled.
+        ``commit_send`` leaves them to this); their reads go on ``replies``. ``read_owed()``
+        runs first, just before the sends: it reads the earlier chunks' replies, so each
+        chunk's writes reach Redis only once the earlier chunk's have run. (Each send has a
+        connection of its own, and Redis serves waiting connections in no set order: two
+        chunks' writes in flight at once could land out of order, in an RQ queue or the
+        event stream.)
         """
         items: list[tuple[str, str, int, dict[str, Any]]] = []
         decisions: list[tuple[str, str]] = []
@@ -78,6 +83,7 @@ class _Settle(_ServiceState):
             self._capver += len(versions)
         else:
             self._capver = -1
+        read_owed()
         if items:
             send = getattr(self.store, "enqueue_send", None)
             if send is None:

@@ -365,13 +365,26 @@ class SchedulerService(_Leadership, _Settle):
 
         totals = [0, 0]
         replies: list[Callable[[], object]] = []
+        unsent: list[Exception] = []
+
+        def read() -> None:
+            # Each owed reply is read (its connection goes back to the pool) and the first
+            # failure kept, to be raised once every chunk is settled, as the enqueue raised it.
+            for reply in replies:
+                try:
+                    reply()
+                except Exception as exc:
+                    unsent.append(exc)
+            replies.clear()
 
         def settle(start: int, answers: list[str]) -> None:
             # Each chunk as its answers arrive (Redis runs the next chunk meanwhile); what was
-            # sent and answered is settled even when a later chunk fails.
+            # sent and answered is settled even when a later chunk fails. The previous chunk's
+            # RQ jobs and events are read before this chunk's are sent (in order, see
+            # _after_commit); Redis has run them by then, behind the chunk being committed.
             end = start + len(answers)
             got = self._after_commit(
-                placed[start:end], records[start:end], commits[start:end], answers, replies
+                placed[start:end], records[start:end], commits[start:end], answers, replies, read
             )
             totals[0] += got[0]
             totals[1] += got[1]
@@ -385,16 +398,9 @@ class SchedulerService(_Leadership, _Settle):
             fenced=self.leader_election,
             settle=settle,
         )
-        # Every chunk's RQ jobs and events, sent without waiting: each is read (a connection
-        # owes its replies) before the first failure is raised, as the enqueue raised it.
-        unsent: Exception | None = None
-        for reply in replies:
-            try:
-                reply()
-            except Exception as exc:
-                unsent = unsent or exc
-        if unsent is not None:
-            raise unsent
+        read()
+        if unsent:
+            raise unsent[0]
         if failed is not None:
             raise failed
         return totals[0], totals[1]
