@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from itertools import groupby
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -106,32 +107,51 @@ def table_columns_json(
     key = _memo_key(table, chosen, rule, row)
     if key is None:
         return orjson.dumps(_table_columns(table, chosen, row, rule), option=_ORJSON_OPTS)
-    memo: dict[tuple[Any, ...], tuple[tuple[str, bytes, bytes | None], ...]]
+    memo: dict[tuple[Any, ...], tuple[tuple[bytes, tuple[str, ...]], ...]]
     memo = table.pool._empty.setdefault("columns_json_memo", {})
     parts = memo.get(key)
     if parts is None:
-        cols = _table_columns(table, chosen, row, rule)
-        parts = tuple(
-            (
-                name,
-                b'"' + name.encode() + b'":',
-                None if name in _BOUND_NAMES else orjson.dumps(v, option=_ORJSON_OPTS),
-            )
-            for name, v in cols.items()
-        )
+        parts = _json_template(_table_columns(table, chosen, row, rule))
         if len(memo) >= _MEMO_SIZE:
             memo.clear()
         memo[key] = parts
     bound: dict[str, Any] = {}
     _bound_columns(bound, chosen, row, len(table))
-    return (
-        b"{"
-        + b",".join(
-            head + (orjson.dumps(bound[name], option=_ORJSON_OPTS) if frag is None else frag)
-            for name, head, frag in parts
-        )
-        + b"}"
-    )
+    out: list[bytes] = []
+    for fixed, names in parts:
+        out.append(fixed)
+        if names:
+            # A run of binding columns as one object's members: orjson writes '"name":value'
+            # joined by commas, byte for byte the fragments the template leaves out.
+            out.append(orjson.dumps({n: bound[n] for n in names}, option=_ORJSON_OPTS)[1:-1])
+    return b"".join(out)
+
+
+def _json_template(cols: dict[str, Any]) -> tuple[tuple[bytes, tuple[str, ...]], ...]:
+    """``orjson.dumps(cols)`` as (fixed bytes, binding column names that follow them), in
+    column order: every column but the binding ones encoded once, and consecutive binding
+    columns grouped so that each group is one encode per answer."""
+    parts: list[tuple[bytes, tuple[str, ...]]] = []
+    fixed: list[bytes] = [b"{"]
+    group: list[str] = []
+    for i, (name, v) in enumerate(cols.items()):
+        if name in _BOUND_NAMES:
+            if not group and i:
+                fixed.append(b",")  # before the group; orjson joins the group's own members
+            group.append(name)
+            continue
+        if group:
+            parts.append((b"".join(fixed), tuple(group)))
+            fixed, group = [], []
+        if i:
+            fixed.append(b",")
+        fixed += [b'"', name.encode(), b'":', orjson.dumps(v, option=_ORJSON_OPTS)]
+    if group:
+        parts.append((b"".join(fixed), tuple(group)))
+        fixed = []
+    fixed.append(b"}")
+    parts.append((b"".join(fixed), ()))
+    return tuple(parts)
 
 
 def _copy(v: Any) -> Any:
@@ -148,42 +168,41 @@ def _memo_key(
     more of the state than its per-type summaries (a CPU or memory shortfall, a gang)."""
     if table.host_short is not no_short(table.pool) or table.gang.any():
         return None
-    req, now, sel = table.request, table.now, table.node_ok
+    req, now, sel, t = table.request, table.now, table.node_ok, table
+    # Spelled out, not a loop over names: this runs once per placed job.
     return (
         chosen,
         rule,
-        None if row is None else tuple(row[name] for name in _CHOSEN_ROW),
+        None if row is None else _chosen_row(row),
         req.n_gpus,
         req.gpu,
         req.node_selector,
-        table.ask,
-        table.why_excluded,
+        t.ask,
+        t.why_excluded,
         None if sel is None else sel.tobytes(),
         req.vram_gib.tobytes(),
         req.vram_upper_gib.tobytes(),
         now.type_max_node_free.tobytes(),
         now.type_shared_free_mib.tobytes(),
-        *(getattr(table, name).tobytes() for name in _ROW_KEYS),
+        # The table's per-class arrays the columns read (the state's part is fits_now).
+        t.fits_now.tobytes(),
+        t.need_mib.tobytes(),
+        t.cost.tobytes(),
+        t.runtime.tobytes(),
+        t.fits_empty.tobytes(),
+        t.empty_code.tobytes(),
+        t.finite.tobytes(),
+        t.pinned_ok.tobytes(),
+        t.allowed.tobytes(),
+        t.kind_ok.tobytes(),
+        t.cap_ok.tobytes(),
+        t.empty_room.tobytes(),
+        t.host_empty.tobytes(),
+        t.sel_ok.tobytes(),
     )
 
 
-#: The table's per-class arrays the columns read (the state's part is ``fits_now``).
-_ROW_KEYS = (
-    "fits_now",
-    "need_mib",
-    "cost",
-    "runtime",
-    "fits_empty",
-    "empty_code",
-    "finite",
-    "pinned_ok",
-    "allowed",
-    "kind_ok",
-    "cap_ok",
-    "empty_room",
-    "host_empty",
-    "sel_ok",
-)
+_chosen_row = itemgetter(*_CHOSEN_ROW)
 
 
 def _table_columns(

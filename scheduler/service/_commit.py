@@ -8,6 +8,7 @@ one function here, so the forms cannot drift apart.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from operator import attrgetter
@@ -38,6 +39,8 @@ __all__ = [
     "record_option",
     "slot",
 ]
+
+log = logging.getLogger("snugfit.scheduler")
 
 KIND_CODE = {"whole": 0, "mig": 1, "shared": 2}
 #: Commits per pipeline; the lease is renewed between chunks so a long batch keeps it.
@@ -315,38 +318,61 @@ def commit_chunks(
     still_leader: Callable[[], bool],
     *,
     fenced: bool = True,
+    settle: Callable[[int, list[str]], None] | None = None,
 ) -> tuple[list[str], Exception | None]:
     """Commit ``n`` placements in chunks of :data:`COMMIT_CHUNK` (one atomic script each),
     re-checking the lease between chunks; ``build(start)`` makes the chunk from ``start``.
 
     A store with ``commit_send`` runs chunk k while the next chunk is built: the same scripts
     in the same order, each answered (and the lease re-checked) before the next is sent.
-    Returns the answers of the chunks sent, in order, and what a build or a store call raised
-    (None when nothing did): the caller settles what committed before raising it, so no job
-    holds capacity without its RQ job because a later chunk failed."""
+    ``settle(start, answers)``, when given, gets each chunk's answers in chunk order as they
+    arrive, once the next chunk is sent (so the caller settles chunk k while Redis runs chunk
+    k+1). Returns the answers of the chunks sent, in order, and what a build, a store call or
+    a settle raised (None when nothing did): every chunk answered before the failure is
+    settled first, so no job holds capacity without its RQ job because a later chunk failed."""
     send = getattr(store, "commit_send", None)
     results: list[str] = []
-    pending: Callable[[], list[str]] | None = None
+    pending: tuple[int, Callable[[], list[str]]] | None = None
+    answered: tuple[int, list[str]] | None = None  # answers not yet settled
     lost = False
+
+    def settled() -> None:
+        nonlocal answered
+        if answered is not None:
+            start, answers = answered
+            answered = None
+            results.extend(answers)
+            if settle is not None:
+                settle(start, answers)
+
+    def read() -> None:
+        nonlocal pending, answered
+        if pending is not None:
+            (start, answers), pending = pending, None
+            answered = (start, answers())
+
     try:
         for start in range(0, n, COMMIT_CHUNK):
             chunk = build(start)
-            if pending is not None:
-                answers, pending = pending, None
-                results += answers()
+            read()
             if lost or (start and not still_leader()):
                 lost = True
-                results += ["err:lease lost during commit"] * len(chunk)
+                settled()
+                answered = (start, ["err:lease lost during commit"] * len(chunk))
             elif send is None:
-                results += store.commit(chunk, token, fenced=fenced)
+                answered = (start, store.commit(chunk, token, fenced=fenced))
             else:
-                pending = send(chunk, token, fenced=fenced)
-        if pending is not None:
-            answers, pending = pending, None
-            results += answers()
+                pending = (start, send(chunk, token, fenced=fenced))
+            settled()
+        read()
+        settled()
     except Exception as exc:
-        if pending is not None:
-            results += pending()
+        try:
+            settled()
+            read()
+            settled()
+        except Exception as again:  # the first failure is the one raised; this one is logged
+            log.warning("settling the commits sent before a failure failed too: %s", again)
         return results, exc
     return results, None
 

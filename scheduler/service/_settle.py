@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from scheduler.core.decision import Decision
@@ -24,17 +25,28 @@ class _Settle(_ServiceState):
 
     def _after_commit(
         self,
-        placed: list[Decision],
-        records: list[PlacementRecord],
-        commits: list[Commit],
-        results: list[str],
+        placed: Sequence[Decision],
+        records: Sequence[PlacementRecord],
+        commits: Sequence[Commit],
+        results: Sequence[str],
+        replies: list[Callable[[], object]],
+        read_owed: Callable[[], None],
     ) -> tuple[int, int]:
         """Enqueue and log what committed, undo our view of what did not: (placed, conflicts).
 
-        ``bad:`` (a malformed value in the job's placement) rejects the job with that reason;
-        ``err:`` (capacity or the job taken meanwhile) leaves it pending for the next step.
+        Called once per commit chunk, in chunk order. ``bad:`` (a malformed value in the
+        job's placement) rejects the job with that reason; ``err:`` (capacity or the job
+        taken meanwhile) leaves it pending for the next step. The RQ jobs and the events are
+        sent without waiting, the committed jobs' decisions first (a store with
+        ``commit_send`` leaves them to this); their reads go on ``replies``. ``read_owed()``
+        runs first, just before the sends: it reads the earlier chunks' replies, so each
+        chunk's writes reach Redis only once the earlier chunk's have run. (Each send has a
+        connection of its own, and Redis serves waiting connections in no set order: two
+        chunks' writes in flight at once could land out of order, in an RQ queue or the
+        event stream.)
         """
         items: list[tuple[str, str, int, dict[str, Any]]] = []
+        decisions: list[tuple[str, str]] = []
         events: list[dict[str, Any]] = []
         versions: list[int] = []
         conflicts = 0
@@ -58,19 +70,29 @@ class _Settle(_ServiceState):
             if self.telemetry is not None and seen is not None:
                 self.telemetry.observe_placement_latency(committed_at - seen.submitted_at)
             items += rank_items(rec)
+            decisions.append((d.job_id, c.decision_json))
             ev = placed_event(rec)
             if seen is not None and seen.method is not None:
                 ev["method"] = seen.method
             events.append(ev)
+        # Chunk by chunk, in order: the versions of the whole step run on from _capver exactly
+        # when each chunk's run on from the one before.
         if self._capver >= 0 and versions == list(
             range(self._capver + 1, self._capver + 1 + len(versions))
         ):
             self._capver += len(versions)
         else:
             self._capver = -1
+        read_owed()
         if items:
-            self.store.enqueue(items)
-        self.events.emit(events)
+            send = getattr(self.store, "enqueue_send", None)
+            if send is None:
+                self.store.enqueue(items)  # its commit() wrote the decisions
+            else:
+                # commit_send leaves each committed job's decision to be written here, before
+                # the job's RQ job and never for a job whose commit was refused.
+                replies.append(send(items, decisions=decisions))
+        replies.append(self.events.emit_send(events))
         return len(items), conflicts
 
     def _reject_bad(self, job_id: str, why: str, decision_json: str) -> list[dict[str, Any]]:

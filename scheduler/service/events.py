@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +32,40 @@ class EventLog:
         self._lock = threading.Lock()
 
     def emit(self, events: Sequence[Mapping[str, Any]]) -> None:
+        self.emit_send(events)()
+
+    def emit_send(self, events: Sequence[Mapping[str, Any]]) -> Callable[[], None]:
+        """:meth:`emit` with the stream's answer read later: the events are sent (and written
+        to the file) now, and the returned call (once) waits for the stream's answer. As in
+        :meth:`emit`, a stream that cannot be written is logged, never raised."""
         if not events:
-            return
+            return _nothing
+        send = getattr(self.store, "emit_send", None)
+        read: Callable[[], object] = _nothing
         try:
-            self.store.emit(events)
+            if send is None:
+                self.store.emit(events)
+            else:
+                read = send(events)
         except Exception as exc:
             log.warning("could not write %d events to the stream: %s", len(events), exc)
         if self.path is not None:
             text = "".join(dumps(dict(e)) + "\n" for e in events)
             with self._lock, self.path.open("a", encoding="utf-8") as fh:
                 fh.write(text)
+        n = len(events)
+
+        def answer() -> None:
+            try:
+                read()
+            except Exception as exc:
+                log.warning("could not write %d events to the stream: %s", n, exc)
+
+        return answer
+
+
+def _nothing() -> None:
+    return None
 
 
 def event(kind: str, job_id: str | None, **fields: Any) -> dict[str, Any]:

@@ -60,6 +60,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -362,19 +363,47 @@ class SchedulerService(_Leadership, _Settle):
                 records.append(rec)
             return commits[start:]
 
-        results, failed = commit_chunks(
+        totals = [0, 0]
+        replies: list[Callable[[], object]] = []
+        unsent: list[Exception] = []
+
+        def read() -> None:
+            # Each owed reply is read (its connection goes back to the pool) and the first
+            # failure kept, to be raised once every chunk is settled, as the enqueue raised it.
+            for reply in replies:
+                try:
+                    reply()
+                except Exception as exc:
+                    unsent.append(exc)
+            replies.clear()
+
+        def settle(start: int, answers: list[str]) -> None:
+            # Each chunk as its answers arrive (Redis runs the next chunk meanwhile); what was
+            # sent and answered is settled even when a later chunk fails. The previous chunk's
+            # RQ jobs and events are read before this chunk's are sent (in order, see
+            # _after_commit); Redis has run them by then, behind the chunk being committed.
+            end = start + len(answers)
+            got = self._after_commit(
+                placed[start:end], records[start:end], commits[start:end], answers, replies, read
+            )
+            totals[0] += got[0]
+            totals[1] += got[1]
+
+        _, failed = commit_chunks(
             self.store,
             len(placed),
             build,
             self.token,
             self._still_leader,
             fenced=self.leader_election,
+            settle=settle,
         )
-        k = len(results)  # what was sent, and answered: settled even when a later chunk failed
-        out = self._after_commit(placed[:k], records[:k], commits[:k], results)
+        read()
+        if unsent:
+            raise unsent[0]
         if failed is not None:
             raise failed
-        return out
+        return totals[0], totals[1]
 
     # -- views --------------------------------------------------------------------------------
 

@@ -14,13 +14,23 @@ accepts or refuses is unchanged.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 from redis._parsers.encoders import Encoder
 from redis.utils import HIREDIS_AVAILABLE
 
-__all__ = ["FastRespPacker", "eval_direct", "eval_send", "packer_kwargs"]
+__all__ = [
+    "Call",
+    "FastRespPacker",
+    "Packed",
+    "calls_send",
+    "eval_direct",
+    "eval_send",
+    "packed_hset",
+    "packer_kwargs",
+]
 
 #: The packed command is handed over in pieces of about this size (redis-py sends each in
 #: turn). A 500-job commit is megabytes of arguments (each job's stored decision is kilobytes):
@@ -122,3 +132,105 @@ def eval_send(client: redis.Redis, script: Any, args: Sequence[Any]) -> Callable
         return script(args=args)
 
     return read
+
+
+@dataclass(frozen=True, slots=True)
+class Packed:
+    """A plain command with its RESP bytes made already (:func:`packed_hset`)."""
+
+    args: tuple[Any, ...]
+    resp: bytes
+
+
+def packed_hset(key: str, field: str, value: str, encoding: str, errors: str) -> Packed:
+    """``HSET key field value`` as :class:`FastRespPacker` writes it: a leader step writes
+    thousands (one decision per placed job), and the general packer's per-call work cost
+    more than the bytes."""
+    k, f, v = (x.encode(encoding, errors) for x in (key, field, value))
+    resp = b"*4\r\n$4\r\nHSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
+        len(k), k, len(f), f, len(v), v
+    )  # fmt: skip
+    return Packed(("HSET", key, field, value), resp)
+
+
+#: One call of :func:`calls_send`: ``(script, args)`` runs EVALSHA of a registered script with
+#: ``args`` (no keys); ``(None, args)`` sends the command ``args`` as it is, and
+#: ``(None, Packed)`` the command already packed.
+Call = tuple[Any, "Sequence[Any] | Packed"]
+
+
+def calls_send(client: redis.Redis, calls: Sequence[Call]) -> Callable[[], list[Any]]:
+    """``calls`` sent now, in order, on one connection of ``client``'s pool, with no reply
+    awaited; the returned call (call it exactly once) reads every reply and returns them in
+    order, so the caller works while the server runs them. A script the server does not hold
+    is run again the ordinary way (redis-py loads it); an error reply raises once every reply
+    is read (the connection stays in step). A failed send or read makes every call again the
+    ordinary way, in one pipeline with redis-py's retries, as :func:`eval_send` does (the
+    callers' writes are a job record field and RQ jobs written as rq writes them; see
+    :func:`eval_direct` for what a repeat does)."""
+    if not calls:
+        return list
+
+    def ordinary() -> list[Any]:
+        pipe = client.pipeline(transaction=False)
+        for script, args in calls:
+            if script is None:
+                pipe.execute_command(*(args.args if isinstance(args, Packed) else args))
+            else:
+                script(args=args, client=pipe)
+        return list(pipe.execute())
+
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    try:
+        conn.send_packed_command(_joined(conn, calls))
+    except (redis.ConnectionError, redis.TimeoutError, OSError):
+        conn.disconnect()
+        pool.release(conn)
+        return ordinary
+
+    def read() -> list[Any]:
+        out: list[Any] = []
+        failed: redis.ResponseError | None = None
+        try:
+            for script, args in calls:
+                try:
+                    out.append(conn.read_response())
+                except redis.exceptions.NoScriptError:
+                    out.append(script(args=args))
+                except redis.ResponseError as exc:
+                    out.append(exc)
+                    failed = failed or exc
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            conn.disconnect()
+            pool.release(conn)
+            return ordinary()
+        pool.release(conn)
+        if failed is not None:
+            raise failed
+        return out
+
+    return read
+
+
+def _joined(conn: Any, calls: Sequence[Call]) -> list[bytes]:
+    """The RESP bytes of ``calls``, in pieces of about :data:`_CHUNK_BYTES` (one send each)."""
+    out: list[bytes] = []
+    parts: list[bytes] = []
+    size = 0
+    for script, args in calls:
+        if isinstance(args, Packed):
+            got = [args.resp]
+        elif script is None:
+            got = conn.pack_command(*args)
+        else:
+            got = conn.pack_command("EVALSHA", script.sha, 0, *args)
+        for b in got:
+            parts.append(b)
+            size += len(b)
+        if size >= _CHUNK_BYTES:
+            out.append(b"".join(parts))
+            parts, size = [], 0
+    if parts:
+        out.append(b"".join(parts))
+    return out

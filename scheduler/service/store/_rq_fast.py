@@ -22,7 +22,7 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 from rq.utils import now, utcformat, utcparse
 
-__all__ = ["JobTemplate", "TemplateCache", "job_template", "payload"]
+__all__ = ["JobTemplate", "TemplateCache", "by_queue", "job_template", "payload", "script_args"]
 
 _TPL_QUEUE = "snugfit-template-queue"
 _TPL_RQ_ID = "snugfit-template-rq-id"
@@ -212,3 +212,36 @@ class TemplateCache:
             self._tpl, self._slots, self._at = tpl, slots, t
             return tpl
         return _stamped(self._tpl, self._slots, utcformat(now()).encode())
+
+
+def by_queue(items: Sequence[tuple[str, str, int, dict[str, Any]]]) -> dict[str, list[Job]]:
+    """RQ jobs ``(node, job id, attempt, meta)`` grouped by their node's queue, in order."""
+    from scheduler.service.store.keys import queue_name, rq_job_id
+
+    out: dict[str, list[Job]] = {}
+    for node, job_id, attempt, meta in items:
+        desc = f"snugfit job {job_id} attempt {attempt}"
+        out.setdefault(queue_name(node), []).append(
+            # A gang's other nodes carry their own RQ id (scheduler.service._commit).
+            (meta.get("rq_job_id") or rq_job_id(job_id, attempt), job_id, attempt, desc, meta)
+        )
+    return out
+
+
+def script_args(tpl: JobTemplate, queues: dict[str, list[Job]], chunk: int) -> list[list[Any]]:
+    """enqueue.lua's ARGV for every job of ``queues``, about ``chunk`` jobs per call: a step
+    places on hundreds of nodes, and no single script should hold Redis for long."""
+    calls: list[list[Any]] = []
+    groups: list[tuple[str, Sequence[Job]]] = []
+    size = 0
+    for name, jobs in queues.items():
+        for k in range(0, len(jobs), chunk):
+            part = jobs[k : k + chunk]
+            groups.append((name, part))
+            size += len(part)
+            if size >= chunk:
+                calls.append(tpl.argv(groups))
+                groups, size = [], 0
+    if groups:
+        calls.append(tpl.argv(groups))
+    return calls

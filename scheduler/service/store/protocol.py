@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from scheduler.service.store.keys import Keys
 
-__all__ = ["Commit", "Store", "iter_chunks"]
+__all__ = ["Commit", "Store", "committed", "iter_chunks"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,3 +134,12 @@ class Store(Protocol):
 def iter_chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
+
+def committed(commits: Sequence[Commit], answers: Sequence[str]) -> list[tuple[str, str]]:
+    """``(job id, decision JSON)`` of each commit answered ``ok``: the decisions to write."""
+    return [
+        (c.job_id, c.decision_json)
+        for c, res in zip(commits, answers, strict=True)
+        if res.startswith("ok")
+    ]

@@ -23,11 +23,18 @@ import redis
 
 from scheduler.exceptions import UnknownDependencyError
 from scheduler.service.store._add_args import add_args
-from scheduler.service.store._resp import eval_direct, eval_send, packer_kwargs
+from scheduler.service.store._resp import (
+    Call,
+    calls_send,
+    eval_direct,
+    eval_send,
+    packed_hset,
+    packer_kwargs,
+)
 from scheduler.service.store.durability import Durability, NotDurableError
 from scheduler.service.store.embedded import connect
 from scheduler.service.store.keys import DEFAULT_PREFIX, EVENTS_MAXLEN, LOG_CAP_BYTES, Keys
-from scheduler.service.store.protocol import Commit
+from scheduler.service.store.protocol import Commit, committed
 from scheduler.service.store.records import dumps
 from scheduler.service.store.sentinel import decoded_twin
 
@@ -279,23 +286,28 @@ class RedisStore:
         return int(self.r.get(self.keys.capver) or 0)
 
     def commit(self, commits: Sequence[Commit], token: str, *, fenced: bool = True) -> list[str]:
-        """Commit a chunk in one script: per job ``ok:<capver>``, ``err:`` or ``bad:``.
+        """Commit a chunk in one script: per job ``ok:<capver>``, ``err:`` or ``bad:``; the
+        decision of each job answered ``ok`` is then written to its record.
 
         ``fenced`` (the default) commits only while ``token`` holds the leader lease; an empty
         token never passes. A script that fails as a whole (it should not: every value is
         checked before anything is written) answers ``err:`` for every job of the chunk.
         """
-        return self.commit_send(commits, token, fenced=fenced)()
+        out = self.commit_send(commits, token, fenced=fenced)()
+        calls_send(self.r, self.decision_calls(committed(commits, out)))()
+        return out
 
     def commit_send(
         self, commits: Sequence[Commit], token: str, *, fenced: bool = True
     ) -> Callable[[], list[str]]:
-        """:meth:`commit`, sent now; the returned call (once) waits for and reads its answers."""
+        """:meth:`commit` without the decisions, sent now; the returned call (once) waits for
+        and reads its answers. The caller writes the decision of each job answered ``ok``
+        before its RQ job (``enqueue_send(..., decisions=)``, as the leader does)."""
         if not commits:
             return list
         args: list[Any] = [self.prefix, token, "1" if fenced else "0", _now()]
         for c in commits:
-            args += [c.job_id, c.expected_attempt, c.alloc_json, c.placement_json, c.decision_json]
+            args += [c.job_id, c.expected_attempt, c.alloc_json, c.placement_json]
         read = eval_send(self.r, self._commit, args)
 
         def answers() -> list[str]:
@@ -306,6 +318,15 @@ class RedisStore:
             return [str(x) for x in got]
 
         return answers
+
+    def decision_calls(self, decisions: Sequence[tuple[str, str]]) -> list[Call]:
+        """The writes of committed jobs' decisions, ``(job id, decision JSON)``: a plain HSET
+        each. Passed through commit.lua they cost the server several times as much (the
+        kilobytes copied into Lua and back out), and the script checks nothing in them."""
+        job = self.keys.job
+        kw = self.r.connection_pool.connection_kwargs
+        enc, errors = kw.get("encoding", "utf-8"), kw.get("encoding_errors", "strict")
+        return [(None, packed_hset(job(j), "decision", raw, enc, errors)) for j, raw in decisions]
 
     # -- transitions --------------------------------------------------------------------------
 
@@ -433,15 +454,24 @@ class RedisStore:
         ``scripts/enqueue.lua`` replays it per job (:mod:`._rq_fast`), a chunk of jobs per
         call. rq's own per-job path, in one MULTI/EXEC, is the fallback.
         """
-        from scheduler.service.store.keys import queue_name, rq_job_id
+        self.enqueue_send(items)()
 
-        by_queue: dict[str, list[tuple[str, str, int, str, dict[str, Any]]]] = {}
-        for node, job_id, attempt, meta in items:
-            desc = f"snugfit job {job_id} attempt {attempt}"
-            by_queue.setdefault(queue_name(node), []).append(
-                # A gang's other nodes carry their own RQ id (scheduler.service._commit).
-                (meta.get("rq_job_id") or rq_job_id(job_id, attempt), job_id, attempt, desc, meta)
-            )
+    def enqueue_send(
+        self,
+        items: Sequence[tuple[str, str, int, dict[str, Any]]],
+        *,
+        decisions: Sequence[tuple[str, str]] = (),
+    ) -> Callable[[], Any]:
+        """:meth:`enqueue`, sent now; the returned call (once) reads the answers (and raises
+        what :meth:`enqueue` would), so the leader settles its next chunk meanwhile.
+        ``decisions`` of jobs committed by :meth:`commit_send` are written first, on the same
+        connection, so no RQ job is ever there before its job's decision."""
+        from scheduler.service.store._rq_fast import by_queue, script_args
+
+        first = self.decision_calls(decisions)
+        groups = by_queue(items)
+        if not groups:
+            return calls_send(self.r, first)
         if self._rq_template is None:
             from scheduler.service.store._rq_fast import TemplateCache
             from scheduler.service.store.keys import JOB_FUNCTION
@@ -449,32 +479,13 @@ class RedisStore:
             self._rq_template = TemplateCache(JOB_FUNCTION, _RQ_JOB_KWARGS)
         tpl = self._rq_template.get(self.raw)
         if tpl is None:
-            self._enqueue_with_rq(by_queue)
-            return
-        # A step places on hundreds of nodes: chunks small enough that no single script holds
-        # Redis for long, all in one round trip. The decoded client sends them (its packer is
-        # the fast one; the script answers a count); one chunk, the usual step, is one call,
-        # without the pipeline's SCRIPT EXISTS round trip.
-        calls: list[list[bytes | str]] = []
-        groups: list[tuple[str, Sequence[tuple[str, str, int, str, dict[str, Any]]]]] = []
-        size = 0
-        for name, jobs in by_queue.items():
-            for k in range(0, len(jobs), _ENQUEUE_CHUNK):
-                part = jobs[k : k + _ENQUEUE_CHUNK]
-                groups.append((name, part))
-                size += len(part)
-                if size >= _ENQUEUE_CHUNK:
-                    calls.append(tpl.argv(groups))
-                    groups, size = [], 0
-        if groups:
-            calls.append(tpl.argv(groups))
-        if len(calls) == 1:
-            self._enqueue_lua(args=calls[0])
-            return
-        pipe = self.r.pipeline(transaction=False)
-        for args in calls:
-            self._enqueue_lua(args=args, client=pipe)
-        pipe.execute()
+            calls_send(self.r, first)()
+            self._enqueue_with_rq(groups)
+            return list
+        # The decoded client sends them (its packer is the fast one; the script answers a
+        # count), without the pipeline's SCRIPT EXISTS round trip.
+        calls = script_args(tpl, groups, _ENQUEUE_CHUNK)
+        return calls_send(self.r, first + [(self._enqueue_lua, args) for args in calls])
 
     def _enqueue_with_rq(
         self, by_queue: dict[str, list[tuple[str, str, int, str, dict[str, Any]]]]
@@ -524,9 +535,14 @@ class RedisStore:
     # -- events, history, logs, nodes ---------------------------------------------------------
 
     def emit(self, events: Sequence[Mapping[str, Any]]) -> None:
+        self.emit_send(events)()
+
+    def emit_send(self, events: Sequence[Mapping[str, Any]]) -> Callable[[], Any]:
+        """:meth:`emit`, sent now; the returned call (once) reads the answer."""
         if not events:
-            return
-        self._emit(keys=[], args=[self.prefix, EVENTS_MAXLEN, *(dumps(dict(e)) for e in events)])
+            return list
+        args = [self.prefix, EVENTS_MAXLEN, *(dumps(dict(e)) for e in events)]
+        return calls_send(self.r, [(self._emit, args)])
 
     def events(self, after: str = "0", count: int = 1000) -> list[tuple[str, dict[str, Any]]]:
         rows = self.r.xrange(

@@ -323,3 +323,52 @@ def test_a_lease_lost_between_chunks_commits_nothing_after_it(
     assert len(placed) == 5
     assert svc._commit(placed, now) == (2, 3)
     assert store.count("placed") == 2 and _holders_without_rq_job(store) == []
+
+
+def test_a_decision_is_written_only_for_a_job_whose_commit_passed(store: RedisStore) -> None:
+    """commit.lua never sees the decisions (kilobytes it checks nothing in): the store writes
+    each one after its job's commit answered ok, and none for a refused or malformed one."""
+    svc = _setup(store, WHOLE, 3)
+    commits = [
+        Commit("job-0", 0, _alloc([0], 81559), "{}", '{"d": 0}'),
+        Commit("job-1", 0, _alloc([0], 81559), "{}", '{"d": 1}'),  # the same GPU: refused
+        Commit("job-2", 0, "not json", "{}", '{"d": 2}'),
+    ]
+    res = store.commit(commits, svc.token)
+    assert res[0].startswith("ok:") and res[1].startswith("err:") and res[2].startswith("bad:")
+    rows = store.get_fields(["job-0", "job-1", "job-2"], ["decision"])
+    assert rows == [['{"d": 0}'], [None], [None]]
+    # commit_send alone leaves them to the caller (the leader writes them before the RQ job).
+    again = [Commit("job-1", 0, _alloc([1], 81559), "{}", '{"d": 1}')]
+    assert store.commit_send(again, svc.token)()[0].startswith("ok:")
+    assert store.get_fields(["job-1"], ["decision"]) == [[None]]
+    store.enqueue_send([], decisions=[("job-1", '{"d": 1}')])()
+    assert store.get_fields(["job-1"], ["decision"]) == [['{"d": 1}']]
+
+
+def test_a_post_commit_send_that_fails_is_made_again_the_ordinary_way(
+    store: RedisStore, small: Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decisions and RQ jobs of a chunk go out without waiting (calls_send); when that
+    send fails, the reader makes the calls again through redis-py, so every committed job
+    still has its decision and its RQ job."""
+    import redis
+
+    svc = _chunked_leader(store, small, monkeypatch, 5)
+    real = redis.Connection.send_packed_command
+    sends: list[int] = []
+
+    def flaky(self, command, check_health=True):  # type: ignore[no-untyped-def]
+        sent = b"".join(command) if isinstance(command, list) else bytes(command)
+        if b"$8\r\ndecision\r\n" in sent:
+            sends.append(1)
+            if len(sends) == 1:  # the first chunk's decisions and RQ jobs
+                raise redis.ConnectionError("reset by peer")
+        return real(self, command, check_health)
+
+    monkeypatch.setattr(redis.Connection, "send_packed_command", flaky)
+    assert svc.step().placed == 5
+    assert len(sends) >= 3 and _holders_without_rq_job(store) == []
+    rows = store.get_fields([f"job-{i}" for i in range(5)], ["decision"])
+    assert all(json.loads(r[0] or "null")["state"] == "placed" for r in rows)
+    assert_ledger_matches_allocations(store)

@@ -1,12 +1,14 @@
 -- A chunk of placements, atomically. ARGV: P, token, fenced ('1' | '0'), now, then per job:
--- id, expected_attempt, alloc, placement, decision. Returns one reply per job:
+-- id, expected_attempt, alloc, placement. Returns one reply per job:
 -- 'ok:<capver>', 'err:<conflict>' (capacity or job taken: retry after a resync) or
 -- 'bad:<reason>' (a malformed value: reject the job). Every job is checked, against Redis and
 -- against the chunk's earlier jobs, before anything is written, so no error can strike halfway
 -- and leave a job holding capacity that its scheduler never hears about.
 -- The allocation JSON is the one source of the figures: the add here and every release read it.
+-- The job's decision (kilobytes, which nothing here checks) is not passed through Lua: the
+-- caller writes it to the job record of each job answered 'ok' (RedisStore.commit_send).
 local token, fenced, now = ARGV[2], ARGV[3], ARGV[4]
-local n = (#ARGV - 4) / 5
+local n = (#ARGV - 4) / 4
 local out = {}
 if fenced ~= '0' and (token == '' or redis.call('GET', P .. ':leader') ~= token) then
   for j = 1, n do out[j] = 'err:not the leader' end
@@ -15,6 +17,11 @@ end
 local gk = P .. ':gpu'
 local d_used, d_mig, d_shared, seen_job = {}, {}, {}, {}
 local d_cpu, d_host = {}, {}
+-- P:gpu's counters of each GPU and node as read by the first job of the chunk that touches
+-- it: nothing writes P:gpu before every job is checked, so a later job of the chunk reads
+-- the same values (the chunk's own earlier jobs are counted by the d_ tables); a dense
+-- chunk puts several jobs on one GPU and many on one node.
+local gpu_rows, node_rows = {}, {}
 
 -- 'err:...' when `need` more of node counter `what` ('cpu' or 'host'; Redis holds `used_raw` of
 -- `cap_raw`) than Redis and the chunk's earlier jobs (`earlier`) hold does not fit; nil when it
@@ -39,9 +46,13 @@ local function check_host(a)
   end
   if #nodes > 1 and a.kind ~= 0 then return 'bad:only whole GPUs span nodes' end
   for _, node in ipairs(nodes) do
-    local p = 'n' .. node .. ':'
-    local cpu, cpu_cap, host, host_cap =
-      unpack(redis.call('HMGET', gk, p .. 'cpu', p .. 'cpu_cap', p .. 'host', p .. 'host_cap'))
+    local row = node_rows[node]
+    if row == nil then
+      local p = 'n' .. node .. ':'
+      row = redis.call('HMGET', gk, p .. 'cpu', p .. 'cpu_cap', p .. 'host', p .. 'host_cap')
+      node_rows[node] = row
+    end
+    local cpu, cpu_cap, host, host_cap = row[1], row[2], row[3], row[4]
     local short = node_short(node, 'cpu', d_cpu, a.cpu_milli, 'millicores', cpu, cpu_cap) or
       node_short(node, 'host', d_host, a.host_mib, 'MiB host memory', host, host_cap)
     if short then return short end
@@ -69,10 +80,14 @@ local function check(job, expected, raw)
   -- counters: one HMGET per GPU), kept on the allocation for the writes.
   local nodes, seen_node = {}, {}
   for _, g in ipairs(a.gpus) do
-    local p = g .. ':'
-    local cap_raw, mode, used, mig, shared, max_shared, node = unpack(redis.call('HMGET', gk,
-      p .. 'cap', p .. 'mode', p .. 'used', p .. 'mig', p .. 'shared', p .. 'max_shared',
-      p .. 'node'))
+    local row = gpu_rows[g]
+    if row == nil then
+      local p = g .. ':'
+      row = redis.call('HMGET', gk, p .. 'cap', p .. 'mode', p .. 'used', p .. 'mig',
+        p .. 'shared', p .. 'max_shared', p .. 'node')
+      gpu_rows[g] = row
+    end
+    local cap_raw, mode, used, mig, shared, max_shared, node = unpack(row)
     local cap = tonumber(cap_raw or '-1')
     if cap < 0 then return 'err:unknown GPU ' .. g end
     if tonumber(mode) ~= a.kind then
@@ -106,7 +121,7 @@ local ok = {}
 -- Touched GPUs and nodes in first-touch order (the chunk's counters are written once each).
 local gpu_order, node_order = {}, {}
 for j = 1, n do
-  local b = 4 + (j - 1) * 5
+  local b = 4 + (j - 1) * 4
   local job = ARGV[b + 1]
   local a = check(job, ARGV[b + 2], ARGV[b + 3])
   if type(a) == 'string' then
@@ -152,7 +167,7 @@ for k, item in ipairs(ok) do
   jobs[k] = job
   redis.call('HSET', P .. ':allocs', job, ARGV[b + 3])
   redis.call('HSET', P .. ':job:' .. job, 'attempt', a.attempt, 'placement', ARGV[b + 4],
-             'decision', ARGV[b + 5], 'updated_at', now, 'state', 'placed')
+             'updated_at', now, 'state', 'placed')
 end
 -- set_state(job, 'pending', 'placed') and the pending index, for the chunk at once.
 for s = 1, #jobs, 1000 do

@@ -7,11 +7,19 @@
 local nq, nj, job_prefix = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local i = 4
 
+-- Each command as {tokens, positions of tokens that start with NUL, those tokens}: a job's
+-- command is its tokens with only those positions swapped (each token was looked up per job).
 local function read_cmds(n)
   local cmds = {}
   for c = 1, n do
     local argc = tonumber(ARGV[i])
-    cmds[c] = {unpack(ARGV, i + 1, i + argc)}
+    local toks, at, what = {unpack(ARGV, i + 1, i + argc)}, {}, {}
+    for a, tok in ipairs(toks) do
+      if string.byte(tok, 1) == 0 then
+        at[#at + 1], what[#what + 1] = a, tok
+      end
+    end
+    cmds[c] = {toks, at, what}
     i = i + argc + 1
   end
   return cmds
@@ -22,12 +30,9 @@ local sub = {}
 
 local function run(cmds)
   for _, cmd in ipairs(cmds) do
-    local args = {}
-    for a, tok in ipairs(cmd) do
-      local s = sub[tok]
-      if s == nil then args[a] = tok else args[a] = s end
-    end
-    redis.call(unpack(args))
+    local toks, at, what = cmd[1], cmd[2], cmd[3]
+    for k = 1, #at do toks[at[k]] = sub[what[k]] or what[k] end
+    redis.call(unpack(toks))
   end
 end
 

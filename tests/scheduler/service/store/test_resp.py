@@ -90,3 +90,31 @@ def test_add_retries_the_ordinary_way_when_the_connection_fails(
     # An error reply raises, as it does from redis-py's own call.
     with pytest.raises(redis.ResponseError):
         store.add_new_jobs([{"id": "c", "submitted_at": "not a number"}])
+
+
+def test_calls_sent_together_answer_in_order(store: RedisStore) -> None:
+    """calls_send: scripts and plain commands on one connection, replies read later, in
+    order; a script the server lost is loaded; an error reply raises once all are read."""
+    import redis
+
+    from scheduler.service.store._resp import calls_send
+
+    echo = store.r.register_script("return ARGV[1]")
+    read = calls_send(store.r, [(echo, ["a"]), (None, ["SET", "k", "v"]), (echo, ["b"])])
+    assert read() == ["a", "OK", "b"]
+    store.r.script_flush()
+    assert calls_send(store.r, [(echo, ["c"]), (None, ["GET", "k"])])() == ["c", "v"]
+    read = calls_send(store.r, [(None, ["INCR", "k"]), (None, ["SET", "k2", "w"])])
+    with pytest.raises(redis.ResponseError):
+        read()
+    assert store.r.get("k2") == "w"  # the call after the error ran, and its reply was read
+    assert store.r.ping()
+
+
+def test_a_packed_hset_is_what_the_packer_writes() -> None:
+    from scheduler.service.store._resp import packed_hset
+
+    for value in ("{}", "ü" * 3000, "x" * 70_000):
+        got = packed_hset("snugfit:job:j-ü", "decision", value, "utf-8", "replace")
+        want = FastRespPacker("utf-8", "replace").pack("HSET", "snugfit:job:j-ü", "decision", value)
+        assert got.resp == b"".join(want) and got.args[3] == value
