@@ -15,6 +15,12 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
+
+# The fixed submissions must be predicted alike on every machine: no waiting for CPU traces at
+# submit, and an empty trace cache (no $SNUGFIT_HOME trace or retrained artifact is read).
+os.environ["SNUGFIT_TRACE_BUDGET_S"] = "0"
+os.environ["SNUGFIT_HOME"] = tempfile.mkdtemp(prefix="service-hash-home-")
 
 sys.path.insert(0, os.getcwd())
 sys.path.insert(0, os.getcwd() + "/benchmarks")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +25,9 @@ REPO = Path(__file__).resolve().parent.parent
 # tests start: a test that places a job is about placement. The traced tier's tests, and the
 # client's test of the wait, ask for a budget themselves.
 os.environ.setdefault("SNUGFIT_TRACE_BUDGET_S", "0")
+# Nor do they read this machine's trace cache or retrained artifact under $SNUGFIT_HOME: a
+# trace that a user's submit left there would change what every test predicts.
+os.environ["SNUGFIT_HOME"] = tempfile.mkdtemp(prefix="snugfit-test-home-")
 
 
 def _local_redis_up(host: str = "127.0.0.1", port: int = 6379) -> bool:
