@@ -215,22 +215,21 @@ def calls_send(client: redis.Redis, calls: Sequence[Call]) -> Callable[[], list[
 
 def _joined(conn: Any, calls: Sequence[Call]) -> list[bytes]:
     """The RESP bytes of ``calls``, in pieces of about :data:`_CHUNK_BYTES` (one send each)."""
-    out: list[bytes] = []
-    parts: list[bytes] = []
-    size = 0
+    blobs: list[bytes] = []
     for script, args in calls:
         if isinstance(args, Packed):
-            got = [args.resp]
+            blobs.append(args.resp)
         elif script is None:
-            got = conn.pack_command(*args)
+            blobs += conn.pack_command(*args)
         else:
-            got = conn.pack_command("EVALSHA", script.sha, 0, *args)
-        for b in got:
-            parts.append(b)
-            size += len(b)
-        if size >= _CHUNK_BYTES:
-            out.append(b"".join(parts))
-            parts, size = [], 0
-    if parts:
-        out.append(b"".join(parts))
+            blobs += conn.pack_command("EVALSHA", script.sha, 0, *args)
+    out: list[bytes] = []
+    start = size = 0
+    for i, b in enumerate(blobs):
+        size += len(b)
+        if size >= _CHUNK_BYTES:  # a piece ends after the blob that fills it
+            out.append(b"".join(blobs[start : i + 1]))
+            start, size = i + 1, 0
+    if start < len(blobs):
+        out.append(b"".join(blobs[start:]))
     return out
