@@ -110,28 +110,10 @@ def eval_send(client: redis.Redis, script: Any, args: Sequence[Any]) -> Callable
     """:func:`eval_direct` in two halves: the EVALSHA is sent now, on a connection of its own,
     and the returned call reads its reply (call it exactly once), so the caller can work
     while the server runs the script. A failed send or read, or a server without the script,
-    falls back as :func:`eval_direct` does (the call made again the ordinary way)."""
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    try:
-        conn.send_command("EVALSHA", script.sha, 0, *args)
-    except (redis.ConnectionError, redis.TimeoutError, OSError):
-        conn.disconnect()
-        pool.release(conn)
-        return lambda: script(args=args)
-
-    def read() -> Any:
-        try:
-            return conn.read_response()
-        except redis.exceptions.NoScriptError:
-            pass
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            conn.disconnect()
-        finally:
-            pool.release(conn)
-        return script(args=args)
-
-    return read
+    falls back as :func:`eval_direct` does (the call made again the ordinary way): one call
+    of :func:`calls_send`."""
+    read = calls_send(client, [(script, args)])
+    return lambda: read()[0]
 
 
 @dataclass(frozen=True, slots=True)

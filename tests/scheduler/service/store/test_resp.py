@@ -75,7 +75,7 @@ def test_add_retries_the_ordinary_way_when_the_connection_fails(
 
     conn = store.r.connection_pool.get_connection()
     store.r.connection_pool.release(conn)
-    real = type(conn).send_command
+    real = type(conn).send_packed_command
     calls = []
 
     def broken_once(self: Any, *args: Any, **kw: Any) -> None:
@@ -84,7 +84,7 @@ def test_add_retries_the_ordinary_way_when_the_connection_fails(
             raise redis.ConnectionError("reset by peer")
         real(self, *args, **kw)
 
-    monkeypatch.setattr(type(conn), "send_command", broken_once)
+    monkeypatch.setattr(type(conn), "send_packed_command", broken_once)
     assert store.add_new_jobs([_record("b")]) == ([True], [])
     assert len(calls) >= 2 and store.job_ids() == ["b"]
     # An error reply raises, as it does from redis-py's own call.
