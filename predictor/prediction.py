@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -80,6 +80,18 @@ class PredictionTable:
 
     def column(self, gpu: str) -> int:
         return self.gpu_names.index(gpu)
+
+    def row_arrays(self) -> list[np.ndarray]:
+        """Every per-job array (row ``i`` is job ``i``), the breakdown's components included:
+        what two jobs must share, with ``method``, to have the same predictions."""
+        out: list[np.ndarray] = []
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, np.ndarray):
+                out.append(v)
+            elif isinstance(v, dict):
+                out += v.values()
+        return out
 
     def take(self, rows: np.ndarray, job_ids: tuple[str | None, ...]) -> PredictionTable:
         """The table's rows ``rows`` (repeats allowed), one per entry of ``job_ids``: the

@@ -205,11 +205,7 @@ def _same_as_previous_row(table: PredictionTable) -> np.ndarray:
         return same
     method = np.array(table.method, dtype=object)
     same[1:] = method[1:] == method[:-1]
-    arrays = [table.peak_vram_gib, table.peak_vram_upper_gib, table.runtime_s]
-    arrays += [table.runtime_upper_s, *table.breakdown_gib.values(), table.step_time_s]
-    arrays += [table.ttft_s, table.tpot_s, table.fits]
-    arrays += [] if table.busy_frac is None else [table.busy_frac]
-    for a in arrays:
+    for a in table.row_arrays():
         if a.dtype.hasobject or a.shape[:1] != (n,):
             same[1:] = False
             break

@@ -85,3 +85,21 @@ def test_a_run_whose_text_holds_the_placeholder_is_encoded_job_by_job() -> None:
 def test_a_table_of_another_length_is_an_error() -> None:
     with pytest.raises(ValueError, match="3 specs but a prediction table of 2 jobs"):
         build_records(_sweep(3), _table(2))
+
+
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(PredictionTable)])
+def test_a_change_in_any_prediction_array_breaks_the_run(field: str) -> None:
+    """Job 1 differs from job 0 in one array's row only (every array PredictionTable has,
+    a breakdown component for the dict): its record is still its own."""
+    specs, table = _sweep(2), _table(2)
+    value = getattr(table, field)
+    if isinstance(value, dict):
+        value = {**value, "weights": value["weights"].copy()}
+        value["weights"][1] += 1.0
+    elif isinstance(value, np.ndarray):
+        value = value.copy()
+        value[1] = ~value[1] if value.dtype == bool else value[1] + 1.0
+    else:
+        pytest.skip(f"{field} is not a per-job array")
+    table = dataclasses.replace(table, **{field: value})
+    assert build_records(specs, table, now=NOW) == _alone(specs, table)
